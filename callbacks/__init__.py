@@ -1,0 +1,3 @@
+"""Lightning callbacks of lightning_sfl, installed as ``lightning_sfl.callbacks``."""
+
+__all__: list[str] = []

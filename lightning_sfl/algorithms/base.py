@@ -1,0 +1,219 @@
+"""The coordinating loop of split federated learning.
+
+One ``LightningModule`` coordinates a whole run (manual optimisation):
+
+* **epoch = one global round** ``i``; **training step = one local iteration** ``t`` (``T`` steps per epoch);
+* ``on_train_epoch_start`` broadcasts the global client half ``w_c`` into the ``S`` client slots;
+* ``training_step`` runs the method's local iteration (:meth:`SplitFedAlgorithm.local_iteration`);
+* after the ``T``-th step, the FL phase aggregates the slots weighted by ``|D_k|`` (eq. 10). It runs in the
+  last training step rather than ``on_train_epoch_end`` because Lightning validates *before*
+  ``on_train_epoch_end``: evaluation must see the aggregated model.
+
+The server half (``ServerModule``) and the global client half (``ClientModule``) are LightningModules held
+as submodules. Methods override :meth:`server_loss` / :meth:`client_loss` (or the whole local iteration).
+"""
+
+from __future__ import annotations
+
+import lightning as L
+from lightning.pytorch.trainer.states import TrainerFn
+import torch
+from torch import nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from lightning_sfl.algorithms.client_bank import SequentialBank
+from lightning_sfl.models import build_model, split_model
+
+
+class ClientModule(L.LightningModule):
+    """Client-side half ``h(w_c; X) -> A``: ``[B, C, H, W] -> [B, *activation_shape]``."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class ServerModule(L.LightningModule):
+    """Server-side half ``l(w_s; A) -> s``: ``[B, *activation_shape] -> [B, N]`` logits."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, a: torch.Tensor) -> torch.Tensor:
+        return self.net(a)
+
+
+class SplitFedAlgorithm(L.LightningModule):
+    """Base of every method: builds the split model, runs rounds, aggregates, evaluates.
+
+    Args:
+        arch: model name (see ``lightning_sfl.models.MODELS``).
+        split_point: cut point ``s1``…``s5`` (shallow to deep); the client holds the layers before it.
+        local_iters: ``T``, local iterations per global round.
+        lr: ``η``, SGD learning rate of clients and server.
+        momentum: SGD momentum (the papers use plain SGD: 0).
+        weight_decay: SGD weight decay.
+        num_classes: ``N`` (linked from the data module by the CLI).
+        input_shape: ``(C, H, W)`` of one sample (linked from the data module by the CLI).
+        server_copies: keep one server-half copy per selected client, trained on that client's activations
+            only and averaged each round (SplitFedV1-style), instead of one server half.
+    """
+
+    def __init__(
+        self,
+        arch: str = "cnn_small",
+        split_point: str = "s2",
+        local_iters: int = 5,
+        lr: float = 0.01,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        num_classes: int = 10,
+        input_shape: tuple[int, int, int] = (1, 8, 8),
+        server_copies: bool = False,
+    ) -> None:
+        super().__init__()
+        if local_iters < 1:
+            raise ValueError(f"local_iters={local_iters} must be >= 1")
+        if not lr > 0:
+            raise ValueError(f"lr={lr} must be > 0")
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        self.local_iters, self.lr, self.momentum, self.weight_decay = local_iters, lr, momentum, weight_decay
+        self.num_classes, self.server_copies = num_classes, server_copies
+        client_net, server_net = split_model(build_model(arch, num_classes, tuple(input_shape)), split_point)
+        self.client = ClientModule(client_net)
+        self.server = ServerModule(server_net)
+        self.bank: SequentialBank | None = None
+        self.server_bank: SequentialBank | None = None
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc_per_class = MulticlassAccuracy(num_classes, average="none")
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, stage: str) -> None:
+        if stage != "fit":
+            return
+        dm = self.trainer.datamodule
+        dm.set_local_iters(self.local_iters)
+        if dm.num_classes != self.num_classes:
+            raise ValueError(f"num_classes={self.num_classes} does not match the dataset's {dm.num_classes} classes")
+        self.register_buffer("client_sizes", dm.client_sizes.clone(), persistent=False)
+        self.register_buffer("label_dist", dm.label_distribution.to(torch.float32), persistent=False)
+        self.bank = SequentialBank(self.client.net, dm.clients_per_round)
+        if self.server_copies:
+            self.server_bank = SequentialBank(self.server.net, dm.clients_per_round)
+
+    def slot_parameters(self) -> list[nn.Parameter]:
+        """Parameters that are reset every round (client slots and per-client server copies)."""
+        params = list(self.bank.parameters())
+        if self.server_bank is not None:
+            params += list(self.server_bank.parameters())
+        return params
+
+    def server_parameters(self) -> list[nn.Parameter]:
+        return [] if self.server_bank is not None else list(self.server.parameters())
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        """One SGD over all slots and the server: one ``global_step`` per local iteration."""
+        groups = [{"params": self.slot_parameters(), "name": "client_slots"}]
+        if self.server_parameters():
+            groups.append({"params": self.server_parameters(), "name": "server"})
+        return torch.optim.SGD(groups, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+
+    # ------------------------------------------------------------------ round structure
+    def on_train_epoch_start(self) -> None:
+        self.bank.reset(self.client.net)
+        if self.server_bank is not None:
+            self.server_bank.reset(self.server.net)
+        opt = self.optimizers()
+        for p in self.slot_parameters():  # FL-style: client optimiser state starts fresh every round
+            opt.optimizer.state.pop(p, None)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        server_loss, client_loss = self.local_iteration(batch)
+        self.log("train/server_loss", server_loss.detach(), on_step=False, on_epoch=True, batch_size=len(batch["y"]))
+        self.log("train/client_loss", client_loss.detach(), on_step=False, on_epoch=True, batch_size=len(batch["y"]))
+        if batch_idx == self.local_iters - 1:
+            self.aggregate(batch)
+
+    def aggregate(self, batch: dict[str, torch.Tensor]) -> None:
+        """FL phase (eq. 10): global halves ← ``|D_k|``-weighted averages of the round's copies."""
+        weights = self.client_sizes[batch["clients"]]
+        self.bank.aggregate_into(self.client.net, weights)
+        if self.server_bank is not None:
+            self.server_bank.aggregate_into(self.server.net, weights)
+
+    # ------------------------------------------------------------------ one local iteration
+    def server_forward(self, a: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B, N]`` of the server half (or of each client's server copy) on activations ``a``."""
+        return self.server(a) if self.server_bank is None else self.server_bank(a, sizes)
+
+    def server_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Loss whose gradient updates the server weights ``w_s`` (eq. 7). Default: cross-entropy."""
+        raise NotImplementedError
+
+    def client_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Loss whose gradient w.r.t. the activations is sent to the clients (eq. 8)."""
+        raise NotImplementedError
+
+    def local_iteration(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Client forward → server forward on the concatenation → server update and client gradients from
+        the same (pre-update) forward → every client backpropagates its ``G_k`` and steps."""
+        opt = self.optimizers()
+        opt.zero_grad()
+        acts = self.bank(batch["x"], batch["sizes"])  # A = concat_k A_k, [B, *act]
+        a = acts.detach().requires_grad_(True)
+        logits = self.server_forward(a, batch["sizes"])  # [B, N]
+        server_loss = self.server_loss(logits, batch)
+        client_loss = self.client_loss(logits, batch)
+        (grad_a,) = torch.autograd.grad(client_loss, a, retain_graph=True)  # rows of client k: G_k
+        self.manual_backward(server_loss)
+        self.manual_backward(acts, grad_a)
+        opt.step()
+        return server_loss, client_loss
+
+    # ------------------------------------------------------------------ evaluation
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The global model ``[w_c, w_s]``: logits ``[B, N]``."""
+        return self.server(self.client(x))
+
+    def _eval_step(self, batch: dict[str, torch.Tensor]) -> None:
+        preds = self(batch["x"]).argmax(dim=1)
+        self.val_acc.update(preds, batch["y"])
+        self.val_acc_per_class.update(preds, batch["y"])
+
+    def _eval_epoch_end(self, prefix: str) -> None:
+        per_class = self.val_acc_per_class.compute()
+        self.log(f"{prefix}/acc", self.val_acc.compute())
+        self.log_dict({f"{prefix}/acc_class_{c}": v for c, v in enumerate(per_class)})
+        fitting = self.trainer.state.fn == TrainerFn.FITTING
+        self.log("round", float(self.current_epoch + 1 if fitting else self.current_epoch))  # rounds completed
+        self.val_acc.reset()
+        self.val_acc_per_class.reset()
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    # ------------------------------------------------------------------ checkpoints
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Client slots are rebuilt from the global halves at every round start: not saved."""
+        checkpoint["state_dict"] = {
+            k: v for k, v in checkpoint["state_dict"].items() if not k.startswith(("bank.", "server_bank."))
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        for prefix, bank in (("bank.", self.bank), ("server_bank.", self.server_bank)):
+            if bank is not None:
+                checkpoint["state_dict"].update({prefix + k: v for k, v in bank.state_dict().items()})

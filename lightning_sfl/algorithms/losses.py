@@ -1,0 +1,50 @@
+"""Loss functions of the papers (pure functions).
+
+>>> logits = torch.tensor([[1.0, 2.0, 0.0]])
+>>> prior = torch.tensor([0.5, 0.25, 0.25])
+>>> float(logit_adjusted_cross_entropy(logits, torch.tensor([0]), prior))  # = CE(logits + log prior)
+1.0986...
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def label_distribution(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Empirical label distribution of ``labels`` ``[B]`` as ``[num_classes]`` float (sums to one)."""
+    counts = torch.bincount(labels, minlength=num_classes).to(torch.get_default_dtype())
+    return counts / counts.sum()
+
+
+def log_prior(prior: torch.Tensor) -> torch.Tensor:
+    """``log P(y)`` with ``log 0 = -inf``: a class of zero probability gets zero softmax mass, exactly as in
+    eqs. (14)-(15). Targets always have ``P(y) > 0`` (they come from the distribution), so the loss is finite."""
+    return torch.where(prior > 0, prior.clamp_min(torch.finfo(prior.dtype).tiny).log(), float("-inf"))
+
+
+def logit_adjusted_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, prior: torch.Tensor | None, reduction: str = "mean"
+) -> torch.Tensor:
+    """Eq. (14)/(15): ``-log softmax(s(x) + log P(y))_y``.
+
+    Args:
+        logits: ``[B, N]`` server outputs ``s(x)``.
+        targets: ``[B]`` labels.
+        prior: ``[N]`` (one distribution for all rows, eq. 14) or ``[B, N]`` (one per row, eq. 15), or
+            ``None`` for plain cross-entropy.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+    """
+    if prior is not None:
+        logits = logits + log_prior(prior.to(logits.dtype))
+    return F.cross_entropy(logits, targets, reduction=reduction)
+
+
+def per_client_mean(row_losses: torch.Tensor, slot: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """``Σ_k mean_{i ∈ k} ℓ_i``: the sum over clients of each client's mean loss over its own ``B_k`` rows.
+
+    Its gradient w.r.t. the rows of client ``k`` is the gradient of client ``k``'s own mean loss, so one
+    backward pass gives every client its ``G_k`` (eq. 8). ``row_losses``, ``slot``: ``[B]``; ``sizes``: ``[S]``.
+    """
+    return (row_losses / sizes.to(row_losses.dtype)[slot]).sum()

@@ -1,0 +1,74 @@
+"""SCALA: split federated learning with concatenated activations and logit adjustments.
+
+Huang et al., "SCALA: Split Federated Learning with Concatenated Activations and Logit Adjustments"
+(Algorithm 2). Per local iteration the server concatenates every selected client's activations (eq. 5),
+updates ``w_s`` once with ``CE(s(x) + log P_s(y))`` where ``P_s`` is the label distribution of the
+concatenated batch (eq. 14), and sends each client ``k`` the gradient of ``CE(s(x) + log P_k(y))`` w.r.t. its
+activations, ``P_k`` being client ``k``'s local label distribution (eq. 15), computed from the same server
+forward pass (pre-update ``w_s``, eq. 8).
+
+Switches give the ablations of the journal version (§5.2):
+
+=====================  ==================  =========================  =========================
+method                 concat_activations  server_logit_adjustment    client_logit_adjustment
+=====================  ==================  =========================  =========================
+SCALA                  True                True                       True
+CA-SFL, MiniBatch-SFL  True                False                      False
+LLA-SFL                False               True (uses ``P_k``)        True
+SplitFedV1             False               False                      False
+=====================  ==================  =========================  =========================
+
+With ``concat_activations=False`` every selected client gets its own copy of the server half, trained on
+that client's activations only and averaged with weights ``|D_k|`` at the end of the round; the
+server-side logit adjustment then uses the distribution that copy sees, ``P_k``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lightning_sfl.algorithms.base import SplitFedAlgorithm
+from lightning_sfl.algorithms.losses import label_distribution, logit_adjusted_cross_entropy, per_client_mean
+
+
+class SCALA(SplitFedAlgorithm):
+    """SCALA (Algorithm 2) and its ablations.
+
+    Args:
+        concat_activations: one server half trained on the concatenated activations (eq. 5-7); if false,
+            one server copy per client (averaged each round).
+        server_logit_adjustment: server loss ``CE(s + log P_s)`` (eq. 14) instead of plain cross-entropy.
+        client_logit_adjustment: client gradients from ``CE(s + log P_k)`` (eq. 15) instead of plain
+            cross-entropy.
+        **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm`.
+    """
+
+    def __init__(
+        self,
+        concat_activations: bool = True,
+        server_logit_adjustment: bool = True,
+        client_logit_adjustment: bool = True,
+        **kwargs,
+    ) -> None:
+        kwargs["server_copies"] = not concat_activations
+        super().__init__(**kwargs)
+        self.concat_activations = concat_activations
+        self.server_logit_adjustment = server_logit_adjustment
+        self.client_logit_adjustment = client_logit_adjustment
+
+    def client_priors(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``P_k(y)`` of each row's client, ``[B, N]``."""
+        return self.label_dist[batch["clients"]][batch["slot"]]
+
+    def server_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        y = batch["y"]
+        if not self.concat_activations:  # one copy per client: mean over each client's own rows
+            prior = self.client_priors(batch) if self.server_logit_adjustment else None
+            return per_client_mean(logit_adjusted_cross_entropy(logits, y, prior, "none"), batch["slot"], batch["sizes"])
+        prior = label_distribution(y, self.num_classes) if self.server_logit_adjustment else None  # P_s, eq. 14
+        return logit_adjusted_cross_entropy(logits, y, prior)
+
+    def client_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        prior = self.client_priors(batch) if self.client_logit_adjustment else None  # P_k, eq. 15
+        rows = logit_adjusted_cross_entropy(logits, batch["y"], prior, "none")
+        return per_client_mean(rows, batch["slot"], batch["sizes"])

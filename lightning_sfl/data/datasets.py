@@ -1,0 +1,335 @@
+"""Dataset loaders that return whole datasets as in-memory tensors.
+
+Every loader returns a :class:`DatasetSplits` holding ``train_x``/``test_x`` as ``[N, C, H, W]`` tensors (``uint8`` raw
+pixels for image files, ``float32`` in ``[0, 1]`` for ``digits`` and ``synthetic``) and ``train_y``/``test_y`` as
+``[N]`` ``int64`` labels. Clients later index these tensors, so the data is held once. Normalisation is deferred to
+:meth:`DatasetSplits.to_float`, which can run on the accelerator.
+
+On-disk layouts under ``root`` (the same as torchvision's, so ``download=True`` uses torchvision's downloaders; the
+files are then read by this module, without torchvision's md5 checks):
+
+- ``cifar10``: ``cifar-10-batches-py/data_batch_1`` .. ``data_batch_5`` and ``test_batch``, Python pickles with
+  ``b"data"`` (``uint8 [N, 3072]``, channel-major) and ``b"labels"``.
+- ``cifar100``: ``cifar-100-python/train`` and ``test``, pickles with ``b"data"`` and ``b"fine_labels"``.
+- ``fashion_mnist``: ``FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte`` (IDX format, or the same
+  names with ``.gz``).
+- ``svhn``: ``train_32x32.mat`` and ``test_32x32.mat`` (MATLAB v5, ``X`` ``uint8 [32, 32, 3, N]``, ``y`` ``[N, 1]``
+  where label 10 means digit 0).
+- ``cinic10``: ``cinic10/{train,test}/<class>/*.png`` (``valid`` is ignored); not downloadable.
+- ``imagenette``: ``imagenette2-160/{train,val}/<wnid>/*.JPEG`` (``val`` is the test split); not downloadable.
+  Image-folder datasets are resized (Resize + CenterCrop) to ``image_size`` and the decoded tensors are cached as
+  ``<folder>/<split>_<image_size>px.pt``; the cache is rebuilt when the list of image files changes.
+
+``digits`` (scikit-learn's bundled 8x8 digits) and ``synthetic`` (a seeded generator) need no files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+DATASETS: tuple[str, ...] = (
+    "digits",
+    "synthetic",
+    "cifar10",
+    "cifar100",
+    "fashion_mnist",
+    "svhn",
+    "cinic10",
+    "imagenette",
+)
+
+# Per-channel normalisation constants (mean, std) of the file-based datasets.
+_STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "fashion_mnist": ((0.2860,), (0.3530,)),
+    "svhn": ((0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970)),
+    "cinic10": ((0.47889522, 0.47227842, 0.43047404), (0.24205776, 0.23828046, 0.25874835)),
+    "imagenette": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+}
+# Image-folder datasets: (folder under root, train split folder, test split folder).
+_FOLDERS: dict[str, tuple[str, str, str]] = {
+    "cinic10": ("cinic10", "train", "test"),
+    "imagenette": ("imagenette2-160", "train", "val"),
+}
+_SYNTHETIC_NOISE = 0.3  # std of the Gaussian noise added to each class's mean image
+
+
+@dataclass
+class DatasetSplits:
+    """Train and test tensors of one dataset.
+
+    ``*_x`` are ``[N, C, H, W]`` (``uint8`` raw pixels or ``float32`` in ``[0, 1]``), ``*_y`` are ``[N]`` ``int64``.
+    """
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    name: str
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        """``(C, H, W)`` of one sample."""
+        c, h, w = self.train_x.shape[1:]
+        return int(c), int(h), int(w)
+
+    def to_float(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise ``x`` (``[..., C, H, W]``): ``uint8`` is scaled by 1/255, then ``(x - mean) / std`` per channel.
+
+        Returns a new ``float32`` tensor of the same shape on ``x``'s device.
+        """
+        out = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+        mean = torch.tensor(self.mean, dtype=torch.float32, device=x.device).view(-1, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32, device=x.device).view(-1, 1, 1)
+        return (out - mean) / std
+
+
+def load_dataset(
+    name: str,
+    root: str | Path = "data",
+    download: bool = False,
+    seed: int = 0,
+    image_size: int = 32,
+    synthetic_shape: tuple[int, int, int] = (1, 8, 8),
+    synthetic_classes: int = 10,
+    synthetic_samples: int = 2000,
+    test_fraction: float = 0.2,
+) -> DatasetSplits:
+    """Load dataset ``name`` into memory.
+
+    ``seed`` and ``test_fraction`` only affect ``digits`` and ``synthetic`` (the others have fixed test sets),
+    ``image_size`` only the image-folder datasets (``cinic10``, ``imagenette``), ``synthetic_*`` only ``synthetic``.
+    Raises ``ValueError`` for an unknown name and ``FileNotFoundError`` when files are missing and cannot be fetched.
+    """
+    if name not in DATASETS:
+        raise ValueError(f"dataset={name!r} is not one of: {', '.join(DATASETS)}")
+    root = Path(root).expanduser().absolute()
+    if name == "digits":
+        return _load_digits(seed, test_fraction)
+    if name == "synthetic":
+        return _load_synthetic(seed, synthetic_shape, synthetic_classes, synthetic_samples, test_fraction)
+    if name in _FOLDERS:
+        parts = _load_image_folder(name, root, download, image_size)
+    else:
+        parts = _FILE_LOADERS[name](root, download)
+    train_x, train_y, test_x, test_y, num_classes = parts
+    mean, std = _STATS[name]
+    return DatasetSplits(train_x, train_y, test_x, test_y, num_classes, mean, std, name)
+
+
+# --------------------------------------------------------------------------------------------------- shared helpers
+
+_Parts = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]
+
+
+def _ensure_files(name: str, paths: list[Path], download: bool, downloader: Callable[[], object]) -> None:
+    """Raise a one-line ``FileNotFoundError`` for the first missing path, downloading first if ``download``."""
+    missing = [p for p in paths if not p.exists()]
+    if missing and download:
+        try:
+            downloader()
+        except Exception as err:  # network errors, torchvision integrity failures, ...
+            raise RuntimeError(f"downloading {name} failed: {type(err).__name__}: {err}") from err
+        missing = [p for p in paths if not p.exists()]
+    if missing:
+        raise FileNotFoundError(
+            f"{name} not found: expected {missing[0]}; pass --data.download=true to download it "
+            f"(or place the files there)"
+        )
+
+
+def _tensors(x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Numpy images ``[N, C, H, W]`` and labels ``[N]`` -> contiguous tensors (labels ``int64``)."""
+    return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.asarray(y, dtype=np.int64).reshape(-1))
+
+
+def _split_in_memory(
+    name: str, x: torch.Tensor, y: torch.Tensor, num_classes: int, seed: int, test_fraction: float
+) -> DatasetSplits:
+    """Stratified seeded train/test split of float ``x`` ``[N, C, H, W]``; mean/std: per channel, of the train part."""
+    from sklearn.model_selection import train_test_split
+
+    idx = np.arange(len(y))
+    train_idx, test_idx = train_test_split(idx, test_size=test_fraction, stratify=y.numpy(), random_state=seed)
+    train_idx, test_idx = torch.from_numpy(np.sort(train_idx)), torch.from_numpy(np.sort(test_idx))
+    train_x = x[train_idx].contiguous()
+    mean = tuple(float(v) for v in train_x.mean(dim=(0, 2, 3)))
+    std = tuple(max(float(v), 1e-6) for v in train_x.std(dim=(0, 2, 3)))
+    return DatasetSplits(train_x, y[train_idx], x[test_idx].contiguous(), y[test_idx], num_classes, mean, std, name)
+
+
+# --------------------------------------------------------------------------------------------------- in-memory sets
+
+
+def _load_digits(seed: int, test_fraction: float) -> DatasetSplits:
+    """scikit-learn digits: 1797 images, float32 ``[N, 1, 8, 8]`` in ``[0, 1]`` (raw values 0..16 divided by 16)."""
+    from sklearn.datasets import load_digits
+
+    data, target = load_digits(return_X_y=True)
+    x = torch.from_numpy((data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8))
+    return _split_in_memory("digits", x, torch.from_numpy(target.astype(np.int64)), 10, seed, test_fraction)
+
+
+def _load_synthetic(
+    seed: int, shape: tuple[int, int, int], num_classes: int, num_samples: int, test_fraction: float
+) -> DatasetSplits:
+    """Class-conditional Gaussian images: smooth random class mean + noise, clamped to ``[0, 1]``, float32.
+
+    Labels are balanced (``num_samples // num_classes`` per class, the remainder spread over the first classes).
+    """
+    c, h, w = (int(v) for v in shape)
+    if num_classes < 2 or num_samples < 2 * num_classes:
+        raise ValueError(f"synthetic needs >= 2 classes and >= 2 samples per class, got {num_classes=}, {num_samples=}")
+    g = torch.Generator().manual_seed(seed)
+    coarse = torch.rand(num_classes, c, max(1, h // 2), max(1, w // 2), generator=g)
+    means = torch.nn.functional.interpolate(coarse, size=(h, w), mode="bilinear", align_corners=False)
+    y = (torch.arange(num_samples) % num_classes)[torch.randperm(num_samples, generator=g)]
+    x = (means[y] + _SYNTHETIC_NOISE * torch.randn(num_samples, c, h, w, generator=g)).clamp_(0.0, 1.0)
+    return _split_in_memory("synthetic", x, y, num_classes, seed, test_fraction)
+
+
+# --------------------------------------------------------------------------------------------------- file formats
+
+
+def _unpickle(path: Path) -> dict:
+    """Load a CIFAR pickle; keys are normalised to ``str``."""
+    with open(path, "rb") as f:
+        raw = pickle.load(f, encoding="bytes")
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}
+
+
+def _read_cifar(name: str, root: Path, download: bool, folder: str, train: list[str], test: str, key: str) -> _Parts:
+    """Read CIFAR pickles ``root/folder/{train..., test}`` -> ``uint8 [N, 3, 32, 32]`` and labels from ``key``."""
+    import torchvision
+
+    base = root / folder
+    cls = torchvision.datasets.CIFAR10 if name == "cifar10" else torchvision.datasets.CIFAR100
+    _ensure_files(name, [base / f for f in [*train, test]], download, lambda: cls(str(root), train=True, download=True))
+
+    def read(files: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        batches = [_unpickle(base / f) for f in files]
+        x = np.concatenate([np.asarray(b["data"], dtype=np.uint8) for b in batches]).reshape(-1, 3, 32, 32)
+        return _tensors(x, np.concatenate([np.asarray(b[key]) for b in batches]))
+
+    return *read(train), *read([test]), 10 if name == "cifar10" else 100
+
+
+def _load_cifar10(root: Path, download: bool) -> _Parts:
+    train = [f"data_batch_{i}" for i in range(1, 6)]
+    return _read_cifar("cifar10", root, download, "cifar-10-batches-py", train, "test_batch", "labels")
+
+
+def _load_cifar100(root: Path, download: bool) -> _Parts:
+    return _read_cifar("cifar100", root, download, "cifar-100-python", ["train"], "test", "fine_labels")
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    """Parse an IDX file of unsigned bytes (plain or ``.gz``): big-endian magic ``0x0000 08 <ndim>``, then dims."""
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
+        data = f.read()
+    magic = int.from_bytes(data[:4], "big")
+    ndim = magic & 0xFF
+    if magic >> 8 != 0x08 or ndim == 0:
+        raise ValueError(f"{path} is not an unsigned-byte IDX file (magic {magic})")
+    dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(bytearray(data), dtype=np.uint8, offset=4 + 4 * ndim, count=int(np.prod(dims))).reshape(dims)
+
+
+def _load_fashion_mnist(root: Path, download: bool) -> _Parts:
+    """Fashion-MNIST IDX files -> ``uint8 [N, 1, 28, 28]``."""
+    import torchvision
+
+    raw = root / "FashionMNIST" / "raw"
+    stems = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
+
+    def path(stem: str) -> Path:
+        plain = raw / stem
+        return plain if plain.exists() or not (raw / f"{stem}.gz").exists() else raw / f"{stem}.gz"
+
+    fetch = lambda: torchvision.datasets.FashionMNIST(str(root), train=True, download=True)  # noqa: E731
+    _ensure_files("fashion_mnist", [path(s) for s in stems], download, fetch)
+    arrays = [_read_idx(path(s)) for s in stems]
+    train = _tensors(arrays[0][:, None], arrays[1])
+    test = _tensors(arrays[2][:, None], arrays[3])
+    return *train, *test, 10
+
+
+def _load_svhn(root: Path, download: bool) -> _Parts:
+    """SVHN ``.mat`` files -> ``uint8 [N, 3, 32, 32]``, label 10 mapped to 0."""
+    import scipy.io
+    import torchvision
+
+    def fetch() -> None:
+        for split in ("train", "test"):
+            if not (root / f"{split}_32x32.mat").exists():
+                torchvision.datasets.SVHN(str(root), split=split, download=True)
+
+    _ensure_files("svhn", [root / "train_32x32.mat", root / "test_32x32.mat"], download, fetch)
+
+    def read(split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        mat = scipy.io.loadmat(str(root / f"{split}_32x32.mat"))
+        return _tensors(np.asarray(mat["X"], dtype=np.uint8).transpose(3, 2, 0, 1), np.asarray(mat["y"]) % 10)
+
+    return *read("train"), *read("test"), 10
+
+
+_FILE_LOADERS: dict[str, Callable[[Path, bool], _Parts]] = {
+    "cifar10": _load_cifar10,
+    "cifar100": _load_cifar100,
+    "fashion_mnist": _load_fashion_mnist,
+    "svhn": _load_svhn,
+}
+
+
+def _load_image_folder(name: str, root: Path, download: bool, image_size: int) -> _Parts:
+    """ImageFolder tree ``root/<folder>/{train,test}/<class>/*`` -> ``uint8 [N, 3, S, S]``; classes sorted by name."""
+    folder, train_split, test_split = _FOLDERS[name]
+    base = root / folder
+    for split in (train_split, test_split):
+        if not (base / split).is_dir():
+            why = "it cannot be downloaded automatically; " if download else ""
+            raise FileNotFoundError(
+                f"{name} not found: expected the folder {base / split} ({split}/<class>/<image files>); "
+                f"{why}download it yourself and place the extracted dataset at {base}"
+            )
+    train_x, train_y, train_classes = _decode_folder(base, train_split, image_size)
+    test_x, test_y, test_classes = _decode_folder(base, test_split, image_size)
+    if train_classes != test_classes:
+        raise ValueError(f"{name}: class folders differ between {base / train_split} and {base / test_split}")
+    return train_x, train_y, test_x, test_y, len(train_classes)
+
+
+def _decode_folder(base: Path, split: str, size: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """Decode ``base/split`` with ImageFolder, resized to ``size``; cached in ``base/<split>_<size>px.pt``."""
+    from torchvision import datasets, transforms
+
+    transform = transforms.Compose([transforms.Resize(size), transforms.CenterCrop(size), transforms.PILToTensor()])
+    ds = datasets.ImageFolder(str(base / split), transform=transform)
+    listing = "\n".join(str(Path(p).relative_to(base)) for p, _ in ds.samples)
+    fingerprint = hashlib.sha1(listing.encode()).hexdigest()
+    cache = base / f"{split}_{size}px.pt"
+    if cache.exists():
+        saved = torch.load(cache, weights_only=True)
+        if saved.get("fingerprint") == fingerprint and saved.get("classes") == ds.classes:
+            return saved["x"], saved["y"], ds.classes
+    x = torch.empty(len(ds), 3, size, size, dtype=torch.uint8)
+    for i in range(len(ds)):
+        x[i] = ds[i][0]
+    y = torch.tensor(ds.targets, dtype=torch.int64)
+    try:
+        torch.save({"x": x, "y": y, "classes": ds.classes, "fingerprint": fingerprint}, cache)
+    except OSError:  # read-only dataset folder: just skip caching
+        pass
+    return x, y, ds.classes

@@ -1,0 +1,177 @@
+"""Label-skewed client partitions as pure functions.
+
+Every partitioner takes the training labels ``[N]`` and returns one ``int64`` index tensor per client.
+Every sample is used at most once, no client is empty (an empty client is a ``ValueError``), and the
+result depends only on the arguments (``seed`` included).
+
+>>> import torch
+>>> labels = torch.arange(10).repeat_interleave(10)  # 10 classes x 10 samples
+>>> parts = quantity(labels, num_clients=10, alpha=2, seed=0)
+>>> [len(torch.unique(labels[p])) for p in parts]
+[2, 2, 2, 2, 2, 2, 2, 2, 2, 2]
+>>> sum(len(p) for p in parts)
+100
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+PARTITIONS: tuple[str, ...] = ("iid", "quantity", "dirichlet", "shards")
+
+
+def _as_numpy(labels: torch.Tensor | np.ndarray) -> np.ndarray:
+    return labels.cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+
+
+def _to_tensors(parts: list[np.ndarray], what: str) -> list[torch.Tensor]:
+    empty = [k for k, p in enumerate(parts) if len(p) == 0]
+    if empty:
+        raise ValueError(
+            f"partition={what} leaves client(s) {empty[:10]} without data; use fewer clients or a milder skew"
+        )
+    return [torch.as_tensor(np.sort(p), dtype=torch.long) for p in parts]
+
+
+def _check_clients(num_clients: int, num_samples: int) -> None:
+    if num_clients < 1:
+        raise ValueError(f"num_clients={num_clients} must be >= 1")
+    if num_clients > num_samples:
+        raise ValueError(f"num_clients={num_clients} is larger than the number of training samples ({num_samples})")
+
+
+def iid(labels: torch.Tensor, num_clients: int, seed: int = 0) -> list[torch.Tensor]:
+    """Uniformly random, near-equal shards (sizes differ by at most one)."""
+    y = _as_numpy(labels)
+    _check_clients(num_clients, len(y))
+    perm = np.random.default_rng(seed).permutation(len(y))
+    return _to_tensors(np.array_split(perm, num_clients), "iid")
+
+
+def quantity(labels: torch.Tensor, num_clients: int, alpha: int, seed: int = 0) -> list[torch.Tensor]:
+    """Quantity-based label skew of the SCALA paper (§5.1): each client holds at most ``alpha`` classes.
+
+    Each label's samples are split into about ``K·α/N`` equal portions (``K`` clients, ``N`` classes; when
+    ``K·α/N`` is not whole, a seeded choice of classes gets one portion more so that there are exactly ``K·α``
+    portions) and every client receives ``α`` portions of ``α`` *distinct* classes, drawn at random. The draw
+    goes client by client; a class whose remaining portions equal the remaining clients is forced, which keeps
+    the draw feasible. If ``K·α < N`` some classes get no portion and their samples stay unused.
+    """
+    y = _as_numpy(labels)
+    _check_clients(num_clients, len(y))
+    classes = np.unique(y)
+    n_cls = len(classes)
+    if not float(alpha).is_integer() or not 1 <= alpha <= n_cls:
+        raise ValueError(f"alpha={alpha} must be a whole number of classes per client in [1, {n_cls}]")
+    alpha = int(alpha)
+    rng = np.random.default_rng(seed)
+    total = num_clients * alpha
+    portions = np.full(n_cls, total // n_cls)
+    portions[rng.permutation(n_cls)[: total % n_cls]] += 1
+    remaining = portions.copy()
+    owners: list[list[int]] = [[] for _ in range(n_cls)]  # owners[c] = clients holding a portion of class c
+    for k, client in enumerate(rng.permutation(num_clients)):
+        left = num_clients - k
+        forced = np.flatnonzero(remaining == left)
+        free = np.setdiff1d(np.flatnonzero(remaining > 0), forced)
+        picked = np.concatenate([forced, rng.choice(free, alpha - len(forced), replace=False)])
+        for c in picked:
+            owners[c].append(int(client))
+        remaining[picked] -= 1
+    parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+    for c, holders in enumerate(owners):
+        idx = rng.permutation(np.flatnonzero(y == classes[c]))
+        if holders and len(idx) < len(holders):
+            raise ValueError(
+                f"alpha={alpha}: class {classes[c]} has {len(idx)} samples for {len(holders)} portions; "
+                "use fewer clients or a larger alpha"
+            )
+        for client, chunk in zip(holders, np.array_split(idx, len(holders)) if holders else []):
+            parts[client].append(chunk)
+    return _to_tensors([np.concatenate(p) if p else np.empty(0, np.int64) for p in parts], "quantity")
+
+
+def dirichlet(
+    labels: torch.Tensor, num_clients: int, beta: float, seed: int = 0, max_tries: int = 100
+) -> list[torch.Tensor]:
+    """Distribution-based label skew of the SCALA paper (§5.1).
+
+    Each client ``k`` draws ``p_k ~ Dir_N(β)`` and receives the share ``p_{k,y}`` of class ``y``. The papers do
+    not say how the shares of a class, which need not sum to one over clients, become sample counts; here
+    they are normalised per class, ``q_{k,y} = p_{k,y} / Σ_j p_{j,y}``, client ``k`` gets ``⌊q_{k,y}·n_y⌋``
+    samples of class ``y``, and the leftovers of each class go one each to the clients with the largest
+    fractional remainders (ties to the lower client index). Every sample is used exactly once. A draw that
+    leaves a client empty is redrawn (up to ``max_tries`` times, from the same seeded stream), then it is an error.
+    """
+    y = _as_numpy(labels)
+    _check_clients(num_clients, len(y))
+    if not beta > 0:
+        raise ValueError(f"beta={beta} must be > 0")
+    classes = np.unique(y)
+    rng = np.random.default_rng(seed)
+    by_class = [rng.permutation(np.flatnonzero(y == c)) for c in classes]
+    for _ in range(max_tries):
+        p = rng.dirichlet(np.full(len(classes), float(beta)), size=num_clients)  # [K, N]
+        q = p / p.sum(axis=0, keepdims=True)
+        parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        for c, idx in enumerate(by_class):
+            exact = q[:, c] * len(idx)
+            counts = np.floor(exact).astype(np.int64)
+            order = np.argsort(-(exact - counts), kind="stable")
+            counts[order[: len(idx) - counts.sum()]] += 1
+            for k, chunk in enumerate(np.split(idx, np.cumsum(counts)[:-1])):
+                parts[k].append(chunk)
+        merged = [np.concatenate(p) for p in parts]
+        if min(len(m) for m in merged) > 0:
+            return _to_tensors(merged, "dirichlet")
+    raise ValueError(
+        f"partition=dirichlet with beta={beta} left a client empty in {max_tries} draws; use fewer clients or larger beta"
+    )
+
+
+def shards(labels: torch.Tensor, num_clients: int, shards_per_client: int = 2, seed: int = 0) -> list[torch.Tensor]:
+    """Pathological non-IID split of McMahan et al. (used by GAS): sort by label, cut into
+    ``num_clients·shards_per_client`` equal shards, give each client ``shards_per_client`` random shards.
+    The ``N mod (K·shards_per_client)`` samples left at the end of the sorted order stay unused."""
+    y = _as_numpy(labels)
+    _check_clients(num_clients, len(y))
+    if shards_per_client < 1:
+        raise ValueError(f"shards_per_client={shards_per_client} must be >= 1")
+    n_shards = num_clients * shards_per_client
+    size = len(y) // n_shards
+    if size == 0:
+        raise ValueError(f"shards_per_client={shards_per_client}: {n_shards} shards do not fit {len(y)} samples")
+    rng = np.random.default_rng(seed)
+    order = np.lexsort((rng.permutation(len(y)), y))  # sorted by label, random within a label
+    assignment = rng.permutation(n_shards).reshape(num_clients, shards_per_client)
+    parts = [np.concatenate([order[s * size : (s + 1) * size] for s in row]) for row in assignment]
+    return _to_tensors(parts, "shards")
+
+
+def partition(
+    labels: torch.Tensor,
+    method: str,
+    num_clients: int,
+    *,
+    alpha: int = 2,
+    beta: float = 0.5,
+    shards_per_client: int = 2,
+    seed: int = 0,
+) -> list[torch.Tensor]:
+    """Dispatch to one of :data:`PARTITIONS` by name."""
+    if method == "iid":
+        return iid(labels, num_clients, seed)
+    if method == "quantity":
+        return quantity(labels, num_clients, alpha, seed)
+    if method == "dirichlet":
+        return dirichlet(labels, num_clients, beta, seed)
+    if method == "shards":
+        return shards(labels, num_clients, shards_per_client, seed)
+    raise ValueError(f"partition={method!r} is not one of: {', '.join(PARTITIONS)}")
+
+
+def label_distribution(labels: torch.Tensor, parts: list[torch.Tensor], num_classes: int) -> torch.Tensor:
+    """``P_k(y)``: each client's local label distribution, ``[K, num_classes]``, rows sum to one."""
+    counts = torch.stack([torch.bincount(labels[p], minlength=num_classes) for p in parts]).double()
+    return counts / counts.sum(dim=1, keepdim=True)
