@@ -11,6 +11,9 @@ of the model are filled in from the data module.
 
 from __future__ import annotations
 
+
+import torch
+
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
@@ -42,6 +45,10 @@ class SFLCLI(LightningCLI):
         )
 
     def add_arguments_to_parser(self, parser) -> None:
+        parser.add_argument(
+            "--torch_threads", type=int | None, default=None,
+            help="torch.set_num_threads for this run (1 is fastest for small models on a shared CPU); null: torch's default",
+        )
         parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.init_args.input_shape", apply_on="instantiate")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
@@ -56,6 +63,13 @@ class SFLCLI(LightningCLI):
                 {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "runs", "name": "csv"}},
             ],
         })
+
+    def before_instantiate_classes(self) -> None:
+        threads = self.config.get(self.subcommand, self.config).get("torch_threads")
+        if threads is not None:
+            if threads < 1:
+                raise ValueError(f"torch_threads={threads} must be >= 1 (or null for torch's default)")
+            torch.set_num_threads(threads)
 
     def after_fit(self) -> None:
         """Print the final test accuracy of the global model in one line."""
