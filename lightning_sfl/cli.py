@@ -11,9 +11,7 @@ of the model are filled in from the data module.
 
 from __future__ import annotations
 
-
 import torch
-
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
@@ -46,23 +44,30 @@ class SFLCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument(
-            "--torch_threads", type=int | None, default=None,
-            help="torch.set_num_threads for this run (1 is fastest for small models on a shared CPU); null: torch's default",
+            "--torch_threads",
+            type=int | None,
+            default=None,
+            help="torch.set_num_threads for this run (1 is fastest for small models on a shared CPU); null: default",
         )
         parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.init_args.input_shape", apply_on="instantiate")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.set_defaults({
-            "model": {"class_path": "lightning_sfl.algorithms.SCALA"},
-            "checkpoint.save_last": True,
-            "trainer.logger": [
-                {
-                    "class_path": "lightning.pytorch.loggers.WandbLogger",
-                    "init_args": {"project": "lightning-sfl", "save_dir": "runs", "offline": True},
-                },
-                {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "runs", "name": "csv"}},
-            ],
-        })
+        parser.set_defaults(
+            {
+                "model": {"class_path": "lightning_sfl.algorithms.SCALA"},
+                "checkpoint.save_last": True,
+                "trainer.logger": [
+                    {
+                        "class_path": "lightning.pytorch.loggers.WandbLogger",
+                        "init_args": {"project": "lightning-sfl", "save_dir": "runs", "offline": True},
+                    },
+                    {
+                        "class_path": "lightning.pytorch.loggers.CSVLogger",
+                        "init_args": {"save_dir": "runs", "name": "csv"},
+                    },
+                ],
+            }
+        )
 
     def before_instantiate_classes(self) -> None:
         threads = self.config.get(self.subcommand, self.config).get("torch_threads")

@@ -101,12 +101,22 @@ def _reference_iteration(model0: SCALA, dm: FederatedDataModule, batch, lr, conc
     [(True, True, True), (True, False, False), (True, True, False), (False, True, True), (False, False, False)],
 )
 def test_one_local_iteration_matches_independent_computation(concat, server_la, client_la):
-    dm = FederatedDataModule(dataset="digits", num_clients=8, partition="quantity", alpha=2, participation=0.5,
-                             batch_size=24, seed=1)
+    dm = FederatedDataModule(
+        dataset="digits", num_clients=8, partition="quantity", alpha=2, participation=0.5, batch_size=24, seed=1
+    )
     torch.manual_seed(0)
     lr = 0.5
-    model = SCALA(arch="cnn_small", split_point="s2", local_iters=1, lr=lr, num_classes=10, input_shape=(1, 8, 8),
-                  concat_activations=concat, server_logit_adjustment=server_la, client_logit_adjustment=client_la)
+    model = SCALA(
+        arch="cnn_small",
+        split_point="s2",
+        local_iters=1,
+        lr=lr,
+        num_classes=10,
+        input_shape=(1, 8, 8),
+        concat_activations=concat,
+        server_logit_adjustment=server_la,
+        client_logit_adjustment=client_la,
+    )
     import copy
 
     model0 = copy.deepcopy(model)
@@ -115,8 +125,14 @@ def test_one_local_iteration_matches_independent_computation(concat, server_la, 
     assert len(batch["clients"]) == 4 and int(batch["sizes"].sum()) == 24
     ref_clients, ref_server, ref_global = _reference_iteration(model0, dm, batch, lr, concat, server_la, client_la)
 
-    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0)
+    trainer = L.Trainer(
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
     trainer.fit(model, dm)
 
     tol = {"rtol": 1e-4, "atol": 1e-6}
@@ -128,8 +144,9 @@ def test_one_local_iteration_matches_independent_computation(concat, server_la, 
     for n, p in model.client.net.named_parameters():  # FL phase, eq. (10)
         torch.testing.assert_close(p.detach(), ref_global[n].float(), **tol)
     # the step really moved the weights (the comparison above is not trivially true)
-    moved = max((p.detach() - q).abs().max() for p, q in zip(model.client.net.parameters(),
-                                                              model0.client.net.parameters()))
+    moved = max(
+        (p.detach() - q).abs().max() for p, q in zip(model.client.net.parameters(), model0.client.net.parameters())
+    )
     assert moved > 1e-4
 
 
@@ -140,7 +157,13 @@ def test_logit_adjustment_changes_the_client_gradient():
     for client_la in (True, False):
         torch.manual_seed(0)
         model = SCALA(local_iters=1, lr=0.5, client_logit_adjustment=client_la)
-        L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                  enable_model_summary=False, limit_val_batches=0).fit(model, dm)
+        L.Trainer(
+            max_epochs=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+        ).fit(model, dm)
         results.append(torch.cat([p.detach().flatten() for p in model.client.parameters()]))
     assert not torch.allclose(results[0], results[1])

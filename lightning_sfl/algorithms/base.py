@@ -16,8 +16,8 @@ as submodules. Methods override :meth:`server_loss` / :meth:`client_loss` (or th
 from __future__ import annotations
 
 import lightning as L
-from lightning.pytorch.trainer.states import TrainerFn
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 

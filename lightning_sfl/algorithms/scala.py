@@ -64,7 +64,9 @@ class SCALA(SplitFedAlgorithm):
         y = batch["y"]
         if not self.concat_activations:  # one copy per client: mean over each client's own rows
             prior = self.client_priors(batch) if self.server_logit_adjustment else None
-            return per_client_mean(logit_adjusted_cross_entropy(logits, y, prior, "none"), batch["slot"], batch["sizes"])
+            return per_client_mean(
+                logit_adjusted_cross_entropy(logits, y, prior, "none"), batch["slot"], batch["sizes"]
+            )
         prior = label_distribution(y, self.num_classes) if self.server_logit_adjustment else None  # P_s, eq. 14
         return logit_adjusted_cross_entropy(logits, y, prior)
 

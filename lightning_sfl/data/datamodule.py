@@ -114,8 +114,9 @@ class FederatedDataModule(L.LightningDataModule):
     # ----------------------------------------------------------------- data and shards (loaded on first use)
     @cached_property
     def splits(self) -> DatasetSplits:
-        return load_dataset(self.dataset, root=self.root, download=self.download, seed=self.seed,
-                            image_size=self.image_size)
+        return load_dataset(
+            self.dataset, root=self.root, download=self.download, seed=self.seed, image_size=self.image_size
+        )
 
     @property
     def num_classes(self) -> int:
@@ -129,8 +130,13 @@ class FederatedDataModule(L.LightningDataModule):
     def client_indices(self) -> list[torch.Tensor]:
         """Each client's rows of the training split, ``K × [|D_k|]``."""
         return partition(
-            self.splits.train_y, self.partition, self.num_clients, alpha=self.alpha, beta=self.beta,
-            shards_per_client=self.shards_per_client, seed=self.seed,
+            self.splits.train_y,
+            self.partition,
+            self.num_clients,
+            alpha=self.alpha,
+            beta=self.beta,
+            shards_per_client=self.shards_per_client,
+            seed=self.seed,
         )
 
     @cached_property
@@ -163,10 +169,16 @@ class FederatedDataModule(L.LightningDataModule):
         batches = []
         for t in range(self.local_iters):
             idx = torch.cat([r[t] for r in rows])
-            batches.append({
-                "x": self.splits.train_x[idx], "y": self.splits.train_y[idx], "slot": slot,
-                "clients": clients, "sizes": sizes, "round": torch.tensor(round_idx),
-            })
+            batches.append(
+                {
+                    "x": self.splits.train_x[idx],
+                    "y": self.splits.train_y[idx],
+                    "slot": slot,
+                    "clients": clients,
+                    "sizes": sizes,
+                    "round": torch.tensor(round_idx),
+                }
+            )
         return batches
 
     # ----------------------------------------------------------------- Lightning hooks

@@ -126,7 +126,8 @@ def dirichlet(
         if min(len(m) for m in merged) > 0:
             return _to_tensors(merged, "dirichlet")
     raise ValueError(
-        f"partition=dirichlet with beta={beta} left a client empty in {max_tries} draws; use fewer clients or larger beta"
+        f"partition=dirichlet with beta={beta} left a client empty in {max_tries} draws; "
+        "use fewer clients or a larger beta"
     )
 
 

@@ -50,9 +50,7 @@ def client_batch_sizes(client_sizes: torch.Tensor, batch_size: int) -> torch.Ten
     return b
 
 
-def minibatch_indices(
-    shard: torch.Tensor, rows: int, local_iters: int, generator: torch.Generator
-) -> torch.Tensor:
+def minibatch_indices(shard: torch.Tensor, rows: int, local_iters: int, generator: torch.Generator) -> torch.Tensor:
     """Row indices for ``local_iters`` minibatches of ``rows`` samples from one client's ``shard``, ``[T, rows]``.
 
     Samples are drawn without replacement from a random permutation of the shard; when the shard is used up

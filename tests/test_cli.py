@@ -1,0 +1,147 @@
+"""The ``lightning-sfl`` command: configs parse, fit/validate/test run, and runs are reproducible."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+
+from lightning_sfl.cli import SFLCLI
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((REPO / "configs").rglob("*.yaml"))
+FAST = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+
+
+def _fit(run_dir: Path, *extra: str, rounds: int = 3) -> Path:
+    """Train on digits with the CSV logger only; return the metrics file."""
+    args = [
+        "fit",
+        "--config",
+        str(REPO / "configs/digits/scala.yaml"),
+        f"--trainer.max_epochs={rounds}",
+        *FAST,
+        "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+        f"--trainer.logger.save_dir={run_dir}",
+        "--trainer.logger.name=csv",
+        f"--trainer.default_root_dir={run_dir}",
+        *extra,
+    ]
+    SFLCLI(args=args)
+    return max(run_dir.glob("csv/version_*/metrics.csv"), key=lambda p: p.stat().st_mtime)
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_configs_exist_for_the_papers_main_settings():
+    names = {p.relative_to(REPO / "configs").as_posix() for p in CONFIGS}
+    assert {
+        "digits/scala.yaml",
+        "cifar10/scala.yaml",
+        "cifar100/scala.yaml",
+        "cinic10/scala.yaml",
+        "fashion_mnist/scala.yaml",
+    } <= names
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.relative_to(REPO / "configs").as_posix())
+def test_every_config_parses(config, capsys):
+    with pytest.raises(SystemExit) as exc:
+        SFLCLI(args=["fit", "--config", str(config), "--print_config"])
+    assert exc.value.code in (0, None)
+    printed = capsys.readouterr().out
+    assert "class_path: lightning_sfl.algorithms.SCALA" in printed
+    assert "local_iters:" in printed and "participation:" in printed
+
+
+def test_main_setting_configs_match_the_paper(capsys):
+    for name in ("cifar10", "cifar100", "cinic10", "fashion_mnist"):
+        with pytest.raises(SystemExit):
+            SFLCLI(args=["fit", "--config", str(REPO / f"configs/{name}/scala.yaml"), "--print_config"])
+        out = capsys.readouterr().out
+        for expected in (
+            "num_clients: 100",
+            "participation: 0.1",
+            "batch_size: 320",
+            "local_iters: 5",
+            "lr: 0.01",
+            "split_point: s2",
+            "arch: alexnet_",
+        ):
+            assert expected in out, (name, expected)
+
+
+def test_required_argument_names_exist(capsys):
+    with pytest.raises(SystemExit):
+        SFLCLI(args=["fit", "--help"])
+    help_text = capsys.readouterr().out
+    for arg in (
+        "--data.dataset",
+        "--data.num_clients",
+        "--data.partition",
+        "--data.alpha",
+        "--data.beta",
+        "--data.participation",
+        "--data.batch_size",
+        "--data.seed",
+        "--trainer.max_epochs",
+    ):
+        assert arg in help_text, arg
+    with pytest.raises(SystemExit):
+        SFLCLI(args=["fit", "--model.help", "SCALA"])
+    model_help = capsys.readouterr().out
+    for arg in (
+        "--model.local_iters",
+        "--model.lr",
+        "--model.split_point",
+        "--model.concat_activations",
+        "--model.server_logit_adjustment",
+        "--model.client_logit_adjustment",
+    ):
+        assert arg in model_help, arg
+
+
+def test_fit_logs_per_round_accuracy_and_prints_final_line(run_dir, capsys):
+    rows = _rows(_fit(run_dir, rounds=3))
+    evals = [r for r in rows if r.get("test/acc")]
+    assert [float(r["round"]) for r in evals] == [1.0, 2.0, 3.0]
+    for r in evals:
+        per_class = [float(r[f"test/acc_class_{c}"]) for c in range(10)]
+        assert all(0.0 <= v <= 1.0 for v in per_class)
+    out = capsys.readouterr().out
+    match = re.search(r"final test accuracy: (0\.\d{4}|1\.0000) after 3 rounds", out)
+    assert match and float(match.group(1)) == pytest.approx(float(evals[-1]["test/acc"]), abs=1e-4)
+
+
+def test_same_seed_gives_identical_metrics_and_other_seed_does_not(run_dir):
+    a = _rows(_fit(run_dir / "a", rounds=2))
+    b = _rows(_fit(run_dir / "b", rounds=2))
+    c = _rows(_fit(run_dir / "c", "--data.seed=5", rounds=2))
+    assert a == b
+    assert a != c
+
+
+def test_validate_and_test_from_checkpoint(run_dir, capsys):
+    _fit(run_dir, rounds=2)
+    ckpt = next(run_dir.rglob("last.ckpt"))
+    fitted = [r for r in _rows(next(run_dir.glob("csv/version_*/metrics.csv"))) if r.get("test/acc")][-1]
+    for sub in ("validate", "test"):
+        SFLCLI(
+            args=[
+                sub,
+                "--config",
+                str(REPO / "configs/digits/scala.yaml"),
+                f"--ckpt_path={ckpt}",
+                *FAST,
+                "--trainer.logger=false",
+            ]
+        )
+        out = capsys.readouterr().out
+        assert "test/acc" in out
+        acc = float(re.search(r"test/acc[\s│]+([0-9.]+)", out).group(1))
+        assert acc == pytest.approx(float(fitted["test/acc"]), abs=1e-4)
