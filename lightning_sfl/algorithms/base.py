@@ -15,6 +15,8 @@ as submodules. Methods override :meth:`server_loss` / :meth:`client_loss` (or th
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import lightning as L
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
@@ -22,7 +24,9 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from lightning_sfl.algorithms.client_bank import SequentialBank
+from lightning_sfl.data.selection import build_selection
 from lightning_sfl.models import build_model, split_model
+from lightning_sfl.system.comm import CommLedger, module_bytes, tensor_bytes
 
 
 class ClientModule(L.LightningModule):
@@ -61,7 +65,11 @@ class SplitFedAlgorithm(L.LightningModule):
         input_shape: ``(C, H, W)`` of one sample (linked from the data module by the CLI).
         server_copies: keep one server-half copy per selected client, trained on that client's activations
             only and averaged each round (SplitFedV1-style), instead of one server half.
+        client_selection: policy choosing the clients of a round (``lightning_sfl.data.selection``).
     """
+
+    #: False for plain FL methods: the "client half" is the whole model and there is no server half.
+    split: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -74,6 +82,7 @@ class SplitFedAlgorithm(L.LightningModule):
         num_classes: int = 10,
         input_shape: tuple[int, int, int] = (1, 8, 8),
         server_copies: bool = False,
+        client_selection: str = "uniform",
     ) -> None:
         super().__init__()
         if local_iters < 1:
@@ -84,11 +93,15 @@ class SplitFedAlgorithm(L.LightningModule):
         self.automatic_optimization = False
         self.local_iters, self.lr, self.momentum, self.weight_decay = local_iters, lr, momentum, weight_decay
         self.num_classes, self.server_copies = num_classes, server_copies
-        client_net, server_net = split_model(build_model(arch, num_classes, tuple(input_shape)), split_point)
+        self.selection = build_selection(client_selection)
+        net = build_model(arch, num_classes, tuple(input_shape))
+        client_net, server_net = split_model(net, split_point) if self.split else (net[:], nn.Sequential())
         self.client = ClientModule(client_net)
         self.server = ServerModule(server_net)
         self.bank: SequentialBank | None = None
         self.server_bank: SequentialBank | None = None
+        self.ledger = CommLedger()
+        self.register_buffer("comm_total_bytes", torch.zeros((), dtype=torch.float64))  # cumulative, checkpointed
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_acc_per_class = MulticlassAccuracy(num_classes, average="none")
 
@@ -98,6 +111,7 @@ class SplitFedAlgorithm(L.LightningModule):
             return
         dm = self.trainer.datamodule
         dm.set_local_iters(self.local_iters)
+        dm.set_selection(self.selection)
         if dm.num_classes != self.num_classes:
             raise ValueError(f"num_classes={self.num_classes} does not match the dataset's {dm.num_classes} classes")
         self.register_buffer("client_sizes", dm.client_sizes.clone(), persistent=False)
@@ -125,7 +139,9 @@ class SplitFedAlgorithm(L.LightningModule):
 
     # ------------------------------------------------------------------ round structure
     def on_train_epoch_start(self) -> None:
+        self.ledger.reset()
         self.bank.reset(self.client.net)
+        self.ledger.add("down", self.client_kind, module_bytes(self.client.net) * len(self.bank))
         if self.server_bank is not None:
             self.server_bank.reset(self.server.net)
         opt = self.optimizers()
@@ -143,8 +159,23 @@ class SplitFedAlgorithm(L.LightningModule):
         """FL phase (eq. 10): global halves ← ``|D_k|``-weighted averages of the round's copies."""
         weights = self.client_sizes[batch["clients"]]
         self.bank.aggregate_into(self.client.net, weights)
+        self.ledger.add("up", self.client_kind, module_bytes(self.client.net) * len(self.bank))
         if self.server_bank is not None:
             self.server_bank.aggregate_into(self.server.net, weights)
+
+    @property
+    def client_kind(self) -> str:
+        """What the clients download and upload each round: ``client_half`` or (plain FL) ``full_model``."""
+        return "client_half" if self.split else "full_model"
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if batch_idx == self.local_iters - 1:  # round finished: log its traffic (bytes, exact)
+            totals = self.ledger.totals()
+            self.comm_total_bytes += totals["total"]
+            self.log_dict(
+                {f"comm/{k}_bytes": float(v) for k, v in totals.items()}, on_step=False, on_epoch=True, batch_size=1
+            )
+            self.log("comm/cumulative_bytes", self.comm_total_bytes.float(), on_step=False, on_epoch=True, batch_size=1)
 
     # ------------------------------------------------------------------ one local iteration
     def server_forward(self, a: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
@@ -165,11 +196,14 @@ class SplitFedAlgorithm(L.LightningModule):
         opt = self.optimizers()
         opt.zero_grad()
         acts = self.bank(batch["x"], batch["sizes"])  # A = concat_k A_k, [B, *act]
+        self.ledger.add("up", "activations", tensor_bytes(acts))
+        self.ledger.add("up", "labels", tensor_bytes(batch["y"]))
         a = acts.detach().requires_grad_(True)
         logits = self.server_forward(a, batch["sizes"])  # [B, N]
         server_loss = self.server_loss(logits, batch)
         client_loss = self.client_loss(logits, batch)
         (grad_a,) = torch.autograd.grad(client_loss, a, retain_graph=True)  # rows of client k: G_k
+        self.ledger.add("down", "gradients", tensor_bytes(grad_a))
         self.manual_backward(server_loss)
         self.manual_backward(acts, grad_a)
         opt.step()

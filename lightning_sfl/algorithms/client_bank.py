@@ -7,7 +7,6 @@ implementation that faster banks (stacked parameters + ``vmap``) must agree with
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -39,8 +38,12 @@ class SequentialBank(nn.Module):
         chunks = x.split(sizes.tolist())
         return torch.cat([slot(chunk) for slot, chunk in zip(self.slots, chunks)])
 
-    def slot_parameters(self) -> Iterator[nn.Parameter]:
-        return self.parameters()
+    def forward_features(self, x: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Like :meth:`forward` for ``nn.Sequential`` slots, also returning the input of the last layer
+        (the features ``z`` before the classifier): ``([B, D], [B, N])``."""
+        chunks = x.split(sizes.tolist())
+        feats = [slot[:-1](chunk) for slot, chunk in zip(self.slots, chunks)]
+        return torch.cat(feats), torch.cat([slot[-1](f) for slot, f in zip(self.slots, feats)])
 
     @torch.no_grad()
     def aggregate_into(self, target: nn.Module, weights: torch.Tensor) -> None:

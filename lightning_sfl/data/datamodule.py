@@ -26,13 +26,8 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from lightning_sfl.data.datasets import DATASETS, DatasetSplits, load_dataset
 from lightning_sfl.data.partition import PARTITIONS, label_distribution, partition
-from lightning_sfl.data.sampling import (
-    client_batch_sizes,
-    clients_per_round,
-    minibatch_indices,
-    round_generator,
-    sample_clients,
-)
+from lightning_sfl.data.sampling import client_batch_sizes, clients_per_round, minibatch_indices, round_generator
+from lightning_sfl.data.selection import UniformSelection
 
 # The round stream is produced in the main process (num_workers=0), so its length is exact.
 warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")
@@ -110,6 +105,7 @@ class FederatedDataModule(L.LightningDataModule):
         self.shards_per_client, self.participation, self.batch_size = shards_per_client, participation, batch_size
         self.seed, self.test_batch_size, self.image_size = seed, test_batch_size, image_size
         self.local_iters = 1
+        self.selection = UniformSelection()
 
     # ----------------------------------------------------------------- data and shards (loaded on first use)
     @cached_property
@@ -149,6 +145,13 @@ class FederatedDataModule(L.LightningDataModule):
         """``P_k(y)``, ``[K, N]`` float64, rows sum to one."""
         return label_distribution(self.splits.train_y, self.client_indices, self.num_classes)
 
+    @cached_property
+    def label_counts(self) -> torch.Tensor:
+        """Samples of each class held by each client, ``[K, N]`` int64."""
+        return torch.stack(
+            [torch.bincount(self.splits.train_y[p], minlength=self.num_classes) for p in self.client_indices]
+        )
+
     @property
     def clients_per_round(self) -> int:
         """``S = max(1, round(ρ·K))``."""
@@ -159,9 +162,19 @@ class FederatedDataModule(L.LightningDataModule):
         """Called by the algorithm: the number ``T`` of batches per round."""
         self.local_iters = int(local_iters)
 
+    def set_selection(self, selection) -> None:
+        """Called by the algorithm: the client-selection policy (see ``lightning_sfl.data.selection``)."""
+        self.selection = selection
+
+    def select_clients(self, round_idx: int) -> torch.Tensor:
+        """``C^i``: the sorted ids of the clients of round ``round_idx``, ``[S]``."""
+        g = round_generator(self.seed, round_idx)
+        clients = self.selection(self.label_counts, self.clients_per_round, g, round_idx)
+        return torch.as_tensor(clients, dtype=torch.long).sort().values
+
     def round_batches(self, round_idx: int) -> list[dict[str, torch.Tensor]]:
         """The ``T`` batches of round ``round_idx`` (deterministic in ``(seed, round_idx)``)."""
-        clients = sample_clients(self.num_clients, self.participation, self.seed, round_idx)
+        clients = self.select_clients(round_idx)
         sizes = client_batch_sizes(self.client_sizes[clients], self.batch_size)
         g = round_generator(self.seed, round_idx, stream=1)
         rows = [minibatch_indices(self.client_indices[k], int(b), self.local_iters, g) for k, b in zip(clients, sizes)]
@@ -182,6 +195,12 @@ class FederatedDataModule(L.LightningDataModule):
         return batches
 
     # ----------------------------------------------------------------- Lightning hooks
+    def state_dict(self) -> dict:
+        return {"selection": self.selection.state_dict()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.selection.load_state_dict(state_dict.get("selection", {}))
+
     def setup(self, stage: str) -> None:
         _ = self.client_indices  # build the partition now: bad settings fail before training starts
 
