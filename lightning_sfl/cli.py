@@ -11,6 +11,8 @@ of the model are filled in from the data module.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
@@ -87,7 +89,13 @@ class SFLCLI(LightningCLI):
 
 
 def main(args=None) -> None:
-    """Console-script entry point ``lightning-sfl``."""
+    """Console-script entry point ``lightning-sfl`` (``fit``, ``validate``, ``test``, ``compare``)."""
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv[:1] == ["compare"]:
+        from lightning_sfl.compare import main as compare_main
+
+        compare_main(argv[1:])
+        return
     SFLCLI(args=args)
 
 
