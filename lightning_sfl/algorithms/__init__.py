@@ -1,8 +1,42 @@
-"""Split-FL algorithms. ``ALGORITHMS`` maps CLI names to classes."""
+"""Split-FL and FL algorithms. ``ALGORITHMS`` maps CLI/registry names to classes.
+
+Every class is a ``LightningModule`` usable as ``--model <ClassName>`` (or ``class_path`` in a config).
+"""
 
 from lightning_sfl.algorithms.base import ClientModule, ServerModule, SplitFedAlgorithm
 from lightning_sfl.algorithms.scala import SCALA
+from lightning_sfl.algorithms.splitfed import (
+    CASFL,
+    LLASFL,
+    MiniBatchSFL,
+    SFLLocalLoss,
+    SplitFedV1,
+    SplitFedV2,
+    SplitFedV3,
+)
 
-ALGORITHMS: dict[str, type[SplitFedAlgorithm]] = {"scala": SCALA}
+ALGORITHMS: dict[str, type[SplitFedAlgorithm]] = {
+    "scala": SCALA,
+    "minibatch_sfl": MiniBatchSFL,
+    "ca_sfl": CASFL,
+    "lla_sfl": LLASFL,
+    "splitfedv1": SplitFedV1,
+    "splitfedv2": SplitFedV2,
+    "splitfedv3": SplitFedV3,
+    "sfl_local_loss": SFLLocalLoss,
+}
 
-__all__ = ["ALGORITHMS", "SCALA", "ClientModule", "ServerModule", "SplitFedAlgorithm"]
+__all__ = [
+    "ALGORITHMS",
+    "CASFL",
+    "LLASFL",
+    "SCALA",
+    "ClientModule",
+    "MiniBatchSFL",
+    "SFLLocalLoss",
+    "ServerModule",
+    "SplitFedAlgorithm",
+    "SplitFedV1",
+    "SplitFedV2",
+    "SplitFedV3",
+]

@@ -3,14 +3,16 @@
 One ``LightningModule`` coordinates a whole run (manual optimisation):
 
 * **epoch = one global round** ``i``; **training step = one local iteration** ``t`` (``T`` steps per epoch);
-* ``on_train_epoch_start`` broadcasts the global client half ``w_c`` into the ``S`` client slots;
+* the first step of a round (:meth:`SplitFedAlgorithm.start_round`) broadcasts the global client half
+  ``w_c`` into the ``S`` client slots (the batch tells which clients they are);
 * ``training_step`` runs the method's local iteration (:meth:`SplitFedAlgorithm.local_iteration`);
 * after the ``T``-th step, the FL phase aggregates the slots weighted by ``|D_k|`` (eq. 10). It runs in the
   last training step rather than ``on_train_epoch_end`` because Lightning validates *before*
   ``on_train_epoch_end``: evaluation must see the aggregated model.
 
 The server half (``ServerModule``) and the global client half (``ClientModule``) are LightningModules held
-as submodules. Methods override :meth:`server_loss` / :meth:`client_loss` (or the whole local iteration).
+as submodules. With the defaults (plain cross-entropy, one server half) this is MiniBatch-SFL; methods
+override :meth:`server_prior` / :meth:`client_prior`, the losses, or the whole local iteration.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from lightning_sfl.algorithms.client_bank import SequentialBank
+from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
 from lightning_sfl.data.selection import build_selection
 from lightning_sfl.models import build_model, split_model
 from lightning_sfl.system.comm import CommLedger, module_bytes, tensor_bytes
@@ -63,13 +66,14 @@ class SplitFedAlgorithm(L.LightningModule):
         weight_decay: SGD weight decay.
         num_classes: ``N`` (linked from the data module by the CLI).
         input_shape: ``(C, H, W)`` of one sample (linked from the data module by the CLI).
-        server_copies: keep one server-half copy per selected client, trained on that client's activations
-            only and averaged each round (SplitFedV1-style), instead of one server half.
         client_selection: policy choosing the clients of a round (``lightning_sfl.data.selection``).
     """
 
     #: False for plain FL methods: the "client half" is the whole model and there is no server half.
     split: ClassVar[bool] = True
+    #: True: one server-half copy per selected client, trained on that client's activations only and averaged
+    #: each round (SplitFedV1); False: one server half trained on the concatenated activations (eq. 5-7).
+    server_copies: bool = False
 
     def __init__(
         self,
@@ -81,7 +85,6 @@ class SplitFedAlgorithm(L.LightningModule):
         weight_decay: float = 0.0,
         num_classes: int = 10,
         input_shape: tuple[int, int, int] = (1, 8, 8),
-        server_copies: bool = False,
         client_selection: str = "uniform",
     ) -> None:
         super().__init__()
@@ -92,7 +95,7 @@ class SplitFedAlgorithm(L.LightningModule):
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.local_iters, self.lr, self.momentum, self.weight_decay = local_iters, lr, momentum, weight_decay
-        self.num_classes, self.server_copies = num_classes, server_copies
+        self.num_classes = num_classes
         self.selection = build_selection(client_selection)
         net = build_model(arch, num_classes, tuple(input_shape))
         client_net, server_net = split_model(net, split_point) if self.split else (net[:], nn.Sequential())
@@ -120,12 +123,13 @@ class SplitFedAlgorithm(L.LightningModule):
         if self.server_copies:
             self.server_bank = SequentialBank(self.server.net, dm.clients_per_round)
 
+    def banks(self) -> list[SequentialBank]:
+        """Every per-client copy set of this method (rebuilt each round, not checkpointed)."""
+        return [m for m in self.children() if isinstance(m, SequentialBank)]
+
     def slot_parameters(self) -> list[nn.Parameter]:
         """Parameters that are reset every round (client slots and per-client server copies)."""
-        params = list(self.bank.parameters())
-        if self.server_bank is not None:
-            params += list(self.server_bank.parameters())
-        return params
+        return [p for bank in self.banks() for p in bank.parameters()]
 
     def server_parameters(self) -> list[nn.Parameter]:
         return [] if self.server_bank is not None else list(self.server.parameters())
@@ -138,17 +142,20 @@ class SplitFedAlgorithm(L.LightningModule):
         return torch.optim.SGD(groups, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
     # ------------------------------------------------------------------ round structure
-    def on_train_epoch_start(self) -> None:
-        self.ledger.reset()
+    def start_round(self, batch: dict[str, torch.Tensor]) -> None:
+        """Round start (first local iteration): broadcast ``w_c`` into the slots of ``batch["clients"]``."""
         self.bank.reset(self.client.net)
         self.ledger.add("down", self.client_kind, module_bytes(self.client.net) * len(self.bank))
         if self.server_bank is not None:
             self.server_bank.reset(self.server.net)
-        opt = self.optimizers()
-        for p in self.slot_parameters():  # FL-style: client optimiser state starts fresh every round
-            opt.optimizer.state.pop(p, None)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        if batch_idx == 0:
+            self.ledger.reset()
+            opt = self.optimizers()
+            for p in self.slot_parameters():  # FL-style: client optimiser state starts fresh every round
+                opt.optimizer.state.pop(p, None)
+            self.start_round(batch)
         server_loss, client_loss = self.local_iteration(batch)
         self.log("train/server_loss", server_loss.detach(), on_step=False, on_epoch=True, batch_size=len(batch["y"]))
         self.log("train/client_loss", client_loss.detach(), on_step=False, on_epoch=True, batch_size=len(batch["y"]))
@@ -182,13 +189,28 @@ class SplitFedAlgorithm(L.LightningModule):
         """Logits ``[B, N]`` of the server half (or of each client's server copy) on activations ``a``."""
         return self.server(a) if self.server_bank is None else self.server_bank(a, sizes)
 
+    def server_prior(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """Label distribution added (as ``log``) to the logits of the server loss; ``None``: plain CE."""
+        return None
+
+    def client_prior(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """Label distribution added (as ``log``) to the logits of the clients' loss; ``None``: plain CE."""
+        return None
+
     def server_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Loss whose gradient updates the server weights ``w_s`` (eq. 7). Default: cross-entropy."""
-        raise NotImplementedError
+        """Loss whose gradient updates the server weights ``w_s`` (eq. 7): the mean over the concatenated
+        batch, or with server copies the sum over copies of each copy's mean over its client's rows."""
+        prior = self.server_prior(batch)
+        if self.server_bank is None:
+            return logit_adjusted_cross_entropy(logits, batch["y"], prior)
+        rows = logit_adjusted_cross_entropy(logits, batch["y"], prior, "none")
+        return per_client_mean(rows, batch["slot"], batch["sizes"])
 
     def client_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Loss whose gradient w.r.t. the activations is sent to the clients (eq. 8)."""
-        raise NotImplementedError
+        """Loss whose gradient w.r.t. the activations is sent to the clients (eq. 8): each client's mean
+        over its own ``B_k`` rows, summed over clients."""
+        rows = logit_adjusted_cross_entropy(logits, batch["y"], self.client_prior(batch), "none")
+        return per_client_mean(rows, batch["slot"], batch["sizes"])
 
     def local_iteration(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Client forward → server forward on the concatenation → server update and client gradients from
@@ -241,13 +263,15 @@ class SplitFedAlgorithm(L.LightningModule):
         self._eval_epoch_end("test")
 
     # ------------------------------------------------------------------ checkpoints
+    def _bank_prefixes(self) -> tuple[str, ...]:
+        return tuple(f"{name}." for name, m in self.named_children() if isinstance(m, SequentialBank))
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Client slots are rebuilt from the global halves at every round start: not saved."""
-        checkpoint["state_dict"] = {
-            k: v for k, v in checkpoint["state_dict"].items() if not k.startswith(("bank.", "server_bank."))
-        }
+        prefixes = self._bank_prefixes()
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith(prefixes)}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        for prefix, bank in (("bank.", self.bank), ("server_bank.", self.server_bank)):
-            if bank is not None:
-                checkpoint["state_dict"].update({prefix + k: v for k, v in bank.state_dict().items()})
+        for name, m in self.named_children():
+            if isinstance(m, SequentialBank):
+                checkpoint["state_dict"].update({f"{name}.{k}": v for k, v in m.state_dict().items()})

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
-from lightning_sfl.algorithms.losses import label_distribution, logit_adjusted_cross_entropy, per_client_mean
+from lightning_sfl.algorithms.losses import label_distribution
 
 
 class SCALA(SplitFedAlgorithm):
@@ -50,27 +50,22 @@ class SCALA(SplitFedAlgorithm):
         client_logit_adjustment: bool = True,
         **kwargs,
     ) -> None:
-        kwargs["server_copies"] = not concat_activations
         super().__init__(**kwargs)
+        self.server_copies = not concat_activations
         self.concat_activations = concat_activations
         self.server_logit_adjustment = server_logit_adjustment
         self.client_logit_adjustment = client_logit_adjustment
 
-    def client_priors(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def local_priors(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """``P_k(y)`` of each row's client, ``[B, N]``."""
         return self.label_dist[batch["clients"]][batch["slot"]]
 
-    def server_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        y = batch["y"]
-        if not self.concat_activations:  # one copy per client: mean over each client's own rows
-            prior = self.client_priors(batch) if self.server_logit_adjustment else None
-            return per_client_mean(
-                logit_adjusted_cross_entropy(logits, y, prior, "none"), batch["slot"], batch["sizes"]
-            )
-        prior = label_distribution(y, self.num_classes) if self.server_logit_adjustment else None  # P_s, eq. 14
-        return logit_adjusted_cross_entropy(logits, y, prior)
+    def server_prior(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        if not self.server_logit_adjustment:
+            return None
+        if not self.concat_activations:  # each copy sees its own client's data: P_k
+            return self.local_priors(batch)
+        return label_distribution(batch["y"], self.num_classes)  # P_s, eq. (14)
 
-    def client_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        prior = self.client_priors(batch) if self.client_logit_adjustment else None  # P_k, eq. 15
-        rows = logit_adjusted_cross_entropy(logits, batch["y"], prior, "none")
-        return per_client_mean(rows, batch["slot"], batch["sizes"])
+    def client_prior(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        return self.local_priors(batch) if self.client_logit_adjustment else None  # P_k, eq. (15)

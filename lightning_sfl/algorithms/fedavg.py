@@ -1,0 +1,353 @@
+"""Plain federated-learning baselines: FedAvg and the methods that change its local objective.
+
+With ``split = False`` the "client half" of :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm` is the
+whole model and there is no server half: every selected client trains its own full copy (one slot of
+``self.bank``) for ``T`` local SGD iterations on its own minibatches, and the server averages the copies
+weighted by ``|D_k|`` (McMahan et al., 2017). Each method below is FedAvg plus one change:
+
+============  =================================================================  ==========================
+method        local objective of client ``k`` (``w_g``: global model of the round)  change
+============  =================================================================  ==========================
+FedAvg        ``CE(f(x), y)``                                                    —
+FedProx       ``CE + (μ/2)‖w − w_g‖²``                                           regulariser
+FedDyn        ``CE − ⟨∇L_k(θ_k^{t−1}), θ⟩ + (α/2)‖θ − θ^{t−1}‖²``                  regulariser + aggregation
+FedLC         ``CE(f(x) − τ·n_y^{−1/4}, y)``                                     row loss
+FedLogit      ``CE(f(x) + log P_k(y), y)``                                       row loss
+FedDecorr     ``CE + β·(1/d²)‖K(z)‖_F²``                                         regulariser (features)
+============  =================================================================  ==========================
+
+One training step is one local iteration of every selected client at once: the loss is the sum over clients
+of each client's own objective (mean over its own rows plus its own regulariser), so the gradient w.r.t. slot
+``k`` is exactly client ``k``'s gradient, and one SGD step over all slots is every client's local step.
+
+>>> counts = torch.tensor([[16.0, 0.0, 81.0]])  # class 1 absent: its calibrated logit is -inf
+>>> fedlc_margin(counts, tau=1.0).tolist()
+[[0.5, inf, 0.3333333432674408]]
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lightning_sfl.algorithms.base import SplitFedAlgorithm
+from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
+from lightning_sfl.system.comm import module_bytes
+
+__all__ = [
+    "FedAvg",
+    "FedDecorr",
+    "FedDyn",
+    "FedLC",
+    "FedLogit",
+    "FedProx",
+    "feddecorr_loss",
+    "fedlc_cross_entropy",
+    "fedlc_margin",
+]
+
+
+# ----------------------------------------------------------------------------------------------- pure functions
+def fedlc_margin(counts: torch.Tensor, tau: float) -> torch.Tensor:
+    """FedLC's per-class calibration ``τ·n_y^{−1/4}`` (Zhang et al., 2022, eq. 6) for class counts ``n_y``.
+
+    A class the client does not hold (``n_y = 0``) gets ``+inf`` (the limit of ``n^{-1/4}`` as ``n → 0``), so its
+    calibrated logit is ``−inf`` and it leaves the softmax. With ``τ = 0`` the margin is 0 for every class
+    (plain cross-entropy), not ``0·inf``.
+    """
+    if tau < 0:
+        raise ValueError(f"tau={tau} must be >= 0")
+    margin = tau * counts.clamp_min(1).pow(-0.25)
+    absent = torch.full_like(margin, float("inf") if tau > 0 else 0.0)
+    return torch.where(counts > 0, margin, absent)
+
+
+def fedlc_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, counts: torch.Tensor, tau: float, reduction: str = "mean"
+) -> torch.Tensor:
+    """FedLC's calibrated loss (eq. 6): ``−log softmax(f(x) − τ·n^{−1/4})_y``.
+
+    Args:
+        logits: ``[B, N]`` model outputs ``f(x)``.
+        targets: ``[B]`` labels; each must be a class the row's client holds (``n_y > 0``), which is always
+            the case for a client's own data, so the loss is finite.
+        counts: ``[N]`` or ``[B, N]`` local class counts ``n_{k,y}`` of each row's client.
+        tau: ``τ >= 0``.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+
+    Absent classes enter with logit ``−inf``: softmax gives them probability 0 and their gradient is exactly 0
+    (finite), as for ``log P_k(y) = −inf`` in :func:`~lightning_sfl.algorithms.losses.log_prior`.
+    """
+    calibrated = logits - fedlc_margin(counts.to(logits.dtype), tau)
+    return F.cross_entropy(calibrated, targets, reduction=reduction)
+
+
+def feddecorr_loss(z: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """FedDecorr's regulariser (Shi et al., ICLR 2023, eq. 4): ``(1/d²)‖K‖_F²`` on one client's features.
+
+    ``z`` ``[n, d]`` is standardised per dimension over its ``n`` rows (mean 0, population variance 1:
+    ``ẑ = (z − mean)/sqrt(var + eps)``) and ``K = ẑᵀẑ / n`` is their ``d × d`` correlation matrix (diagonal
+    ``var/(var+eps) ≈ 1``). Differences from the authors' code (``FedDecorrLoss`` in Yujun-Shi/FedCLS), which
+    averages the squared *off-diagonal* entries of the unnormalised ``ẑᵀẑ`` and divides by ``n``: we follow the
+    paper's formula; both have the same minimiser (uncorrelated dimensions).
+
+    Degenerate inputs never give NaN: with fewer than two rows the correlation is undefined and the term is 0
+    (as in the authors' code); a dimension with zero variance (e.g. a dead ReLU unit) standardises to 0 thanks
+    to ``eps`` and contributes nothing.
+
+    >>> round(float(feddecorr_loss(torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 0.0]]))), 6)  # K = [[1,-.5],[-.5,1]]
+    0.625
+    """
+    n, d = z.shape
+    if n < 2:
+        return z.new_zeros(())
+    centred = z - z.mean(dim=0, keepdim=True)
+    zhat = centred / torch.sqrt(centred.pow(2).mean(dim=0, keepdim=True) + eps)
+    corr = zhat.T @ zhat / n
+    return corr.pow(2).sum() / d**2
+
+
+def _flat(module: nn.Module) -> torch.Tensor:
+    """All parameters of ``module`` as one vector ``[P]`` (order of ``module.parameters()``), differentiable."""
+    return torch.cat([p.reshape(-1) for p in module.parameters()])
+
+
+# ----------------------------------------------------------------------------------------------- FedAvg
+class FedAvg(SplitFedAlgorithm):
+    """FedAvg (McMahan et al., AISTATS 2017): local SGD on the full model, ``|D_k|``-weighted averaging.
+
+    Client ``k`` minimises ``F_k(w) = (1/B_k) Σ_{i∈k} ℓ(f(w; x_i), y_i)`` for ``T`` SGD steps from the global
+    ``w``; the server sets ``w ← Σ_k |D_k| w_k / Σ_k |D_k|`` (eq. 10 of SCALA, done by the base class).
+
+    Subclasses change the local objective through two hooks: :meth:`row_loss` (per-row loss, plain CE here)
+    and :meth:`regularizer` (an extra term, 0 here). Set ``uses_features = True`` to receive the features
+    ``z`` (input of the last layer) in :meth:`regularizer`.
+
+    Args:
+        **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm` (``split_point`` and
+            ``server_copies`` have no effect: there is no server half).
+    """
+
+    split: ClassVar[bool] = False
+    #: Whether :meth:`regularizer` needs the features ``z`` (then the bank's ``forward_features`` is used).
+    uses_features: ClassVar[bool] = False
+
+    def row_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Loss of every row, ``[B]``. Default: plain cross-entropy."""
+        return F.cross_entropy(logits, batch["y"], reduction="none")
+
+    def regularizer(
+        self, batch: dict[str, torch.Tensor], logits: torch.Tensor, features: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Sum over the selected clients of each client's extra local term (scalar). Default: 0."""
+        return logits.new_zeros(())
+
+    def local_iteration(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One local SGD step of every selected client: ``Σ_k [mean_{i∈k} ℓ_i + R_k]``, backward, step."""
+        opt = self.optimizers()
+        opt.zero_grad()
+        if self.uses_features:
+            features, logits = self.bank.forward_features(batch["x"], batch["sizes"])
+        else:
+            features, logits = None, self.bank(batch["x"], batch["sizes"])
+        loss = per_client_mean(self.row_loss(logits, batch), batch["slot"], batch["sizes"])
+        loss = loss + self.regularizer(batch, logits, features)
+        self.manual_backward(loss)
+        opt.step()
+        return loss, loss
+
+
+# ----------------------------------------------------------------------------------------------- FedProx
+class FedProx(FedAvg):
+    """FedProx (Li et al., MLSys 2020): FedAvg plus a proximal term.
+
+    Client ``k`` minimises ``h_k(w) = F_k(w) + (μ/2)‖w − w_g‖²`` where ``w_g`` is the global model of the round
+    (``self.client.net``, unchanged during the round); its gradient adds ``μ(w − w_g)``.
+
+    Args:
+        mu: ``μ >= 0``. Default 0.01: from the grid ``{0.001, 0.01, 0.1, 1}`` of Li et al. (§5.3), the value most
+            benchmarks of label skew use (e.g. NIID-Bench, Li et al., ICDE 2022). The SCALA papers do not state it.
+        **kwargs: see :class:`FedAvg`.
+    """
+
+    def __init__(self, mu: float = 0.01, **kwargs) -> None:
+        if mu < 0:
+            raise ValueError(f"mu={mu} must be >= 0")
+        super().__init__(**kwargs)
+        self.mu = mu
+
+    def regularizer(
+        self, batch: dict[str, torch.Tensor], logits: torch.Tensor, features: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``Σ_k (μ/2)‖w_k − w_g‖²`` over the slots."""
+        global_params = [p.detach() for p in self.client.net.parameters()]
+        total = logits.new_zeros(())
+        for slot in self.bank.slots:
+            total = total + sum((p - g).pow(2).sum() for p, g in zip(slot.parameters(), global_params))
+        return 0.5 * self.mu * total
+
+
+# ----------------------------------------------------------------------------------------------- FedDyn
+class FedDyn(FedAvg):
+    """FedDyn (Acar et al., ICLR 2021, Algorithm 1): dynamic regularisation and a corrected server model.
+
+    Client ``k ∈ P_t`` starts from ``θ^{t−1}`` and minimises
+
+        ``L_k(θ) − ⟨∇L_k(θ_k^{t−1}), θ⟩ + (α/2)‖θ − θ^{t−1}‖²``
+
+    (``T`` SGD steps), then updates its state ``∇L_k(θ_k^t) = ∇L_k(θ_k^{t−1}) − α(θ_k^t − θ^{t−1})``. The server
+    updates ``h^t = h^{t−1} − α·(1/K)Σ_{k∈P_t}(θ_k^t − θ^{t−1})`` (``K``: all clients) and sets
+
+        ``θ^t = (1/|P_t|)Σ_{k∈P_t} θ_k^t − (1/α)h^t``.
+
+    As in the paper, the average over participants is **uniform** (not ``|D_k|``-weighted as in FedAvg);
+    buffers of the model (e.g. BatchNorm statistics) are averaged uniformly too. States start at 0.
+
+    The per-client gradients ``∇L_k`` of all ``K`` clients (``feddyn_client_grads``, ``[K, P]``) and ``h``
+    (``feddyn_h``, ``[P]``) are persistent buffers over the flattened parameters (order of
+    ``self.client.net.parameters()``), so checkpoints carry them. Clients keep their ``∇L_k`` locally: no extra
+    traffic.
+
+    Args:
+        alpha: ``α > 0``. Default 0.01: Acar et al. search ``α ∈ {0.1, 0.01, 0.001}`` and use 0.01 in most of
+            their CIFAR-10/100 settings.
+        **kwargs: see :class:`FedAvg`.
+    """
+
+    def __init__(self, alpha: float = 0.01, **kwargs) -> None:
+        if not alpha > 0:
+            raise ValueError(f"alpha={alpha} must be > 0")
+        super().__init__(**kwargs)
+        self.alpha = alpha
+
+    def _register_state(self, num_clients: int, num_params: int, like: torch.Tensor) -> None:
+        existing = getattr(self, "feddyn_client_grads", None)
+        if existing is not None and tuple(existing.shape) == (num_clients, num_params):
+            return  # a second fit on the same module continues from its state
+        self.register_buffer("feddyn_client_grads", like.new_zeros(num_clients, num_params))
+        self.register_buffer("feddyn_h", like.new_zeros(num_params))
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if stage != "fit":
+            return
+        theta = _flat(self.client.net).detach()
+        self._register_state(len(self.client_sizes), theta.numel(), theta)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Outside ``fit`` (``load_from_checkpoint``, ``test``) ``setup`` has not made the state: make it here."""
+        super().on_load_checkpoint(checkpoint)
+        grads = checkpoint["state_dict"].get("feddyn_client_grads")
+        if grads is not None:
+            self._register_state(grads.shape[0], grads.shape[1], grads)
+
+    def regularizer(
+        self, batch: dict[str, torch.Tensor], logits: torch.Tensor, features: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``Σ_k [−⟨∇L_k(θ_k^{t−1}), θ_k⟩ + (α/2)‖θ_k − θ^{t−1}‖²]`` over the slots."""
+        theta_prev = _flat(self.client.net).detach()
+        total = logits.new_zeros(())
+        for slot, client in zip(self.bank.slots, batch["clients"].tolist()):
+            theta = _flat(slot)
+            total = total - torch.dot(self.feddyn_client_grads[client], theta)
+            total = total + 0.5 * self.alpha * (theta - theta_prev).pow(2).sum()
+        return total
+
+    @torch.no_grad()
+    def aggregate(self, batch: dict[str, torch.Tensor]) -> None:
+        """Client states, server state ``h`` and ``θ^t`` (uniform over participants); traffic as the base."""
+        clients = batch["clients"]
+        theta_prev = _flat(self.client.net).clone()
+        thetas = torch.stack([_flat(slot) for slot in self.bank.slots])  # [S, P]
+        delta = thetas - theta_prev
+        self.feddyn_client_grads[clients] -= self.alpha * delta
+        self.feddyn_h -= self.alpha * delta.sum(dim=0) / self.feddyn_client_grads.shape[0]
+        self.bank.aggregate_into(self.client.net, torch.ones(len(self.bank)))  # uniform; also the buffers
+        theta = thetas.double().mean(dim=0) - self.feddyn_h.double() / self.alpha
+        offset = 0
+        for p in self.client.net.parameters():
+            p.copy_(theta[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+        self.ledger.add("up", self.client_kind, module_bytes(self.client.net) * len(self.bank))
+
+
+# ----------------------------------------------------------------------------------------------- FedLC
+class FedLC(FedAvg):
+    """FedLC (Zhang et al., ICML 2022, eq. 6): FedAvg with logits calibrated by the local class counts.
+
+    Client ``k`` minimises ``−log [e^{f_y(x) − τ n_y^{−1/4}} / Σ_i e^{f_i(x) − τ n_i^{−1/4}}]``, ``n_i`` the number of
+    samples of class ``i`` in its whole local dataset. (The paper's eq. 6 prints ``i ≠ y`` under the sum, a typo
+    for the softmax that eq. 5 and the authors' derivation use.)
+
+    **Classes the client lacks** (``n_i = 0``): ``n_i^{−1/4} = +∞``, so the calibrated logit is ``−∞`` and the class
+    drops out of the softmax (probability 0, gradient exactly 0, loss finite since targets are present classes).
+    Public implementations disagree (some clamp ``n_i`` to 1 or add a small constant); we take the limit of
+    the formula. See :func:`fedlc_margin`.
+
+    Args:
+        tau: ``τ >= 0``. Default 1.0: the paper gives no value; 1.0 is the common default of public
+            implementations (e.g. FL-bench's ``fedlc``).
+        **kwargs: see :class:`FedAvg`.
+    """
+
+    def __init__(self, tau: float = 1.0, **kwargs) -> None:
+        if tau < 0:
+            raise ValueError(f"tau={tau} must be >= 0")
+        super().__init__(**kwargs)
+        self.tau = tau
+
+    def client_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Local class counts ``n_{k,y}`` of each slot's client, ``[S, N]`` (exact integers, as floats)."""
+        clients = batch["clients"]
+        return (self.client_sizes[clients, None] * self.label_dist[clients]).round()
+
+    def row_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        counts = self.client_counts(batch)[batch["slot"]]  # [B, N]
+        return fedlc_cross_entropy(logits, batch["y"], counts, self.tau, reduction="none")
+
+
+# ----------------------------------------------------------------------------------------------- FedLogit
+class FedLogit(FedAvg):
+    """FedLogit (SCALA, ICML 2024 conference version, §5.1): FedAvg whose local loss is the client-side logit
+    adjustment of eq. (15), ``CE(f(x) + log P_k(y), y)``, ``P_k`` the client's local label distribution.
+
+    A class absent from client ``k`` has ``log P_k = −∞`` and drops out of the softmax (see
+    :func:`~lightning_sfl.algorithms.losses.log_prior`). No hyperparameter.
+    """
+
+    def row_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        prior = self.label_dist[batch["clients"]][batch["slot"]]  # P_k(y) of each row's client, [B, N]
+        return logit_adjusted_cross_entropy(logits, batch["y"], prior, "none")
+
+
+# ----------------------------------------------------------------------------------------------- FedDecorr
+class FedDecorr(FedAvg):
+    """FedDecorr (Shi et al., ICLR 2023): FedAvg plus a decorrelation penalty on the features.
+
+    Client ``k`` minimises ``F_k(w) + β·L_FedDecorr(z_k)`` with ``L_FedDecorr = (1/d²)‖K‖_F²``, ``K`` the correlation
+    matrix of its minibatch features ``z_k`` ``[B_k, d]`` (input of the classifier, the last layer), each
+    dimension standardised over the client's own rows (:func:`feddecorr_loss`). The step's loss adds
+    ``β Σ_k L_FedDecorr(z_k)`` (each client's own term; a client with a single row contributes 0).
+
+    Args:
+        decorr_coef: ``β >= 0``. Default 0.1: Shi et al.'s value for CIFAR-10/100.
+        **kwargs: see :class:`FedAvg`.
+    """
+
+    uses_features: ClassVar[bool] = True
+
+    def __init__(self, decorr_coef: float = 0.1, **kwargs) -> None:
+        if decorr_coef < 0:
+            raise ValueError(f"decorr_coef={decorr_coef} must be >= 0")
+        super().__init__(**kwargs)
+        self.decorr_coef = decorr_coef
+
+    def regularizer(
+        self, batch: dict[str, torch.Tensor], logits: torch.Tensor, features: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``β Σ_k L_FedDecorr(z_k)`` over the clients' own rows."""
+        terms = [feddecorr_loss(z.flatten(1)) for z in features.split(batch["sizes"].tolist())]
+        return self.decorr_coef * torch.stack(terms).sum()

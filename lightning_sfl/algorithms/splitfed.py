@@ -1,0 +1,166 @@
+"""Split-FL baselines of the SCALA papers, each a small variation of the coordinating loop.
+
+=================  =========================================  ==========================================
+method             client half                                server half
+=================  =========================================  ==========================================
+MiniBatchSFL       slot per client, averaged (eq. 10)          one, trained on the concatenation (eq. 5-7)
+SplitFedV1         slot per client, averaged                   copy per client, averaged
+SplitFedV2         slot per client, averaged                   one, updated client after client
+SplitFedV3         kept per client (never averaged)            copy per client, averaged
+SFLLocalLoss       slot + auxiliary head, local loss only      one, trained on the concatenation
+=================  =========================================  ==========================================
+
+References: Thapa et al., "SplitFed: When federated learning meets split learning" (AAAI 2022; V1, V2);
+Gawali et al. 2021 (V3); Han et al., "Accelerating federated learning with split learning on locally
+generated losses" (ICML-FL workshop 2021; SFLLocalLoss); Huang, Tian and Tang, "When minibatch SGD meets
+SplitFed learning" (2023; MiniBatch-SFL).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from lightning_sfl.algorithms.aggregate import weighted_average
+from lightning_sfl.algorithms.base import ClientModule, SplitFedAlgorithm
+from lightning_sfl.algorithms.client_bank import SequentialBank
+from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
+from lightning_sfl.system.comm import module_bytes, tensor_bytes
+
+
+class MiniBatchSFL(SplitFedAlgorithm):
+    """MiniBatch-SFL: the server half is trained on the concatenated activations with plain cross-entropy;
+    clients get plain cross-entropy gradients. Equals SCALA with both logit adjustments off."""
+
+
+class CASFL(MiniBatchSFL):
+    """CA-SFL (SCALA journal §5.2): SFL with concatenated activations only — the same algorithm as
+    MiniBatch-SFL, registered under the name of the ablation."""
+
+
+class SplitFedV1(SplitFedAlgorithm):
+    """SplitFedV1: every selected client has its own copy of the server half, trained on that client's
+    activations only; both halves are averaged with weights ``|D_k|`` after each round. With plain SGD this
+    computes exactly FedAvg on the unsplit model."""
+
+    server_copies = True
+
+
+class SplitFedV2(SplitFedAlgorithm):
+    """SplitFedV2: one server half, updated client after client within every local iteration (clients in
+    slot order, i.e. by id); each client gets its gradient from the server weights it met (pre-update)."""
+
+    def local_iteration(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        opt = self.optimizers()
+        y_parts = batch["y"].split(batch["sizes"].tolist())
+        losses = []
+        for k, (x_k, y_k) in enumerate(zip(batch["x"].split(batch["sizes"].tolist()), y_parts)):
+            opt.zero_grad()
+            acts = self.bank.slots[k](x_k)
+            self.ledger.add("up", "activations", tensor_bytes(acts))
+            self.ledger.add("up", "labels", tensor_bytes(y_k))
+            a = acts.detach().requires_grad_(True)
+            loss = logit_adjusted_cross_entropy(self.server(a), y_k, None)
+            self.manual_backward(loss)  # grads of w_s and of the activations, from the same forward
+            self.ledger.add("down", "gradients", tensor_bytes(a.grad))
+            self.manual_backward(acts, a.grad)
+            # Lightning counts global_step per LightningOptimizer.step(); step the raw optimiser for all but the
+            # last client so that one local iteration stays one global step.
+            (opt.step() if k == len(y_parts) - 1 else opt.optimizer.step())
+            losses.append(loss.detach())
+        mean = torch.stack(losses).mean()
+        return mean, mean
+
+
+class SplitFedV3(SplitFedAlgorithm):
+    """SplitFedV3: client halves stay with their clients (never averaged), the server copies are averaged.
+
+    All ``K`` client halves live in ``client_states`` (``[K, P]``, checkpointed). The model evaluated after
+    each round uses the ``|D_k|``-weighted average of all ``K`` client halves — SplitFedV3 itself defines no
+    global client half, so this is our choice for a single test number. Only parameters are kept per client;
+    BatchNorm statistics, if any, are averaged like the server copies."""
+
+    server_copies = True
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if stage == "fit" and not hasattr(self, "client_states"):
+            flat = torch.nn.utils.parameters_to_vector(self.client.net.parameters()).detach()
+            self.register_buffer("client_states", flat.repeat(len(self.client_sizes), 1))
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        if not hasattr(self, "client_states"):  # validate/test: no fit setup ran
+            self.register_buffer("client_states", checkpoint["state_dict"]["client_states"].clone())
+
+    def start_round(self, batch: dict[str, torch.Tensor]) -> None:
+        super().start_round(batch)
+        for slot, k in zip(self.bank.slots, batch["clients"].tolist()):
+            torch.nn.utils.vector_to_parameters(self.client_states[k].clone(), slot.parameters())
+
+    def aggregate(self, batch: dict[str, torch.Tensor]) -> None:
+        super().aggregate(batch)  # server copies averaged; bytes recorded
+        with torch.no_grad():
+            for slot, k in zip(self.bank.slots, batch["clients"].tolist()):
+                self.client_states[k] = torch.nn.utils.parameters_to_vector(slot.parameters())
+            w = self.client_sizes.to(self.client_states.dtype)
+            torch.nn.utils.vector_to_parameters(w @ self.client_states / w.sum(), self.client.net.parameters())
+
+
+class SFLLocalLoss(SplitFedAlgorithm):
+    """SFLLocalLoss: each client trains its half with an auxiliary head on a local loss and receives no
+    gradient; the server half is trained on the concatenated activations with cross-entropy.
+
+    The auxiliary head is ``Flatten → Linear(activation size, N)`` (Han et al. use a small local classifier);
+    it belongs to the client model and is averaged with it each round."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        with torch.no_grad():
+            act = self.client.net(torch.zeros(1, *self.hparams.input_shape))
+        self.aux = ClientModule(nn.Sequential(nn.Flatten(), nn.Linear(math.prod(act.shape[1:]), self.num_classes)))
+        self.aux_bank: SequentialBank | None = None
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if stage == "fit":
+            self.aux_bank = SequentialBank(self.aux.net, len(self.bank))
+
+    def start_round(self, batch: dict[str, torch.Tensor]) -> None:
+        super().start_round(batch)
+        self.aux_bank.reset(self.aux.net)
+        self.ledger.add("down", "client_half", module_bytes(self.aux.net) * len(self.aux_bank))
+
+    def local_iteration(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        opt = self.optimizers()
+        opt.zero_grad()
+        acts = self.bank(batch["x"], batch["sizes"])
+        local = logit_adjusted_cross_entropy(self.aux_bank(acts, batch["sizes"]), batch["y"], None, "none")
+        client_loss = per_client_mean(local, batch["slot"], batch["sizes"])
+        self.ledger.add("up", "activations", tensor_bytes(acts))
+        self.ledger.add("up", "labels", tensor_bytes(batch["y"]))
+        server_loss = logit_adjusted_cross_entropy(self.server(acts.detach()), batch["y"], None)
+        self.manual_backward(client_loss + server_loss)  # disjoint graphs: no gradient crosses the cut
+        opt.step()
+        return server_loss, client_loss
+
+    def aggregate(self, batch: dict[str, torch.Tensor]) -> None:
+        super().aggregate(batch)
+        weights = self.client_sizes[batch["clients"]]
+        self.aux.net.load_state_dict(weighted_average([s.state_dict() for s in self.aux_bank.slots], weights))
+        self.ledger.add("up", "client_half", module_bytes(self.aux.net) * len(self.aux_bank))
+
+
+class LLASFL(SplitFedAlgorithm):
+    """LLA-SFL (SCALA journal §5.2): SplitFedV1 with local logit adjustment: every server copy and every
+    client gradient use ``CE(s + log P_k)`` (eq. 15), ``P_k`` the client's local label distribution."""
+
+    server_copies = True
+
+    def _local(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.label_dist[batch["clients"]][batch["slot"]]
+
+    server_prior = _local
+    client_prior = _local
