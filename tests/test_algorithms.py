@@ -152,3 +152,20 @@ def test_round_traffic_scala_matches_journal_formula():
     assert float(m["comm/up/labels_bytes"]) == b * 8 * t
     assert float(m["comm/down/gradients_bytes"]) == d_a * t
     assert float(m["comm/down/client_half_bytes"]) == d_wc * s
+
+
+def test_cs_sfl_is_splitfedv1_plus_class_balanced_selection():
+    from lightning_sfl.data.selection import ClassBalancedSelection, qcid
+
+    a, _ = train("cs_sfl", client_selection="uniform")
+    b, _ = train("splitfedv1")
+    _assert_same(a, b, atol=0)
+    dm = _dm()
+    c, _ = train("cs_sfl", dm=dm)
+    assert isinstance(dm.selection, ClassBalancedSelection)
+    assert not torch.allclose(global_weights(c), global_weights(b))
+    # its groups are more balanced than uniform draws
+    uniform = _dm()
+    balanced = [qcid(dm.label_counts[dm.select_clients(r)]) for r in range(20)]
+    rand = [qcid(uniform.label_counts[uniform.select_clients(r)]) for r in range(20)]
+    assert sum(balanced) < sum(rand)

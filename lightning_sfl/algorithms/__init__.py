@@ -7,6 +7,7 @@ from lightning_sfl.algorithms.base import ClientModule, ServerModule, SplitFedAl
 from lightning_sfl.algorithms.scala import SCALA
 from lightning_sfl.algorithms.splitfed import (
     CASFL,
+    CSSFL,
     LLASFL,
     MiniBatchSFL,
     SFLLocalLoss,
@@ -24,11 +25,13 @@ ALGORITHMS: dict[str, type[SplitFedAlgorithm]] = {
     "splitfedv2": SplitFedV2,
     "splitfedv3": SplitFedV3,
     "sfl_local_loss": SFLLocalLoss,
+    "cs_sfl": CSSFL,
 }
 
 __all__ = [
     "ALGORITHMS",
     "CASFL",
+    "CSSFL",
     "LLASFL",
     "SCALA",
     "ClientModule",

@@ -127,8 +127,8 @@ class FedAvg(SplitFedAlgorithm):
     ``z`` (input of the last layer) in :meth:`regularizer`.
 
     Args:
-        **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm` (``split_point`` and
-            ``server_copies`` have no effect: there is no server half).
+        **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm` (``split_point`` has no
+            effect: there is no server half).
     """
 
     split: ClassVar[bool] = False

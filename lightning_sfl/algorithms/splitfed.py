@@ -164,3 +164,12 @@ class LLASFL(SplitFedAlgorithm):
 
     server_prior = _local
     client_prior = _local
+
+
+class CSSFL(SplitFedV1):
+    """CS-SFL (Xie et al., IEEE TWC 2025): SplitFedV1 with class-balanced client selection — each round's
+    clients are chosen so that their pooled label distribution is close to uniform (``class_balanced``
+    policy, see ``lightning_sfl.data.selection``; the paper's wireless resource allocation is left out)."""
+
+    def __init__(self, client_selection: str = "class_balanced", **kwargs) -> None:
+        super().__init__(client_selection=client_selection, **kwargs)
