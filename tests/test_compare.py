@@ -1,0 +1,438 @@
+"""``lightning-sfl compare``: summary math on synthetic metrics, the per-method config rewrite, and an
+end-to-end comparison on digits (files, table, identical shards per seed, in-process == subprocess)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import torch.nn.functional as F
+
+from lightning_sfl import compare
+from lightning_sfl.algorithms import ALGORITHMS, SCALA, SplitFedAlgorithm
+from lightning_sfl.algorithms.losses import per_client_mean
+from lightning_sfl.cli import SFLCLI
+from lightning_sfl.compare import RunResult
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = str(REPO / "configs/digits/scala.yaml")
+
+
+class PlainSFL(SplitFedAlgorithm):
+    """A test-only method without SCALA's switches and with an argument of its own."""
+
+    def __init__(self, smoothing: float = 0.0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.smoothing = smoothing
+
+    def server_loss(self, logits, batch):
+        return F.cross_entropy(logits, batch["y"], label_smoothing=self.smoothing)
+
+    def client_loss(self, logits, batch):
+        rows = F.cross_entropy(logits, batch["y"], reduction="none", label_smoothing=self.smoothing)
+        return per_client_mean(rows, batch["slot"], batch["sizes"])
+
+
+class Broken(PlainSFL):
+    """Crashes in its first local iteration."""
+
+    def server_loss(self, logits, batch):
+        raise RuntimeError("broken on purpose")
+
+
+PLAIN = f"{PlainSFL.__module__}.PlainSFL"
+BROKEN = f"{Broken.__module__}.Broken"
+
+
+# ====================================================================== synthetic metrics
+def _run(method: str, seed: int, accs, cum_bytes=None, **extra) -> RunResult:
+    records = []
+    for i, acc in enumerate(accs, 1):
+        rec = {"round": float(i), "test/acc": acc}
+        if cum_bytes is not None:
+            rec["comm/cumulative_bytes"] = cum_bytes * i
+        rec.update({k: v[i - 1] for k, v in extra.items()})
+        records.append(rec)
+    return RunResult(method, seed, records)
+
+
+def _rows_by_method(table: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[cells[0].strip("`")] = cells[1:]
+    return rows
+
+
+def test_read_lightning_metrics_merges_eval_and_train_rows_by_round(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text(
+        "comm/cumulative_bytes,comm/total_bytes,epoch,round,step,test/acc,train/server_loss\n"
+        ",,0,1.0,4,0.25,\n"
+        "100.0,100.0,0,,4,,2.5\n"
+        ",,1,2.0,9,0.5,\n"
+        "200.0,100.0,1,,9,,nan\n"
+    )
+    records = compare.read_lightning_metrics(path)
+    assert [r["round"] for r in records] == [1, 2]
+    assert records[0] == {
+        "round": 1,
+        "comm/cumulative_bytes": 100.0,
+        "comm/total_bytes": 100.0,
+        "test/acc": 0.25,
+        "train/server_loss": 2.5,
+    }
+    assert records[1]["test/acc"] == 0.5 and math.isnan(records[1]["train/server_loss"])
+    assert compare.divergence_round(records) == 2
+
+
+def test_summary_math_matches_hand_computed_values():
+    target = 0.8
+    results = [
+        # method a, 3 seeds: final 0.5/0.7/0.9, best 0.8/0.7/0.9, reaches 0.8 at round 2/never/2,
+        # 1.2/1.3/1.4 MB per round over 3 rounds
+        _run("a", 0, [0.3, 0.8, 0.5], cum_bytes=1.2e6),
+        _run("a", 1, [0.6, 0.7, 0.7], cum_bytes=1.3e6),
+        _run("a", 2, [0.2, 0.9, 0.9], cum_bytes=1.4e6),
+        # method b: one seed that never reaches the target
+        _run("b", 0, [0.1, 0.4], cum_bytes=5e5),
+        # method c: one crash, one completed run
+        RunResult("c", 0, [], error="RuntimeError: boom"),
+        _run("c", 1, [0.81, 0.79], cum_bytes=2e6),
+    ]
+    rows = {r.method: r for r in compare.summarize(results, target)}
+
+    a = rows["a"]
+    assert a.final_acc == [0.5, 0.7, 0.9]
+    assert compare.format_acc(a.final_acc) == "70.00 ± 20.00"  # sample std: sqrt((400 + 0 + 400) / 2) = 20
+    assert a.best_acc == [0.8, 0.7, 0.9]
+    assert compare.format_acc(a.best_acc) == "80.00 ± 10.00"  # sqrt((0 + 100 + 100) / 2) = 10
+    assert a.rounds_to_target == [2, None, 2]
+    assert compare.format_rounds(a.rounds_to_target) == "2.0 (2/3 seeds)"
+    assert a.total_bytes == pytest.approx([3.6e6, 3.9e6, 4.2e6])
+    assert compare.format_bytes(sum(a.total_bytes) / 3) == "3.9 MB"
+
+    b = rows["b"]
+    assert compare.format_acc(b.final_acc) == "40.00 ± 0.00"  # one seed: std 0.00
+    assert compare.format_rounds(b.rounds_to_target) == "—"
+    assert compare.format_bytes(b.total_bytes[0]) == "1.0 MB"
+
+    c = rows["c"]
+    assert c.n_completed == 1 and c.failures == [(0, "RuntimeError: boom")]
+    assert compare.format_rounds(c.rounds_to_target) == "1.0"
+
+    table = compare.format_table(list(rows.values()), target)
+    header = table.splitlines()[0]
+    assert "rounds to ≥ 80%" in header and "total comm (MB)" in header
+    cells = _rows_by_method(table)
+    assert cells["a"][:5] == ["3/3", "70.00 ± 20.00", "80.00 ± 10.00", "2.0 (2/3 seeds)", "3.9 MB"]
+    assert cells["b"][:5] == ["1/1", "40.00 ± 0.00", "40.00 ± 0.00", "—", "1.0 MB"]
+    assert cells["c"][0] == "1/2" and "failed: seed 0" in cells["c"][-1]
+    assert "rounds to" not in compare.format_table(list(rows.values()), None)
+
+
+def test_rounds_to_target_partial_reach_mean():
+    assert compare.format_rounds([3, 5, None, 10]) == "6.0 (3/4 seeds)"
+    assert compare.format_rounds([4, 5]) == "4.5"
+    assert compare.format_rounds([None, None]) == "—"
+    assert compare.rounds_to_target([{"round": 1, "test/acc": 0.5}, {"round": 2, "test/acc": 0.9}], 0.9) == 2
+
+
+def test_bytes_formatting_uses_decimal_megabytes():
+    assert compare.format_bytes(0) == "0.0 MB"
+    assert compare.format_bytes(12_345_678) == "12.3 MB"
+    assert compare.format_bytes(1_000_000) == "1.0 MB"  # not 0.95 (MiB)
+    assert compare.format_bytes(2_560_000_000) == "2560.0 MB"
+
+
+def test_mean_std_is_the_sample_std():
+    assert compare.mean_std([1.0, 2.0, 3.0, 4.0]) == pytest.approx((2.5, 1.2909944))
+    assert compare.mean_std([7.0]) == (7.0, 0.0)
+
+
+def test_diverged_runs_count_as_completed_and_are_noted():
+    run = _run("d", 0, [0.2, 0.1, 0.1], cum_bytes=1e6, **{"train/server_loss": [1.0, math.nan, math.nan]})
+    assert run.status == "diverged" and run.diverged_at == 2
+    (row,) = compare.summarize([run], 0.5)
+    assert row.n_completed == 1 and row.diverged == [(0, 2)]
+    assert "diverged: seed 0" in compare.summary_cells(row, 0.5)[-1]
+
+
+def test_accuracy_curves_mean_min_max_over_seeds():
+    results = [_run("m", 0, [0.2, 0.4]), _run("m", 1, [0.4, 0.8]), RunResult("m", 2, [], error="x")]
+    c = compare.accuracy_curves(results)["m"]
+    assert c["round"] == [1.0, 2.0]
+    assert c["mean"] == pytest.approx([0.3, 0.6])
+    assert c["min"] == [0.2, 0.4] and c["max"] == [0.4, 0.8] and c["n"] == [2.0, 2.0]
+
+
+def test_metrics_csv_round_trip(tmp_path):
+    results = [_run("a", 0, [0.25, 0.5], cum_bytes=10.0, **{"test/acc_class_0": [0.0, 1.0]}), _run("b", 3, [0.75])]
+    compare.write_metrics_csv(results, tmp_path / "m.csv")
+    with open(tmp_path / "m.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["method"], r["seed"], r["round"], r["test_acc"]) for r in rows] == [
+        ("a", "0", "1", "0.25"),
+        ("a", "0", "2", "0.5"),
+        ("b", "3", "1", "0.75"),
+    ]
+    assert rows[1]["cumulative_bytes"] == "20.0" and rows[2]["cumulative_bytes"] == ""
+    back = compare.read_metrics_csv(tmp_path / "m.csv")
+    assert [r.records for r in back] == [r.records for r in results]
+
+
+# ====================================================================== config rewrite and command line
+def test_init_parameters_follow_kwargs_up_the_mro():
+    base = compare.init_parameters(SplitFedAlgorithm)
+    assert {"arch", "lr", "local_iters", "split_point"} <= base
+    assert compare.init_parameters(SCALA) == base | {
+        "concat_activations",
+        "server_logit_adjustment",
+        "client_logit_adjustment",
+    }
+    assert compare.init_parameters(PlainSFL) == base | {"smoothing"}
+
+
+def test_method_config_keeps_only_accepted_init_args():
+    base = compare.load_configs([CONFIG])
+    assert base["model"]["init_args"]["concat_activations"] is True
+    scala_cfg, dropped = compare.method_config(base, SCALA)
+    assert dropped == [] and scala_cfg["model"]["init_args"] == base["model"]["init_args"]
+    plain_cfg, dropped = compare.method_config(base, PlainSFL)
+    assert sorted(dropped) == ["client_logit_adjustment", "concat_activations", "server_logit_adjustment"]
+    generic = {k: v for k, v in base["model"]["init_args"].items() if k not in dropped}
+    assert {"arch", "lr", "local_iters", "split_point"} <= set(generic)
+    assert plain_cfg["model"] == {"class_path": PLAIN, "init_args": generic}
+    assert plain_cfg["data"] == base["data"] and base["model"]["class_path"] == "lightning_sfl.algorithms.SCALA"
+
+
+def test_configs_merge_in_order_and_a_new_class_path_resets_init_args(tmp_path):
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text("data:\n  partition: dirichlet\n  beta: 0.1\n")
+    merged = compare.load_configs([CONFIG, overlay])
+    assert merged["data"]["partition"] == "dirichlet" and merged["data"]["num_clients"] == 20
+    other = tmp_path / "m.yaml"
+    other.write_text(f"model:\n  class_path: {PLAIN}\n  init_args:\n    smoothing: 0.1\n")
+    assert compare.load_configs([CONFIG, other])["model"] == {"class_path": PLAIN, "init_args": {"smoothing": 0.1}}
+
+
+def test_model_overrides_a_class_does_not_accept_are_dropped_for_it():
+    tokens = [
+        "--model.concat_activations=false",
+        "--model.lr",
+        "0.05",
+        "--data.alpha=1",
+        "--model.init_args.smoothing=0.1",
+    ]
+    assert compare.method_overrides(tokens, SCALA) == (
+        ["--model.concat_activations=false", "--model.lr", "0.05", "--data.alpha=1"],
+        ["--model.init_args.smoothing=0.1"],
+    )
+    kept, dropped = compare.method_overrides(tokens, PlainSFL)
+    assert kept == ["--model.lr", "0.05", "--data.alpha=1", "--model.init_args.smoothing=0.1"]
+    assert dropped == ["--model.concat_activations=false"]
+    for bad in (["--data.seed=3"], ["--seed_everything", "1"], ["--model", "SCALA"], ["--trainer.logger=false"]):
+        with pytest.raises(ValueError, match="cannot be overridden"):
+            compare.check_overrides(bad)
+
+
+def test_command_line_parses_overrides_and_round_trips(tmp_path):
+    argv = [
+        "--config",
+        CONFIG,
+        "--methods",
+        "scala",
+        PLAIN,
+        "--overrides",
+        "--data.alpha=1",
+        "--model.lr 0.05",
+        "--seeds",
+        "0",
+        "2",
+        "--out",
+        str(tmp_path / "o"),
+        "--target_acc",
+        "0.9",
+        "--",
+        "--trainer.max_epochs=3",
+    ]
+    args = compare.parse_args(argv)
+    assert args.overrides == ["--data.alpha=1", "--model.lr", "0.05", "--trainer.max_epochs=3"]
+    assert args.methods == ["scala", PLAIN] and args.seeds == [0, 2] and args.target_acc == 0.9 and args.jobs == 1
+    line = compare.command_line(args)
+    assert line.startswith("lightning-sfl compare --config ")
+    again = compare.parse_args(shlex.split(line)[2:])
+    assert vars(again) == vars(args)
+    assert compare.parse_args(["--config", CONFIG, "--out", "x"]).methods == list(ALGORITHMS)
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--config", CONFIG, "--out", "x", "--methods", "no_such_method"])
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--config", CONFIG, "--out", "x", "--overrides", "--data.seed=1"])
+
+
+def test_help_lists_the_options(capsys):
+    with pytest.raises(SystemExit) as exc:
+        compare.main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for opt in compare.OPTIONS:
+        assert opt in out
+
+
+# ====================================================================== end to end on digits
+def _two_methods() -> list[str]:
+    """Two distinct registered methods; a test-only one (without SCALA's switches) if only one is registered."""
+    names = list(ALGORITHMS)[:2]
+    return names if len(names) == 2 else [names[0], PLAIN]
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare") / "digits"
+    methods = _two_methods()
+    argv = [
+        "--config",
+        CONFIG,
+        "--methods",
+        *methods,
+        BROKEN,
+        "--seeds",
+        "0",
+        "1",
+        "--out",
+        str(out),
+        "--target_acc",
+        "0.15",
+        "--overrides",
+        "--trainer.max_epochs=2",
+        "--model.lr=0.1",
+    ]
+    compare.main(argv)
+    return out, methods
+
+
+def test_end_to_end_writes_table_metrics_and_plot(compared):
+    from PIL import Image
+
+    out, methods = compared
+    for name in ("metrics.csv", "results.md", "accuracy.png"):
+        assert (out / name).is_file(), name
+
+    text = (out / "results.md").read_text()
+    assert "lightning-sfl compare --config" in text and "--trainer.max_epochs=2" in text
+    assert "digits" in text and "rounds (`trainer.max_epochs`): 2" in text
+    rows = _rows_by_method(text)
+    assert set(rows) == {*methods, BROKEN}
+    for m in methods:
+        runs, final, best, to_target, comm, _notes = rows[m]
+        assert runs == "2/2"
+        for cell in (final, best):
+            mean, std = map(float, re.fullmatch(r"(\d+\.\d\d) ± (\d+\.\d\d)", cell).groups())
+            assert 0 <= mean <= 100 and std >= 0
+        assert to_target == "—" or re.fullmatch(r"\d\.\d( \(1/2 seeds\))?", to_target)
+        assert float(re.fullmatch(r"(\d+\.\d) MB", comm).group(1)) > 0
+    assert rows[BROKEN][:5] == ["0/2", "—", "—", "—", "—"]
+    assert "failed: seed 0, 1" in rows[BROKEN][-1] and "RuntimeError: broken on purpose" in text
+
+    with open(out / "metrics.csv") as f:
+        metrics = list(csv.DictReader(f))
+    assert len(metrics) == 2 * 2 * len(methods)  # 2 rounds × (methods × seeds) completed runs
+    assert {(r["method"], r["seed"], r["round"]) for r in metrics} == {
+        (m, s, r) for m in methods for s in ("0", "1") for r in ("1", "2")
+    }
+    for r in metrics:
+        assert 0 <= float(r["test_acc"]) <= 1 and float(r["cumulative_bytes"]) > 0 and r["status"] == "ok"
+    # the table's final accuracy is the mean of the last rounds in metrics.csv
+    for m in methods:
+        last = [float(r["test_acc"]) for r in metrics if r["method"] == m and r["round"] == "2"]
+        assert rows[m][1].startswith(f"{100 * sum(last) / 2:.2f} ± ")
+
+    with Image.open(out / "accuracy.png") as img:
+        img.verify()
+    with Image.open(out / "accuracy.png") as img:
+        assert img.format == "PNG" and img.size[0] >= 400 and img.size[1] >= 300
+    assert (out / "accuracy.png").stat().st_size > 10_000
+
+
+def test_each_method_gets_only_the_init_args_its_class_accepts(compared):
+    import yaml
+
+    out, methods = compared
+    for m in [*methods, BROKEN]:
+        cls = compare.resolve_method(m)
+        cfg = yaml.safe_load((out / "runs" / compare._dir_name(m) / "seed0" / "run_config.yaml").read_text())
+        assert cfg["model"]["class_path"] == compare.class_path(cls)
+        assert set(cfg["model"]["init_args"]) <= compare.init_parameters(cls)
+        resolved = out / "runs" / compare._dir_name(m) / "seed0" / "logs" / "config.yaml"  # written by LightningCLI
+        assert yaml.safe_load(resolved.read_text())["model"]["init_args"]["lr"] == 0.1  # the override applied
+    assert f"`{BROKEN}` (`{compare.class_path(Broken)}`)" in (out / "results.md").read_text()
+    assert "dropped: `model.init_args.concat_activations`" in (out / "results.md").read_text()
+
+
+def test_identical_shards_and_draws_per_seed_across_methods(compared):
+    out, methods = compared
+    per_seed = {}
+    for seed in (0, 1):
+        for m in methods:
+            args = shlex.split((out / "runs" / compare._dir_name(m) / f"seed{seed}" / "command.txt").read_text())
+            assert args[:2] == ["lightning-sfl", "fit"]
+            assert f"--data.seed={seed}" in args and f"--seed_everything={seed}" in args
+            cli = SFLCLI(args=args[2:], run=False)  # the run's parsed config, without training (no subcommand)
+            dm = cli.datamodule
+            dm.set_local_iters(cli.model.local_iters)
+            dm.set_selection(cli.model.selection)
+            shards = [idx.tolist() for idx in dm.client_indices]
+            first = dm.round_batches(0)[0]
+            per_seed.setdefault(seed, []).append((shards, first["clients"].tolist(), first["y"].tolist()))
+        assert all(p == per_seed[seed][0] for p in per_seed[seed]), f"seed {seed}: shards differ across methods"
+    assert per_seed[0][0][0] != per_seed[1][0][0]  # and another seed gives other shards
+
+
+def test_subprocess_jobs_reproduce_the_in_process_runs(compared, tmp_path):
+    out, methods = compared
+    other = tmp_path / "jobs"
+    compare.main(
+        [
+            "--config",
+            CONFIG,
+            "--methods",
+            methods[0],
+            "--seeds",
+            "0",
+            "1",
+            "--out",
+            str(other),
+            "--jobs",
+            "2",
+            "--overrides",
+            "--trainer.max_epochs=2",
+            "--model.lr=0.1",
+        ]
+    )
+    assert (other / "runs" / compare._dir_name(methods[0]) / "seed0" / "log.txt").is_file()
+
+    def key(path):
+        with open(path) as f:
+            return [
+                (r["seed"], r["round"], r["test_acc"], r["cumulative_bytes"])
+                for r in csv.DictReader(f)
+                if r["method"] == methods[0]
+            ]
+
+    assert key(other / "metrics.csv") == key(out / "metrics.csv") != []
+    assert not list(other.rglob("*.ckpt"))  # checkpoints removed unless --keep_checkpoints
+
+
+def test_all_runs_failing_exits_nonzero_but_writes_results(tmp_path):
+    out = tmp_path / "fail"
+    with pytest.raises(SystemExit) as exc:
+        compare.main(
+            ["--config", CONFIG, "--methods", BROKEN, "--out", str(out), "--overrides", "--trainer.max_epochs=1"]
+        )
+    assert exc.value.code == 1
+    assert "0/1" in (out / "results.md").read_text() and (out / "accuracy.png").is_file()
