@@ -169,3 +169,21 @@ def test_cs_sfl_is_splitfedv1_plus_class_balanced_selection():
     balanced = [qcid(dm.label_counts[dm.select_clients(r)]) for r in range(20)]
     rand = [qcid(uniform.label_counts[uniform.select_clients(r)]) for r in range(20)]
     assert sum(balanced) < sum(rand)
+
+
+def test_splitfedv1_with_plain_sgd_equals_fedavg():
+    """The central identity: split training with per-client server copies is FedAvg on the unsplit model."""
+    a, _ = train("splitfedv1", rounds=3)
+    b, _ = train("fedavg", rounds=3)
+    _assert_same(a, b, atol=1e-6)
+
+
+def test_fedcbs_is_fedavg_plus_fedcbs_selection():
+    from lightning_sfl.data.selection import FedCBSSelection
+
+    a, _ = train("fedcbs", client_selection="uniform")
+    b, _ = train("fedavg")
+    _assert_same(a, b, atol=0)
+    dm = _dm()
+    train("fedcbs", dm=dm)
+    assert isinstance(dm.selection, FedCBSSelection)

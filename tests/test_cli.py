@@ -145,3 +145,14 @@ def test_validate_and_test_from_checkpoint(run_dir, capsys):
         assert "test/acc" in out
         acc = float(re.search(r"test/acc[\s│]+([0-9.]+)", out).group(1))
         assert acc == pytest.approx(float(fitted["test/acc"]), abs=1e-4)
+
+
+def test_every_registered_algorithm_has_a_digits_config():
+    import yaml
+
+    from lightning_sfl.algorithms import ALGORITHMS
+
+    for name, cls in ALGORITHMS.items():
+        path = REPO / "configs" / "digits" / f"{name}.yaml"
+        assert path.exists(), f"missing {path.name}"
+        assert yaml.safe_load(path.read_text())["model"]["class_path"] == f"lightning_sfl.algorithms.{cls.__name__}"

@@ -4,6 +4,7 @@ Every class is a ``LightningModule`` usable as ``--model <ClassName>`` (or ``cla
 """
 
 from lightning_sfl.algorithms.base import ClientModule, ServerModule, SplitFedAlgorithm
+from lightning_sfl.algorithms.fedavg import FedAvg, FedCBS, FedDecorr, FedDyn, FedLC, FedLogit, FedProx
 from lightning_sfl.algorithms.scala import SCALA
 from lightning_sfl.algorithms.splitfed import (
     CASFL,
@@ -26,6 +27,13 @@ ALGORITHMS: dict[str, type[SplitFedAlgorithm]] = {
     "splitfedv3": SplitFedV3,
     "sfl_local_loss": SFLLocalLoss,
     "cs_sfl": CSSFL,
+    "fedavg": FedAvg,
+    "fedprox": FedProx,
+    "feddyn": FedDyn,
+    "fedlc": FedLC,
+    "fedlogit": FedLogit,
+    "feddecorr": FedDecorr,
+    "fedcbs": FedCBS,
 }
 
 __all__ = [
@@ -35,6 +43,13 @@ __all__ = [
     "LLASFL",
     "SCALA",
     "ClientModule",
+    "FedAvg",
+    "FedCBS",
+    "FedDecorr",
+    "FedDyn",
+    "FedLC",
+    "FedLogit",
+    "FedProx",
     "MiniBatchSFL",
     "SFLLocalLoss",
     "ServerModule",

@@ -5,16 +5,12 @@ whole model and there is no server half: every selected client trains its own fu
 ``self.bank``) for ``T`` local SGD iterations on its own minibatches, and the server averages the copies
 weighted by ``|D_k|`` (McMahan et al., 2017). Each method below is FedAvg plus one change:
 
-============  =================================================================  ==========================
-method        local objective of client ``k`` (``w_g``: global model of the round)  change
-============  =================================================================  ==========================
-FedAvg        ``CE(f(x), y)``                                                    —
-FedProx       ``CE + (μ/2)‖w − w_g‖²``                                           regulariser
-FedDyn        ``CE − ⟨∇L_k(θ_k^{t−1}), θ⟩ + (α/2)‖θ − θ^{t−1}‖²``                  regulariser + aggregation
-FedLC         ``CE(f(x) − τ·n_y^{−1/4}, y)``                                     row loss
-FedLogit      ``CE(f(x) + log P_k(y), y)``                                       row loss
-FedDecorr     ``CE + β·(1/d²)‖K(z)‖_F²``                                         regulariser (features)
-============  =================================================================  ==========================
+* FedAvg: ``CE(f(x), y)``;
+* FedProx: ``CE + (μ/2)‖w − w_g‖²`` (``w_g``: global model of the round) — a regulariser;
+* FedDyn: ``CE − ⟨∇L_k(θ_k^{t−1}), θ⟩ + (α/2)‖θ − θ^{t−1}‖²`` — a regulariser and its own aggregation;
+* FedLC: ``CE(f(x) − τ·n_y^{−1/4}, y)`` — a row loss;
+* FedLogit: ``CE(f(x) + log P_k(y), y)`` — a row loss;
+* FedDecorr: ``CE + β·(1/d²)‖K(z)‖_F²`` — a regulariser on the features ``z``.
 
 One training step is one local iteration of every selected client at once: the loss is the sum over clients
 of each client's own objective (mean over its own rows plus its own regulariser), so the gradient w.r.t. slot
@@ -351,3 +347,12 @@ class FedDecorr(FedAvg):
         """``β Σ_k L_FedDecorr(z_k)`` over the clients' own rows."""
         terms = [feddecorr_loss(z.flatten(1)) for z in features.split(batch["sizes"].tolist())]
         return self.decorr_coef * torch.stack(terms).sum()
+
+
+class FedCBS(FedAvg):
+    """Fed-CBS (Zhang et al., ICML 2023): FedAvg with class-imbalance-reducing client sampling — each round's
+    clients are drawn one by one with probabilities favouring groups of low QCID (``fedcbs`` policy, see
+    ``lightning_sfl.data.selection``)."""
+
+    def __init__(self, client_selection: str = "fedcbs", **kwargs) -> None:
+        super().__init__(client_selection=client_selection, **kwargs)
