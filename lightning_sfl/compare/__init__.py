@@ -1,0 +1,143 @@
+"""``lightning-sfl compare``: train several methods over several seeds and tabulate the results.
+
+::
+
+    lightning-sfl compare --config configs/digits/scala.yaml --methods scala fedavg --seeds 0 1 2 \\
+        --out docs/results/digits --target_acc 0.9 --overrides --data.alpha=1 --trainer.max_epochs=50
+
+Every method × seed is one ``fit`` run on the same (merged) config. For each run the model section of the config
+is rewritten for that method: ``class_path`` becomes the method's class and only the ``init_args`` its
+constructor accepts (its own parameters plus, through ``**kwargs``, those of its parent classes) are kept, so
+e.g. SCALA's ``concat_activations`` is dropped for FedAvg; the same holds for ``--model.*`` overrides. The seed
+sets both ``--seed_everything`` and ``--data.seed``, so for a given seed all methods train on identical client
+shards and identical per-round client and minibatch draws.
+
+Outputs in ``--out``: ``metrics.csv`` (per-round metrics of every run), ``results.md`` (one row per method) and
+``accuracy.png`` (test accuracy vs round, mean over seeds with a min-max band). Each run lives in
+``runs/<method>/seed<seed>/``: ``run_config.yaml`` (the generated config), ``command.txt`` (the equivalent
+``lightning-sfl fit`` command), ``log.txt`` (output, ``--jobs > 1`` only) and ``logs/`` (Lightning's
+``metrics.csv`` and resolved ``config.yaml``; checkpoints are deleted unless ``--keep_checkpoints``).
+
+The aggregation (:func:`read_lightning_metrics`, :func:`summarize`, :func:`format_table`,
+:func:`accuracy_curves`) is pure and works on plain per-round records, without training.
+
+Modules: :mod:`.records` (per-round records, per-run statistics, ``metrics.csv``), :mod:`.summary` (aggregation
+over seeds, the table), :mod:`.config` (configs, overrides, the run plan), :mod:`.runner` (running the plan),
+:mod:`.report` (``results.md``, ``accuracy.png``), :mod:`.options` (the command line) and :mod:`.cli`
+(:func:`main`). Every public name is importable from ``lightning_sfl.compare``.
+"""
+
+from .cli import main, run_compare
+from .config import (
+    FIT_FLAGS,
+    LINKED_MODEL_ARGS,
+    LOG_SUBDIR,
+    RESERVED_OVERRIDES,
+    Plan,
+    RunSpec,
+    check_overrides,
+    class_path,
+    deep_merge,
+    fit_args,
+    group_overrides,
+    init_parameters,
+    load_configs,
+    method_config,
+    method_overrides,
+    plan_runs,
+    resolve_method,
+)
+from .config import _dir_name as _dir_name  # a run's folder name (used by the tests)
+from .options import OPTIONS, build_parser, command_line, parse_args, split_overrides
+from .records import (
+    ACC_KEY,
+    CSV_COLUMNS,
+    CUM_BYTES_KEY,
+    ROUND_BYTES_KEY,
+    RunResult,
+    best_acc,
+    divergence_round,
+    final_acc,
+    read_lightning_metrics,
+    read_metrics_csv,
+    rounds_to_target,
+    total_bytes,
+    write_metrics_csv,
+)
+from .report import plot_accuracy, results_markdown, write_report
+from .runner import error_from_output, execute, run_in_process, run_subprocess
+from .summary import (
+    MethodSummary,
+    accuracy_curves,
+    describe_data,
+    format_acc,
+    format_bytes,
+    format_percent,
+    format_rounds,
+    format_table,
+    mean_std,
+    plural,
+    summarize,
+    summary_cells,
+    table_header,
+)
+
+__all__ = [
+    "ACC_KEY",
+    "CSV_COLUMNS",
+    "CUM_BYTES_KEY",
+    "FIT_FLAGS",
+    "LINKED_MODEL_ARGS",
+    "LOG_SUBDIR",
+    "OPTIONS",
+    "RESERVED_OVERRIDES",
+    "ROUND_BYTES_KEY",
+    "MethodSummary",
+    "Plan",
+    "RunResult",
+    "RunSpec",
+    "accuracy_curves",
+    "best_acc",
+    "build_parser",
+    "check_overrides",
+    "class_path",
+    "command_line",
+    "deep_merge",
+    "describe_data",
+    "divergence_round",
+    "error_from_output",
+    "execute",
+    "final_acc",
+    "fit_args",
+    "format_acc",
+    "format_bytes",
+    "format_percent",
+    "format_rounds",
+    "format_table",
+    "group_overrides",
+    "init_parameters",
+    "load_configs",
+    "main",
+    "mean_std",
+    "method_config",
+    "method_overrides",
+    "parse_args",
+    "plan_runs",
+    "plot_accuracy",
+    "plural",
+    "read_lightning_metrics",
+    "read_metrics_csv",
+    "resolve_method",
+    "results_markdown",
+    "rounds_to_target",
+    "run_compare",
+    "run_in_process",
+    "run_subprocess",
+    "split_overrides",
+    "summarize",
+    "summary_cells",
+    "table_header",
+    "total_bytes",
+    "write_metrics_csv",
+    "write_report",
+]

@@ -1,0 +1,234 @@
+"""Configs and the run plan: merging the base configs, rewriting the model section for each method (only the
+``init_args`` its class accepts), checking and filtering the ``fit`` overrides, and laying out one run folder
+(``run_config.yaml``, ``command.txt``, ``fit`` arguments) per method × seed."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import os
+import re
+import shlex
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+#: Arguments the runner sets itself for every run; overriding them would break the comparison.
+RESERVED_OVERRIDES = ("seed_everything", "data.seed", "trainer.logger", "trainer.default_root_dir", "config")
+#: Model arguments filled in from the data module by the CLI (not listed in the settings).
+LINKED_MODEL_ARGS = ("num_classes", "input_shape")
+#: Folder of a run's Lightning logs (``metrics.csv``, resolved ``config.yaml``, checkpoints) inside its run folder.
+LOG_SUBDIR = "logs"
+FIT_FLAGS = ("--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false")
+
+
+# ====================================================================== methods
+def resolve_method(name: str) -> type:
+    """A registered name (``lightning_sfl.algorithms.ALGORITHMS``) or a dotted class path."""
+    from lightning_sfl.algorithms import ALGORITHMS, SplitFedAlgorithm
+
+    if name in ALGORITHMS:
+        return ALGORITHMS[name]
+    module, _, attr = name.rpartition(".")
+    cls = None
+    if module:
+        with contextlib.suppress(ImportError, AttributeError):
+            cls = getattr(importlib.import_module(module), attr)
+    if not (isinstance(cls, type) and issubclass(cls, SplitFedAlgorithm)):
+        raise ValueError(
+            f"unknown method {name!r}: not one of {', '.join(ALGORITHMS)} nor the path of a SplitFedAlgorithm class"
+        )
+    return cls
+
+
+def class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def init_parameters(cls: type) -> set[str]:
+    """Keyword arguments ``cls(...)`` accepts: its ``__init__`` parameters and, while an ``__init__`` takes
+    ``**kwargs``, those of the next ``__init__`` up the MRO (how ``SCALA(**kwargs)`` reaches the base)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass is object:
+            break
+        if "__init__" not in vars(klass):
+            continue
+        params = list(inspect.signature(klass.__init__).parameters.values())[1:]
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names
+
+
+# ====================================================================== configs
+def deep_merge(base: dict, other: dict) -> dict:
+    """``other`` merged into a copy of ``base`` (nested dicts merged, everything else replaced)."""
+    out = dict(base)
+    for key, value in other.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def load_configs(paths: Sequence[str | os.PathLike]) -> dict:
+    """The YAML configs merged in order (later ones win), like repeated ``--config``."""
+    merged: dict = {}
+    for path in paths:
+        with open(path) as f:
+            loaded = yaml.safe_load(f) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"config {path} is not a mapping")
+        if isinstance(loaded.get("model"), str):  # `model: SCALA` short form
+            loaded["model"] = {"class_path": loaded["model"]}
+        if (
+            isinstance(loaded.get("model"), dict)
+            and "class_path" in loaded["model"]
+            and isinstance(merged.get("model"), dict)
+            and merged["model"].get("class_path") != loaded["model"]["class_path"]
+        ):
+            merged["model"] = {}  # a new class: earlier init_args belonged to the old one
+        merged = deep_merge(merged, loaded)
+    return merged
+
+
+def method_config(base: dict, cls: type) -> tuple[dict, list[str]]:
+    """``base`` with its model section rewritten for ``cls``; also the ``init_args`` dropped as not accepted."""
+    model = base.get("model") or {}
+    init_args = dict(model.get("init_args") or {}) if isinstance(model, dict) else {}
+    accepted = init_parameters(cls)
+    kept = {k: v for k, v in init_args.items() if k in accepted}
+    dropped = [k for k in init_args if k not in accepted]
+    return {**base, "model": {"class_path": class_path(cls), "init_args": kept}}, dropped
+
+
+# ====================================================================== overrides
+def group_overrides(tokens: Sequence[str]) -> list[list[str]]:
+    """Split override tokens into options: ``['--a=1', '--b', '2'] -> [['--a=1'], ['--b', '2']]``."""
+    items: list[list[str]] = []
+    for tok in tokens:
+        if tok.startswith("--") or not items:
+            items.append([tok])
+        else:
+            items[-1].append(tok)
+    return items
+
+
+def _override_key(item: Sequence[str]) -> str:
+    return item[0].removeprefix("--").split("=", 1)[0]
+
+
+def check_overrides(tokens: Sequence[str]) -> None:
+    """Reject overrides of what the runner sets itself (seeds, the method, the logger, the configs)."""
+    for item in group_overrides(tokens):
+        if not item[0].startswith("--"):
+            raise ValueError(f"override {item[0]!r} is not an option (expected --key=value or --key value)")
+        key = _override_key(item)
+        if key in ("model", "model.class_path") or any(key == r or key.startswith(r + ".") for r in RESERVED_OVERRIDES):
+            raise ValueError(
+                f"--{key} cannot be overridden: the runner sets the method (--methods), the seeds (--seeds, used for "
+                "--seed_everything and --data.seed), the logger and output folders, and the configs (--config)"
+            )
+
+
+def method_overrides(tokens: Sequence[str], cls: type) -> tuple[list[str], list[str]]:
+    """The override tokens that apply to ``cls``, and the ``--model.*`` options dropped as not accepted."""
+    accepted = init_parameters(cls)
+    kept: list[str] = []
+    dropped: list[str] = []
+    for item in group_overrides(tokens):
+        key = _override_key(item)
+        if key.startswith("model."):
+            name = key.removeprefix("model.").removeprefix("init_args.").split(".")[0]
+            if name not in accepted:
+                dropped.append(" ".join(item))
+                continue
+        kept.extend(item)
+    return kept, dropped
+
+
+# ====================================================================== run plan
+@dataclass
+class RunSpec:
+    method: str
+    seed: int
+    run_dir: Path
+    fit_args: list[str]
+
+
+@dataclass
+class Plan:
+    runs: list[RunSpec]
+    classes: dict[str, str]  # method -> class path
+    dropped: dict[str, list[str]]  # method -> dropped config init_args and overrides
+    base: dict
+
+
+def _dir_name(method: str) -> str:
+    return re.sub(r"[^\w.-]", "_", method)
+
+
+def fit_args(run_config: Path, overrides: Sequence[str], seed: int, run_dir: Path) -> list[str]:
+    """Arguments of ``lightning-sfl fit`` for one run (CSV logger into ``run_dir``, no progress bar)."""
+    return [
+        "fit",
+        "--config",
+        str(run_config),
+        *overrides,
+        f"--seed_everything={seed}",
+        f"--data.seed={seed}",
+        "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+        f"--trainer.logger.save_dir={run_dir}",
+        "--trainer.logger.name=",
+        f"--trainer.logger.version={LOG_SUBDIR}",
+        f"--trainer.default_root_dir={run_dir}",
+        *FIT_FLAGS,
+    ]
+
+
+def _write_run_dir(spec: RunSpec, run_config: Path, config: dict, header: str) -> None:
+    """A fresh run folder with the run's config (``run_config.yaml``) and ``fit`` command (``command.txt``)."""
+    if spec.run_dir.exists():
+        shutil.rmtree(spec.run_dir)
+    spec.run_dir.mkdir(parents=True)
+    with open(run_config, "w") as f:
+        f.write(header)
+        yaml.safe_dump(config, f, sort_keys=False)
+    (spec.run_dir / "command.txt").write_text("lightning-sfl " + shlex.join(spec.fit_args) + "\n")
+
+
+def plan_runs(
+    configs: Sequence[str | os.PathLike],
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    out: Path,
+    overrides: Sequence[str] = (),
+    write: bool = True,
+) -> Plan:
+    """Resolve methods, write one ``run_config.yaml`` per run (if ``write``) and build the ``fit`` arguments."""
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"duplicate methods in {list(methods)}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"duplicate seeds in {list(seeds)}")
+    check_overrides(overrides)
+    base = load_configs(configs)
+    out = Path(out).absolute()
+    runs, classes, dropped = [], {}, {}
+    for method in methods:
+        cls = resolve_method(method)
+        config, dropped_args = method_config(base, cls)
+        kept_overrides, dropped_overrides = method_overrides(overrides, cls)
+        classes[method] = class_path(cls)
+        dropped[method] = [f"model.init_args.{k}" for k in dropped_args] + dropped_overrides
+        header = f"# generated by lightning-sfl compare: method {method}, from {', '.join(map(str, configs))}\n"
+        for seed in seeds:
+            run_dir = out / "runs" / _dir_name(method) / f"seed{seed}"
+            run_config = run_dir / "run_config.yaml"
+            spec = RunSpec(method, seed, run_dir, fit_args(run_config, kept_overrides, seed, run_dir))
+            if write:
+                _write_run_dir(spec, run_config, config, header)
+            runs.append(spec)
+    return Plan(runs, classes, dropped, base)

@@ -1,0 +1,116 @@
+"""The ``lightning-sfl compare`` command line: its parser, the split of the ``fit`` overrides from the compare
+options, validation (:func:`parse_args`) and the inverse, the command that reproduces parsed arguments
+(:func:`command_line`)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .config import check_overrides, resolve_method
+
+OPTIONS = ("--config", "--methods", "--seeds", "--out", "--target_acc", "--jobs", "--overrides", "--keep_checkpoints")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lightning-sfl compare",
+        description="Train several split-FL methods over several seeds on one config; write metrics.csv, "
+        "results.md (one row per method) and accuracy.png into --out.",
+        epilog="Overrides are passed to every `lightning-sfl fit` run; they run up to the next compare option (or "
+        "give them after `--`). `--model.*` overrides a method's class does not accept are dropped for it.",
+    )
+    parser.add_argument(
+        "--config", action="append", required=True, metavar="YAML", help="base config (repeat to merge several)"
+    )
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="registered names (lightning_sfl.algorithms.ALGORITHMS) or class paths; default: all registered",
+    )
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED", help="seeds (default: 0)")
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--target_acc", type=float, default=None, help="test accuracy (fraction) to reach")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="parallel runs as child `lightning-sfl fit --torch_threads 1` processes (1: in this process); "
+        "methods given as class paths must then be importable by those processes",
+    )
+    parser.add_argument("--keep_checkpoints", action="store_true", help="keep each run's checkpoints")
+    parser.add_argument(
+        "--overrides", nargs="*", default=[], metavar="ARG", help='fit options, e.g. --overrides "--data.alpha=1"'
+    )
+    return parser
+
+
+def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Separate the override tokens (which look like options) from the compare options.
+
+    Overrides are the tokens after ``--overrides`` up to the next compare option, plus everything after ``--``;
+    ``--overrides=X`` works too. A token with spaces (``"--data.alpha 1"``) is split like a shell would.
+    """
+    argv = list(argv)
+    tail: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, tail = argv[:i], argv[i + 1 :]
+    rest, raw = [], []
+    collecting = False
+    for tok in argv:
+        name = tok.split("=", 1)[0]
+        if name == "--overrides":
+            collecting = True
+            if "=" in tok:
+                raw.append(tok.split("=", 1)[1])
+        elif collecting and name not in OPTIONS and tok not in ("-h", "--help"):
+            raw.append(tok)
+        else:
+            collecting = False
+            rest.append(tok)
+    return rest, [t for tok in [*raw, *tail] for t in shlex.split(tok)]
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    rest, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(rest)
+    args.overrides = overrides
+    if args.methods is None:
+        from lightning_sfl.algorithms import ALGORITHMS
+
+        args.methods = list(ALGORITHMS)
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs} must be >= 1")
+    if args.target_acc is not None and not 0 < args.target_acc <= 1:
+        parser.error(f"--target_acc {args.target_acc} must be a fraction in (0, 1]")
+    try:
+        check_overrides(overrides)
+        for m in args.methods:
+            resolve_method(m)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The ``lightning-sfl compare`` command that reproduces ``args``."""
+    parts = ["lightning-sfl", "compare"]
+    for cfg in args.config:
+        parts += ["--config", str(cfg)]
+    parts += ["--methods", *args.methods, "--seeds", *map(str, args.seeds), "--out", str(args.out)]
+    if args.target_acc is not None:
+        parts += ["--target_acc", f"{args.target_acc:g}"]
+    if args.jobs != 1:
+        parts += ["--jobs", str(args.jobs)]
+    if args.keep_checkpoints:
+        parts.append("--keep_checkpoints")
+    if args.overrides:
+        parts += ["--overrides", *args.overrides]
+    return shlex.join(parts)

@@ -1,0 +1,171 @@
+"""Aggregation over seeds and formatting (pure): one :class:`MethodSummary` per method, the markdown table,
+the accuracy curves for the plot, and short descriptions of a data setting."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .records import ACC_KEY, RunResult, best_acc, final_acc, rounds_to_target, total_bytes
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    if not values:
+        raise ValueError("mean_std of no values")
+    mean = statistics.fmean(values)
+    return mean, (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+@dataclass
+class MethodSummary:
+    """The numbers of one table row; statistics are over the completed runs (``ok`` or ``diverged``)."""
+
+    method: str
+    seeds: list[int]
+    final_acc: list[float]
+    best_acc: list[float]
+    rounds_to_target: list[int | None]
+    total_bytes: list[float]
+    rounds: list[int]
+    failures: list[tuple[int, str]]
+    diverged: list[tuple[int, int]]
+
+    @property
+    def n_completed(self) -> int:
+        return len(self.final_acc)
+
+
+def summarize(results: Iterable[RunResult], target_acc: float | None = None) -> list[MethodSummary]:
+    """One :class:`MethodSummary` per method, in order of first appearance."""
+    by_method: dict[str, list[RunResult]] = {}
+    for res in results:
+        by_method.setdefault(res.method, []).append(res)
+    rows = []
+    for method, runs in by_method.items():
+        runs = sorted(runs, key=lambda r: r.seed)
+        done = [r for r in runs if r.completed]
+        rows.append(
+            MethodSummary(
+                method=method,
+                seeds=[r.seed for r in runs],
+                final_acc=[final_acc(r.records) for r in done],
+                best_acc=[best_acc(r.records) for r in done],
+                rounds_to_target=[rounds_to_target(r.records, target_acc) for r in done] if target_acc else [],
+                total_bytes=[b for b in (total_bytes(r.records) for r in done) if b is not None],
+                rounds=[int(r.acc_records[-1]["round"]) for r in done],
+                failures=[(r.seed, r.failure_message) for r in runs if not r.completed],
+                diverged=[(r.seed, r.diverged_at) for r in done if r.diverged_at is not None],
+            )
+        )
+    return rows
+
+
+def format_bytes(n: float) -> str:
+    """Bytes as megabytes with one decimal, 1 MB = 10**6 B: ``12_345_678 -> '12.3 MB'``."""
+    return f"{n / 1e6:.1f} MB"
+
+
+def format_acc(values: Sequence[float]) -> str:
+    """Accuracies (fractions) as ``'mean ± std'`` in percent with 2 decimals; ``'—'`` for none."""
+    if not values:
+        return "—"
+    mean, std = mean_std([100.0 * v for v in values])
+    return f"{mean:.2f} ± {std:.2f}"
+
+
+def format_rounds(values: Sequence[int | None]) -> str:
+    """Mean round over the seeds reaching the target; ``' (k/n seeds)'`` if not all do, ``'—'`` if none."""
+    reached = [v for v in values if v is not None]
+    if not reached:
+        return "—"
+    text = f"{statistics.fmean(reached):.1f}"
+    return text if len(reached) == len(values) else f"{text} ({len(reached)}/{len(values)} seeds)"
+
+
+def format_percent(fraction: float) -> str:
+    """A fraction as a percentage without trailing zeros: ``0.9 -> '90%'``."""
+    return f"{100 * fraction:g}%"
+
+
+def plural(n: int, word: str) -> str:
+    """``'1 seed'``, ``'2 seeds'``."""
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def table_header(target_acc: float | None) -> list[str]:
+    cols = ["method", "runs", "final test acc (%)", "best test acc (%)"]
+    if target_acc is not None:
+        cols.append(f"rounds to ≥ {format_percent(target_acc)}")
+    return [*cols, "total comm (MB)", "notes"]
+
+
+def summary_cells(row: MethodSummary, target_acc: float | None) -> list[str]:
+    """The cells of one table row (see :func:`table_header`)."""
+    cells = [f"`{row.method}`", f"{row.n_completed}/{len(row.seeds)}", format_acc(row.final_acc)]
+    cells.append(format_acc(row.best_acc))
+    if target_acc is not None:
+        cells.append(format_rounds(row.rounds_to_target))
+    cells.append(format_bytes(statistics.fmean(row.total_bytes)) if row.total_bytes else "—")
+    notes = []
+    if row.failures:
+        notes.append("failed: seed " + ", ".join(str(s) for s, _ in row.failures))
+    if row.diverged:
+        notes.append("diverged: seed " + ", ".join(str(s) for s, _ in row.diverged))
+    cells.append("; ".join(notes))
+    return cells
+
+
+def _md_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+
+def format_table(rows: Sequence[MethodSummary], target_acc: float | None = None) -> str:
+    """Markdown table, one row per method."""
+    header = table_header(target_acc)
+    lines = [_md_row(header), "|" + "|".join("---" for _ in header) + "|"]
+    lines += [_md_row(summary_cells(r, target_acc)) for r in rows]
+    return "\n".join(lines)
+
+
+def accuracy_curves(results: Iterable[RunResult]) -> dict[str, dict[str, list[float]]]:
+    """Per method (completed runs only): ``round``, ``mean``, ``min``, ``max`` test accuracy and ``n`` runs
+    per round (rounds evaluated by at least one run; NaN values ignored)."""
+    per_method: dict[str, dict[int, list[float]]] = {}
+    for res in results:
+        if not res.completed:
+            continue
+        rounds = per_method.setdefault(res.method, {})
+        for rec in res.acc_records:
+            if math.isfinite(rec[ACC_KEY]):
+                rounds.setdefault(int(rec["round"]), []).append(rec[ACC_KEY])
+    curves = {}
+    for method, rounds in per_method.items():
+        order = sorted(rounds)
+        curves[method] = {
+            "round": [float(r) for r in order],
+            "mean": [statistics.fmean(rounds[r]) for r in order],
+            "min": [min(rounds[r]) for r in order],
+            "max": [max(rounds[r]) for r in order],
+            "n": [float(len(rounds[r])) for r in order],
+        }
+    return curves
+
+
+def describe_data(data: dict[str, Any]) -> str:
+    """Short description of a data setting: ``'digits, K=20, quantity α=2, ρ=0.25, B=64'``."""
+    if not data:
+        return "unknown setting"
+    skew = {"quantity": ("α", "alpha"), "dirichlet": ("β", "beta"), "shards": ("shards/client", "shards_per_client")}
+    part = str(data.get("partition", "?"))
+    if part in skew and skew[part][1] in data:
+        part = f"{part} {skew[part][0]}={data[skew[part][1]]}"
+    bits = [str(data.get("dataset", "?"))]
+    bits += [f"K={data['num_clients']}"] if "num_clients" in data else []
+    bits.append(part)
+    bits += [f"ρ={data['participation']}"] if "participation" in data else []
+    bits += [f"B={data['batch_size']}"] if "batch_size" in data else []
+    return ", ".join(bits)
