@@ -1,3 +1,5 @@
 """Lightning callbacks of lightning_sfl, installed as ``lightning_sfl.callbacks``."""
 
-__all__: list[str] = []
+from lightning_sfl.callbacks.comm_bytes import CommunicationBytes
+
+__all__ = ["CommunicationBytes"]

@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
 from lightning_sfl.algorithms import SplitFedAlgorithm
+from lightning_sfl.callbacks import CommunicationBytes
 from lightning_sfl.data import FederatedDataModule
 
 TRAINER_DEFAULTS = {
@@ -54,6 +55,7 @@ class SFLCLI(LightningCLI):
         parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.init_args.input_shape", apply_on="instantiate")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(CommunicationBytes, "comm")
         parser.set_defaults(
             {
                 "model": {"class_path": "lightning_sfl.algorithms.SCALA"},

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lightning_sfl.algorithms import ALGORITHMS
+from lightning_sfl.callbacks import CommunicationBytes
 from lightning_sfl.data import FederatedDataModule
 
 
@@ -25,7 +26,13 @@ def _dm(num_clients: int = 8, participation: float = 0.5, batch_size: int = 24, 
 
 
 def train(
-    name_or_cls, rounds: int = 2, local_iters: int = 2, dm: FederatedDataModule | None = None, seed: int = 0, **kwargs
+    name_or_cls,
+    rounds: int = 2,
+    local_iters: int = 2,
+    dm: FederatedDataModule | None = None,
+    seed: int = 0,
+    callbacks=None,
+    **kwargs,
 ):
     cls = ALGORITHMS[name_or_cls] if isinstance(name_or_cls, str) else name_or_cls
     torch.manual_seed(seed)
@@ -33,6 +40,7 @@ def train(
     trainer = L.Trainer(
         max_epochs=rounds,
         logger=False,
+        callbacks=callbacks or [CommunicationBytes()],
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,

@@ -78,7 +78,9 @@ def test_every_method_trains_two_rounds(cls):
         assert torch.isfinite(p).all(), n
         moved = max(moved, (p.detach() - q.detach()).abs().max().item())
     assert moved > 1e-3
-    assert int(model.comm_total_bytes) > 0  # full models went down and up
+    full = sum(v.numel() * v.element_size() for v in model.client.net.state_dict().values())
+    totals = model.ledger.totals()  # last round: full models went down and up, nothing else (2·D(w) per client)
+    assert totals["up/full_model"] == totals["down/full_model"] == full * 4 and totals["total"] == 2 * full * 4
 
 
 # ----------------------------------------------------------------------------------------------- identities

@@ -29,7 +29,7 @@ from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
 from lightning_sfl.data.selection import build_selection
 from lightning_sfl.models import build_model, split_model
-from lightning_sfl.system.comm import CommLedger, module_bytes, tensor_bytes
+from lightning_sfl.system.comm import CommLedger, module_bytes
 
 
 class ClientModule(L.LightningModule):
@@ -104,7 +104,6 @@ class SplitFedAlgorithm(L.LightningModule):
         self.bank: SequentialBank | None = None
         self.server_bank: SequentialBank | None = None
         self.ledger = CommLedger()
-        self.register_buffer("comm_total_bytes", torch.zeros((), dtype=torch.float64))  # cumulative, checkpointed
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_acc_per_class = MulticlassAccuracy(num_classes, average="none")
 
@@ -145,13 +144,13 @@ class SplitFedAlgorithm(L.LightningModule):
     def start_round(self, batch: dict[str, torch.Tensor]) -> None:
         """Round start (first local iteration): broadcast ``w_c`` into the slots of ``batch["clients"]``."""
         self.bank.reset(self.client.net)
-        self.ledger.add("down", self.client_kind, module_bytes(self.client.net) * len(self.bank))
+        self.ledger.add("down", self.client_kind, module_bytes(self.client.net))
         if self.server_bank is not None:
             self.server_bank.reset(self.server.net)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         if batch_idx == 0:
-            self.ledger.reset()
+            self.ledger.start(len(self.bank))
             opt = self.optimizers()
             for p in self.slot_parameters():  # FL-style: client optimiser state starts fresh every round
                 opt.optimizer.state.pop(p, None)
@@ -166,7 +165,7 @@ class SplitFedAlgorithm(L.LightningModule):
         """FL phase (eq. 10): global halves ← ``|D_k|``-weighted averages of the round's copies."""
         weights = self.client_sizes[batch["clients"]]
         self.bank.aggregate_into(self.client.net, weights)
-        self.ledger.add("up", self.client_kind, module_bytes(self.client.net) * len(self.bank))
+        self.ledger.add("up", self.client_kind, module_bytes(self.client.net))
         if self.server_bank is not None:
             self.server_bank.aggregate_into(self.server.net, weights)
 
@@ -174,15 +173,6 @@ class SplitFedAlgorithm(L.LightningModule):
     def client_kind(self) -> str:
         """What the clients download and upload each round: ``client_half`` or (plain FL) ``full_model``."""
         return "client_half" if self.split else "full_model"
-
-    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
-        if batch_idx == self.local_iters - 1:  # round finished: log its traffic (bytes, exact)
-            totals = self.ledger.totals()
-            self.comm_total_bytes += totals["total"]
-            self.log_dict(
-                {f"comm/{k}_bytes": float(v) for k, v in totals.items()}, on_step=False, on_epoch=True, batch_size=1
-            )
-            self.log("comm/cumulative_bytes", self.comm_total_bytes.float(), on_step=False, on_epoch=True, batch_size=1)
 
     # ------------------------------------------------------------------ one local iteration
     def server_forward(self, a: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
@@ -218,14 +208,14 @@ class SplitFedAlgorithm(L.LightningModule):
         opt = self.optimizers()
         opt.zero_grad()
         acts = self.bank(batch["x"], batch["sizes"])  # A = concat_k A_k, [B, *act]
-        self.ledger.add("up", "activations", tensor_bytes(acts))
-        self.ledger.add("up", "labels", tensor_bytes(batch["y"]))
+        self.ledger.add_rows("up", "activations", acts, batch["sizes"])
+        self.ledger.add_rows("up", "labels", batch["y"], batch["sizes"])
         a = acts.detach().requires_grad_(True)
         logits = self.server_forward(a, batch["sizes"])  # [B, N]
         server_loss = self.server_loss(logits, batch)
         client_loss = self.client_loss(logits, batch)
         (grad_a,) = torch.autograd.grad(client_loss, a, retain_graph=True)  # rows of client k: G_k
-        self.ledger.add("down", "gradients", tensor_bytes(grad_a))
+        self.ledger.add_rows("down", "gradients", grad_a, batch["sizes"])
         self.manual_backward(server_loss)
         self.manual_backward(acts, grad_a)
         opt.step()

@@ -267,7 +267,7 @@ class FedDyn(FedAvg):
         for p in self.client.net.parameters():
             p.copy_(theta[offset : offset + p.numel()].view_as(p))
             offset += p.numel()
-        self.ledger.add("up", self.client_kind, module_bytes(self.client.net) * len(self.bank))
+        self.ledger.add("up", self.client_kind, module_bytes(self.client.net))
 
 
 # ----------------------------------------------------------------------------------------------- FedLC

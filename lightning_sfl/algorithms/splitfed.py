@@ -59,12 +59,12 @@ class SplitFedV2(SplitFedAlgorithm):
         for k, (x_k, y_k) in enumerate(zip(batch["x"].split(batch["sizes"].tolist()), y_parts)):
             opt.zero_grad()
             acts = self.bank.slots[k](x_k)
-            self.ledger.add("up", "activations", tensor_bytes(acts))
-            self.ledger.add("up", "labels", tensor_bytes(y_k))
+            self.ledger.add_slot("up", "activations", k, tensor_bytes(acts))
+            self.ledger.add_slot("up", "labels", k, tensor_bytes(y_k))
             a = acts.detach().requires_grad_(True)
             loss = logit_adjusted_cross_entropy(self.server(a), y_k, None)
             self.manual_backward(loss)  # grads of w_s and of the activations, from the same forward
-            self.ledger.add("down", "gradients", tensor_bytes(a.grad))
+            self.ledger.add_slot("down", "gradients", k, tensor_bytes(a.grad))
             self.manual_backward(acts, a.grad)
             # Lightning counts global_step per LightningOptimizer.step(); step the raw optimiser for all but the
             # last client so that one local iteration stays one global step.
@@ -131,7 +131,7 @@ class SFLLocalLoss(SplitFedAlgorithm):
     def start_round(self, batch: dict[str, torch.Tensor]) -> None:
         super().start_round(batch)
         self.aux_bank.reset(self.aux.net)
-        self.ledger.add("down", "client_half", module_bytes(self.aux.net) * len(self.aux_bank))
+        self.ledger.add("down", "client_half", module_bytes(self.aux.net))
 
     def local_iteration(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         opt = self.optimizers()
@@ -139,8 +139,8 @@ class SFLLocalLoss(SplitFedAlgorithm):
         acts = self.bank(batch["x"], batch["sizes"])
         local = logit_adjusted_cross_entropy(self.aux_bank(acts, batch["sizes"]), batch["y"], None, "none")
         client_loss = per_client_mean(local, batch["slot"], batch["sizes"])
-        self.ledger.add("up", "activations", tensor_bytes(acts))
-        self.ledger.add("up", "labels", tensor_bytes(batch["y"]))
+        self.ledger.add_rows("up", "activations", acts, batch["sizes"])
+        self.ledger.add_rows("up", "labels", batch["y"], batch["sizes"])
         server_loss = logit_adjusted_cross_entropy(self.server(acts.detach()), batch["y"], None)
         self.manual_backward(client_loss + server_loss)  # disjoint graphs: no gradient crosses the cut
         opt.step()
@@ -150,7 +150,7 @@ class SFLLocalLoss(SplitFedAlgorithm):
         super().aggregate(batch)
         weights = self.client_sizes[batch["clients"]]
         self.aux.net.load_state_dict(weighted_average([s.state_dict() for s in self.aux_bank.slots], weights))
-        self.ledger.add("up", "client_half", module_bytes(self.aux.net) * len(self.aux_bank))
+        self.ledger.add("up", "client_half", module_bytes(self.aux.net))
 
 
 class LLASFL(SplitFedAlgorithm):

@@ -1,16 +1,18 @@
-"""Exact communication accounting from tensor sizes and dtypes (pure functions + a small ledger).
+"""Exact communication accounting from tensor sizes and dtypes (pure functions + a per-round ledger).
 
 >>> tensor_bytes(torch.zeros(4, 3, dtype=torch.float32))
 48
 >>> ledger = CommLedger()
->>> ledger.add("up", "activations", 100); ledger.add("down", "gradients", 100); ledger.add("up", "client_half", 8)
->>> ledger.totals()["up"], ledger.totals()["down"], ledger.totals()["total"]
-(108, 100, 208)
+>>> ledger.start(num_slots=2)
+>>> ledger.add_rows("up", "activations", torch.zeros(3, 4), sizes=torch.tensor([1, 2]))  # 16 B a row
+>>> ledger.add("down", "client_half", 100)  # to every client
+>>> ledger.per_client("up").tolist(), ledger.per_client("down").tolist()
+([16, 32], [100, 100])
+>>> ledger.totals()["total"]
+248
 """
 
 from __future__ import annotations
-
-from collections import defaultdict
 
 import torch
 from torch import nn
@@ -30,23 +32,48 @@ def module_bytes(module: nn.Module) -> int:
 
 
 class CommLedger:
-    """Bytes by ``(direction, kind)`` for the current round; :meth:`totals` sums them."""
+    """Bytes of the current round by ``(direction, kind)`` and client slot (``[S]`` int64 each)."""
 
     def __init__(self) -> None:
-        self.bytes: dict[tuple[str, str], int] = defaultdict(int)
+        self.num_slots = 0
+        self.bytes: dict[tuple[str, str], torch.Tensor] = {}
 
-    def add(self, direction: str, kind: str, nbytes: int) -> None:
+    def start(self, num_slots: int) -> None:
+        """Begin a round with ``num_slots`` participating clients."""
+        self.num_slots = num_slots
+        self.bytes = {}
+
+    def _entry(self, direction: str, kind: str) -> torch.Tensor:
         if direction not in DIRECTIONS or kind not in KINDS:
             raise ValueError(f"unknown traffic {direction}/{kind}; directions {DIRECTIONS}, kinds {KINDS}")
-        self.bytes[(direction, kind)] += int(nbytes)
+        return self.bytes.setdefault((direction, kind), torch.zeros(self.num_slots, dtype=torch.long))
 
-    def reset(self) -> None:
-        self.bytes.clear()
+    def add(self, direction: str, kind: str, nbytes: int | torch.Tensor) -> None:
+        """Record ``nbytes`` for every slot (an int: the same to each client) or per slot (``[S]``)."""
+        entry = self._entry(direction, kind)
+        entry += torch.as_tensor(nbytes, dtype=torch.long).cpu()
+
+    def add_slot(self, direction: str, kind: str, slot: int, nbytes: int) -> None:
+        """Record ``nbytes`` for one slot only."""
+        self._entry(direction, kind)[slot] += int(nbytes)
+
+    def add_rows(self, direction: str, kind: str, rows: torch.Tensor, sizes: torch.Tensor) -> None:
+        """Record a row-concatenated tensor (``[B, ...]``, ``sizes[k]`` rows of slot ``k``) per slot."""
+        per_row = tensor_bytes(rows) // max(len(rows), 1)
+        self.add(direction, kind, sizes.detach().cpu().long() * per_row)
+
+    def per_client(self, direction: str) -> torch.Tensor:
+        """Bytes each slot sent (``up``) or received (``down``) this round, ``[S]``."""
+        out = torch.zeros(self.num_slots, dtype=torch.long)
+        for (d, _), v in self.bytes.items():
+            if d == direction:
+                out += v
+        return out
 
     def totals(self) -> dict[str, int]:
-        """``{"up/<kind>": …, "down/<kind>": …, "up": …, "down": …, "total": …}`` for non-zero entries."""
-        out = {f"{d}/{k}": v for (d, k), v in sorted(self.bytes.items())}
+        """``{"up/<kind>": …, "down/<kind>": …, "up": …, "down": …, "total": …}`` summed over slots."""
+        out = {f"{d}/{k}": int(v.sum()) for (d, k), v in sorted(self.bytes.items())}
         for d in DIRECTIONS:
-            out[d] = sum(v for (dd, _), v in self.bytes.items() if dd == d)
+            out[d] = int(self.per_client(d).sum())
         out["total"] = out["up"] + out["down"]
         return out

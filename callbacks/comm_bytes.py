@@ -1,0 +1,36 @@
+"""``CommunicationBytes``: exact traffic of every round, by direction and kind, and the running total.
+
+The algorithms record what crosses the client/server link in ``pl_module.ledger``
+(:class:`lightning_sfl.system.comm.CommLedger`) from the real tensors' sizes and dtypes; this callback
+logs, after the FL phase of each round:
+
+* ``comm/up_bytes``, ``comm/down_bytes``, ``comm/total_bytes`` — this round, all participating clients;
+* ``comm/<up|down>/<kind>_bytes`` — by kind (activations, labels, gradients, client_half, full_model, …);
+* ``comm/cumulative_bytes`` — since round 1 (checkpointed with the callback's state).
+"""
+
+from __future__ import annotations
+
+import lightning as L
+
+
+class CommunicationBytes(L.Callback):
+    """Logs the communication ledger of each round (keys ``comm/*``, one value per round)."""
+
+    def __init__(self) -> None:
+        self.cumulative = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if batch_idx != pl_module.local_iters - 1:
+            return
+        totals = pl_module.ledger.totals()
+        self.cumulative += totals["total"]
+        metrics = {f"comm/{k}_bytes": float(v) for k, v in totals.items()}
+        metrics["comm/cumulative_bytes"] = float(self.cumulative)
+        pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
+
+    def state_dict(self) -> dict:
+        return {"cumulative": self.cumulative}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.cumulative = int(state_dict["cumulative"])
