@@ -208,7 +208,7 @@ def test_fedprox_regularizer_value_and_gradient():
 def test_feddyn_states_and_server_model_by_hand():
     torch.manual_seed(0)
     alpha = 0.1
-    model = FedDyn(alpha=alpha, local_iters=2, lr=LR)
+    model = FedDyn(penalty=alpha, local_iters=2, lr=LR)
     record = _Record()
     dm = _dm()
     _trainer(2, callbacks=[record], validate=False).fit(model, dm)
@@ -246,7 +246,7 @@ def test_feddyn_states_and_server_model_by_hand():
     checkpoint = {"state_dict": dict(state)}
     model.on_save_checkpoint(checkpoint)
     assert "feddyn_client_grads" in checkpoint["state_dict"] and "feddyn_h" in checkpoint["state_dict"]
-    restored = FedDyn(alpha=alpha, local_iters=2, lr=LR)
+    restored = FedDyn(penalty=alpha, local_iters=2, lr=LR)
     restored.on_load_checkpoint(checkpoint)
     restored.load_state_dict(checkpoint["state_dict"])
     assert torch.equal(restored.feddyn_client_grads, model.feddyn_client_grads)
@@ -333,13 +333,13 @@ def test_feddyn_resumes_from_a_checkpoint_exactly(tmp_path):
 
     kw = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
     torch.manual_seed(0)
-    full = FedDyn(alpha=0.1, local_iters=2, lr=LR)
+    full = FedDyn(penalty=0.1, local_iters=2, lr=LR)
     L.Trainer(max_epochs=3, enable_checkpointing=False, **kw).fit(full, _dm())
     torch.manual_seed(0)
-    first = FedDyn(alpha=0.1, local_iters=2, lr=LR)
+    first = FedDyn(penalty=0.1, local_iters=2, lr=LR)
     L.Trainer(max_epochs=2, callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)], **kw).fit(first, _dm())
     torch.manual_seed(1)  # other initial weights: everything must come from the checkpoint
-    resumed = FedDyn(alpha=0.1, local_iters=2, lr=LR)
+    resumed = FedDyn(penalty=0.1, local_iters=2, lr=LR)
     L.Trainer(max_epochs=3, enable_checkpointing=False, **kw).fit(resumed, _dm(), ckpt_path=tmp_path / "last.ckpt")
     assert resumed.feddyn_h.abs().max() > 0
     assert torch.equal(resumed.feddyn_h, full.feddyn_h)

@@ -208,16 +208,17 @@ class FedDyn(FedAvg):
     traffic.
 
     Args:
-        alpha: ``α > 0``. Default 0.01: Acar et al. search ``α ∈ {0.1, 0.01, 0.001}`` and use 0.01 in most of
+        penalty: FedDyn's ``α > 0``, the weight of the dynamic regulariser (named in words: ``--data.alpha`` is
+            the skew). Default 0.01: Acar et al. search ``α ∈ {0.1, 0.01, 0.001}`` and use 0.01 in most of
             their CIFAR-10/100 settings.
         **kwargs: see :class:`FedAvg`.
     """
 
-    def __init__(self, alpha: float = 0.01, **kwargs) -> None:
-        if not alpha > 0:
-            raise ValueError(f"alpha={alpha} must be > 0")
+    def __init__(self, penalty: float = 0.01, **kwargs) -> None:
+        if not penalty > 0:
+            raise ValueError(f"penalty={penalty} must be > 0")
         super().__init__(**kwargs)
-        self.alpha = alpha
+        self.alpha = penalty
 
     def _register_state(self, num_clients: int, num_params: int, like: torch.Tensor) -> None:
         existing = getattr(self, "feddyn_client_grads", None)
