@@ -101,7 +101,8 @@ def dirichlet(
     not say how the shares of a class, which need not sum to one over clients, become sample counts; here
     they are normalised per class, ``q_{k,y} = p_{k,y} / Σ_j p_{j,y}``, client ``k`` gets ``⌊q_{k,y}·n_y⌋``
     samples of class ``y``, and the leftovers of each class go one each to the clients with the largest
-    fractional remainders (ties to the lower client index). Every sample is used exactly once. A draw that
+    fractional remainders (ties to the lower client index); a class whose shares all underflow to zero (tiny
+    ``β``) is split evenly. Every sample is used exactly once. A draw that
     leaves a client empty is redrawn (up to ``max_tries`` times, from the same seeded stream), then it is an error.
     """
     y = _as_numpy(labels)
@@ -113,7 +114,9 @@ def dirichlet(
     by_class = [rng.permutation(np.flatnonzero(y == c)) for c in classes]
     for _ in range(max_tries):
         p = rng.dirichlet(np.full(len(classes), float(beta)), size=num_clients)  # [K, N]
-        q = p / p.sum(axis=0, keepdims=True)
+        col = p.sum(axis=0, keepdims=True)
+        # for tiny β every client's share of a class can underflow to 0: that class is then split evenly
+        q = np.divide(p, col, out=np.full_like(p, 1.0 / num_clients), where=col > 0)
         parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
         for c, idx in enumerate(by_class):
             exact = q[:, c] * len(idx)
