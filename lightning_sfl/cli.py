@@ -17,9 +17,11 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
-from lightning_sfl.algorithms import SplitFedAlgorithm
+from lightning_sfl.algorithms import ALGORITHMS, SplitFedAlgorithm
 from lightning_sfl.callbacks import CommunicationBytes
+from lightning_sfl.checkpoint import SPECIAL, check_checkpoint
 from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.errors import ConfigError, NonFiniteError, reported_cause
 
 TRAINER_DEFAULTS = {
     "max_epochs": 50,
@@ -77,8 +79,19 @@ class SFLCLI(LightningCLI):
         threads = self.config.get(self.subcommand, self.config).get("torch_threads")
         if threads is not None:
             if threads < 1:
-                raise ValueError(f"torch_threads={threads} must be >= 1 (or null for torch's default)")
+                raise ConfigError(f"torch_threads={threads} must be >= 1 (or null for torch's default)")
             torch.set_num_threads(threads)
+
+    def _parse_ckpt_path(self) -> None:
+        """Check a given checkpoint safely before Lightning reads its hyperparameters (one-line errors for
+        missing, truncated, foreign or other-algorithm checkpoints)."""
+        sub = self.config.get("subcommand")
+        ckpt = self.config[sub].get("ckpt_path") if sub else None
+        if ckpt is not None and str(ckpt) not in SPECIAL:
+            model = self.config[sub].get("model")
+            expected = getattr(model, "class_path", None) if model is not None else None
+            check_checkpoint(ckpt, expected_class=expected)
+        super()._parse_ckpt_path()
 
     def after_fit(self) -> None:
         """Print the final test accuracy of the global model in one line."""
@@ -90,15 +103,50 @@ class SFLCLI(LightningCLI):
         print(f"final test accuracy: {float(metrics['test/acc']):.4f} after {self.trainer.current_epoch} rounds")
 
 
+def resolve_algorithm_names(argv: list[str]) -> list[str]:
+    """Let ``--model scala`` (a registry name) or ``--model SCALA`` stand for the class path; an unknown name
+    is a one-line error listing the valid ones."""
+    names = {**{k: cls for k, cls in ALGORITHMS.items()}, **{cls.__name__: cls for cls in ALGORITHMS.values()}}
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--model" and i + 1 < len(out):
+            j, value = i + 1, out[i + 1]
+        elif arg.startswith("--model="):
+            j, value = i, arg.split("=", 1)[1]
+        else:
+            continue
+        if "." in value or value.startswith(("{", "-")) or value.endswith((".yaml", ".yml", ".json")):
+            continue  # class path, inline dict or config file: jsonargparse's business
+        if value not in names:
+            raise ConfigError(f"model={value!r} is not one of: {', '.join(ALGORITHMS)} (or their class names)")
+        path = f"lightning_sfl.algorithms.{names[value].__name__}"
+        out[j] = path if j != i else f"--model={path}"
+    return out
+
+
 def main(args=None) -> None:
-    """Console-script entry point ``lightning-sfl`` (``fit``, ``validate``, ``test``, ``compare``)."""
+    """Console-script entry point ``lightning-sfl`` (``fit``, ``validate``, ``test``, ``compare``).
+
+    Bad settings, missing datasets, unreadable checkpoints and NaN/Inf in training end the command with one
+    line on stderr (exit code 2 for settings, 1 for NaN/Inf) instead of a traceback."""
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] == ["compare"]:
         from lightning_sfl.compare import main as compare_main
 
         compare_main(argv[1:])
         return
-    SFLCLI(args=args)
+    try:
+        if args is None:  # LightningCLI reads sys.argv itself (and warns if it is given both)
+            sys.argv[1:] = resolve_algorithm_names(argv)
+            SFLCLI()
+        else:
+            SFLCLI(args=resolve_algorithm_names(argv))
+    except Exception as exc:
+        cause = reported_cause(exc)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
+        raise SystemExit(1 if isinstance(cause, NonFiniteError) else 2) from None
 
 
 if __name__ == "__main__":

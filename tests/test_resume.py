@@ -55,3 +55,66 @@ def test_resume_at_round_boundary_is_exact(name, tmp_path):
     for epoch in (2, 3):
         for key in ("test/acc", "comm/cumulative_bytes", "train/server_loss"):
             assert got[epoch][key] == want[epoch][key], (name, epoch, key)
+
+
+def _cli(*args: str) -> list[str]:
+    import sys
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "digits" / "scala.yaml"
+    return [
+        sys.executable,
+        "-m",
+        "lightning_sfl.cli",
+        "fit",
+        "--config",
+        str(config),
+        "--trainer.max_epochs=30",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+        *args,
+    ]
+
+
+def _csv_rounds(folder: Path) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for path in sorted(folder.glob("csv/version_*/metrics.csv")):
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                if row.get("test/acc"):
+                    out[int(float(row["round"]))] = row["test/acc"]
+    return out
+
+
+def test_kill_minus_9_then_resume_gives_the_uninterrupted_metrics(tmp_path):
+    """A real SIGKILL of a training process, then ``--ckpt_path last``: same per-round accuracy as a run that
+    was never interrupted."""
+    import signal
+    import subprocess
+    import time
+
+    def loggers(folder):
+        return [
+            "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+            f"--trainer.logger.save_dir={folder}",
+            "--trainer.logger.name=csv",
+            f"--checkpoint.dirpath={folder / 'ckpt'}",
+        ]
+
+    subprocess.run(_cli(*loggers(tmp_path / "full")), check=True, capture_output=True, timeout=600)
+    part = tmp_path / "part"
+    proc = subprocess.Popen(_cli(*loggers(part)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        ckpts = list((part / "ckpt").glob("epoch=*.ckpt"))
+        if ckpts and max(int(p.name.split("=")[1].split("-")[0]) for p in ckpts) >= 4:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    saved = max(int(p.name.split("=")[1].split("-")[0]) for p in (part / "ckpt").glob("epoch=*.ckpt"))
+    assert 4 <= saved < 29, "the kill must land mid-run"
+    subprocess.run(_cli(*loggers(part), "--ckpt_path=last"), check=True, capture_output=True, timeout=600)
+    full, resumed = _csv_rounds(tmp_path / "full"), _csv_rounds(part)
+    assert sorted(resumed) == list(range(1, 31))
+    assert resumed == full

@@ -28,6 +28,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
 from lightning_sfl.data.selection import build_selection
+from lightning_sfl.errors import ConfigError, NonFiniteError
 from lightning_sfl.models import build_model, split_model
 from lightning_sfl.system.comm import CommLedger, module_bytes
 
@@ -89,9 +90,9 @@ class SplitFedAlgorithm(L.LightningModule):
     ) -> None:
         super().__init__()
         if local_iters < 1:
-            raise ValueError(f"local_iters={local_iters} must be >= 1")
+            raise ConfigError(f"local_iters={local_iters} must be >= 1")
         if not lr > 0:
-            raise ValueError(f"lr={lr} must be > 0")
+            raise ConfigError(f"lr={lr} must be > 0")
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.local_iters, self.lr, self.momentum, self.weight_decay = local_iters, lr, momentum, weight_decay
@@ -102,6 +103,7 @@ class SplitFedAlgorithm(L.LightningModule):
         self.client = ClientModule(client_net)
         self.server = ServerModule(server_net)
         self.bank: SequentialBank | None = None
+        self.local_step = 0
         self.server_bank: SequentialBank | None = None
         self.ledger = CommLedger()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
@@ -115,7 +117,7 @@ class SplitFedAlgorithm(L.LightningModule):
         dm.set_local_iters(self.local_iters)
         dm.set_selection(self.selection)
         if dm.num_classes != self.num_classes:
-            raise ValueError(f"num_classes={self.num_classes} does not match the dataset's {dm.num_classes} classes")
+            raise ConfigError(f"num_classes={self.num_classes} does not match the dataset's {dm.num_classes} classes")
         self.register_buffer("client_sizes", dm.client_sizes.clone(), persistent=False)
         self.register_buffer("label_dist", dm.label_distribution.to(torch.float32), persistent=False)
         self.bank = SequentialBank(self.client.net, dm.clients_per_round)
@@ -155,11 +157,34 @@ class SplitFedAlgorithm(L.LightningModule):
             for p in self.slot_parameters():  # FL-style: client optimiser state starts fresh every round
                 opt.optimizer.state.pop(p, None)
             self.start_round(batch)
+        self.local_step = batch_idx
         server_loss, client_loss = self.local_iteration(batch)
+        for name, loss in (("server loss", server_loss), ("client loss", client_loss)):
+            if not torch.isfinite(loss):
+                self.check_finite(name, loss.detach().expand(len(batch["y"])), batch)
         self.log("train/server_loss", server_loss.detach(), on_step=False, on_epoch=True, batch_size=len(batch["y"]))
         self.log("train/client_loss", client_loss.detach(), on_step=False, on_epoch=True, batch_size=len(batch["y"]))
         if batch_idx == self.local_iters - 1:
             self.aggregate(batch)
+            bad = [
+                n for n, p in self.named_parameters() if n.startswith(("client.", "server.")) and not p.isfinite().all()
+            ]
+            if bad:  # never let a broken global model reach evaluation or a checkpoint
+                raise NonFiniteError(
+                    f"non-finite global weights ({bad[0]}) after aggregating round {self.current_epoch + 1}; "
+                    f"stopped, the last checkpoint is from round {self.current_epoch}"
+                )
+
+    def check_finite(self, what: str, values: torch.Tensor, batch: dict[str, torch.Tensor]) -> None:
+        """NaN/Inf guard for per-row values ``[B, ...]``: stop the run naming the round, the local iteration and
+        the clients whose rows are affected. The last checkpoint (previous round) stays on disk untouched."""
+        bad = ~torch.isfinite(values.detach().reshape(len(values), -1)).all(dim=1)
+        if bad.any():
+            clients = batch["clients"][torch.unique(batch["slot"][bad])].tolist()
+            raise NonFiniteError(
+                f"non-finite {what} in round {self.current_epoch + 1}, local iteration {self.local_step + 1}, "
+                f"client(s) {clients}; stopped, the last checkpoint is from round {self.current_epoch}"
+            )
 
     def aggregate(self, batch: dict[str, torch.Tensor]) -> None:
         """FL phase (eq. 10): global halves ← ``|D_k|``-weighted averages of the round's copies."""
@@ -208,10 +233,12 @@ class SplitFedAlgorithm(L.LightningModule):
         opt = self.optimizers()
         opt.zero_grad()
         acts = self.bank(batch["x"], batch["sizes"])  # A = concat_k A_k, [B, *act]
+        self.check_finite("activations", acts, batch)
         self.ledger.add_rows("up", "activations", acts, batch["sizes"])
         self.ledger.add_rows("up", "labels", batch["y"], batch["sizes"])
         a = acts.detach().requires_grad_(True)
         logits = self.server_forward(a, batch["sizes"])  # [B, N]
+        self.check_finite("logits", logits, batch)
         server_loss = self.server_loss(logits, batch)
         client_loss = self.client_loss(logits, batch)
         (grad_a,) = torch.autograd.grad(client_loss, a, retain_graph=True)  # rows of client k: G_k
@@ -260,6 +287,7 @@ class SplitFedAlgorithm(L.LightningModule):
         """Client slots are rebuilt from the global halves at every round start: not saved."""
         prefixes = self._bank_prefixes()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith(prefixes)}
+        checkpoint["lightning_sfl"] = {"algorithm": f"lightning_sfl.algorithms.{type(self).__name__}"}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         for name, m in self.named_children():

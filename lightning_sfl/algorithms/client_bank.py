@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from lightning_sfl.algorithms.aggregate import weighted_average
+from lightning_sfl.errors import ConfigError
 
 
 class SequentialBank(nn.Module):
@@ -20,7 +21,7 @@ class SequentialBank(nn.Module):
     def __init__(self, template: nn.Module, num_slots: int) -> None:
         super().__init__()
         if num_slots < 1:
-            raise ValueError(f"num_slots={num_slots} must be >= 1")
+            raise ConfigError(f"num_slots={num_slots} must be >= 1")
         self.slots = nn.ModuleList(copy.deepcopy(template) for _ in range(num_slots))
 
     def __len__(self) -> int:

@@ -31,6 +31,7 @@ from torch import nn
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
+from lightning_sfl.errors import ConfigError
 from lightning_sfl.system.comm import module_bytes
 
 __all__ = [
@@ -55,7 +56,7 @@ def fedlc_margin(counts: torch.Tensor, tau: float) -> torch.Tensor:
     (plain cross-entropy), not ``0·inf``.
     """
     if tau < 0:
-        raise ValueError(f"tau={tau} must be >= 0")
+        raise ConfigError(f"tau={tau} must be >= 0")
     margin = tau * counts.clamp_min(1).pow(-0.25)
     absent = torch.full_like(margin, float("inf") if tau > 0 else 0.0)
     return torch.where(counts > 0, margin, absent)
@@ -149,6 +150,7 @@ class FedAvg(SplitFedAlgorithm):
             features, logits = self.bank.forward_features(batch["x"], batch["sizes"])
         else:
             features, logits = None, self.bank(batch["x"], batch["sizes"])
+        self.check_finite("logits", logits, batch)
         loss = per_client_mean(self.row_loss(logits, batch), batch["slot"], batch["sizes"])
         loss = loss + self.regularizer(batch, logits, features)
         self.manual_backward(loss)
@@ -171,7 +173,7 @@ class FedProx(FedAvg):
 
     def __init__(self, mu: float = 0.01, **kwargs) -> None:
         if mu < 0:
-            raise ValueError(f"mu={mu} must be >= 0")
+            raise ConfigError(f"mu={mu} must be >= 0")
         super().__init__(**kwargs)
         self.mu = mu
 
@@ -216,7 +218,7 @@ class FedDyn(FedAvg):
 
     def __init__(self, penalty: float = 0.01, **kwargs) -> None:
         if not penalty > 0:
-            raise ValueError(f"penalty={penalty} must be > 0")
+            raise ConfigError(f"penalty={penalty} must be > 0")
         super().__init__(**kwargs)
         self.alpha = penalty
 
@@ -292,7 +294,7 @@ class FedLC(FedAvg):
 
     def __init__(self, tau: float = 1.0, **kwargs) -> None:
         if tau < 0:
-            raise ValueError(f"tau={tau} must be >= 0")
+            raise ConfigError(f"tau={tau} must be >= 0")
         super().__init__(**kwargs)
         self.tau = tau
 
@@ -338,7 +340,7 @@ class FedDecorr(FedAvg):
 
     def __init__(self, decorr_coef: float = 0.1, **kwargs) -> None:
         if decorr_coef < 0:
-            raise ValueError(f"decorr_coef={decorr_coef} must be >= 0")
+            raise ConfigError(f"decorr_coef={decorr_coef} must be >= 0")
         super().__init__(**kwargs)
         self.decorr_coef = decorr_coef
 

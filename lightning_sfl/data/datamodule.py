@@ -28,6 +28,7 @@ from lightning_sfl.data.datasets import DATASETS, DatasetSplits, load_dataset
 from lightning_sfl.data.partition import PARTITIONS, label_distribution, partition
 from lightning_sfl.data.sampling import client_batch_sizes, clients_per_round, minibatch_indices, round_generator
 from lightning_sfl.data.selection import UniformSelection
+from lightning_sfl.errors import ConfigError
 
 # The round stream is produced in the main process (num_workers=0), so its length is exact.
 warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")
@@ -85,20 +86,20 @@ class FederatedDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         if dataset not in DATASETS:
-            raise ValueError(f"dataset={dataset!r} is not one of: {', '.join(DATASETS)}")
+            raise ConfigError(f"dataset={dataset!r} is not one of: {', '.join(DATASETS)}")
         if partition not in PARTITIONS:
-            raise ValueError(f"partition={partition!r} is not one of: {', '.join(PARTITIONS)}")
+            raise ConfigError(f"partition={partition!r} is not one of: {', '.join(PARTITIONS)}")
         if num_clients < 1:
-            raise ValueError(f"num_clients={num_clients} must be >= 1")
+            raise ConfigError(f"num_clients={num_clients} must be >= 1")
         if not 0 < participation <= 1:
-            raise ValueError(f"participation={participation} must be in (0, 1]")
+            raise ConfigError(f"participation={participation} must be in (0, 1]")
         if batch_size < clients_per_round(num_clients, participation):
-            raise ValueError(
+            raise ConfigError(
                 f"batch_size={batch_size} is smaller than the {clients_per_round(num_clients, participation)} "
                 "clients per round; each selected client needs at least one row"
             )
         if partition == "dirichlet" and not beta > 0:
-            raise ValueError(f"beta={beta} must be > 0")
+            raise ConfigError(f"beta={beta} must be > 0")
         self.save_hyperparameters()
         self.dataset, self.root, self.download = dataset, Path(root), download
         self.num_clients, self.partition, self.alpha, self.beta = num_clients, partition, alpha, beta

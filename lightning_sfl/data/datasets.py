@@ -35,6 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lightning_sfl.errors import ConfigError, DatasetNotFoundError
+
 DATASETS: tuple[str, ...] = (
     "digits",
     "synthetic",
@@ -114,7 +116,7 @@ def load_dataset(
     Raises ``ValueError`` for an unknown name and ``FileNotFoundError`` when files are missing and cannot be fetched.
     """
     if name not in DATASETS:
-        raise ValueError(f"dataset={name!r} is not one of: {', '.join(DATASETS)}")
+        raise ConfigError(f"dataset={name!r} is not one of: {', '.join(DATASETS)}")
     root = Path(root).expanduser().absolute()
     if name == "digits":
         return _load_digits(seed, test_fraction)
@@ -144,7 +146,7 @@ def _ensure_files(name: str, paths: list[Path], download: bool, downloader: Call
             raise RuntimeError(f"downloading {name} failed: {type(err).__name__}: {err}") from err
         missing = [p for p in paths if not p.exists()]
     if missing:
-        raise FileNotFoundError(
+        raise DatasetNotFoundError(
             f"{name} not found: expected {missing[0]}; pass --data.download=true to download it "
             f"(or place the files there)"
         )
@@ -191,7 +193,9 @@ def _load_synthetic(
     """
     c, h, w = (int(v) for v in shape)
     if num_classes < 2 or num_samples < 2 * num_classes:
-        raise ValueError(f"synthetic needs >= 2 classes and >= 2 samples per class, got {num_classes=}, {num_samples=}")
+        raise ConfigError(
+            f"synthetic needs >= 2 classes and >= 2 samples per class, got {num_classes=}, {num_samples=}"
+        )
     g = torch.Generator().manual_seed(seed)
     coarse = torch.rand(num_classes, c, max(1, h // 2), max(1, w // 2), generator=g)
     means = torch.nn.functional.interpolate(coarse, size=(h, w), mode="bilinear", align_corners=False)
@@ -242,7 +246,7 @@ def _read_idx(path: Path) -> np.ndarray:
     magic = int.from_bytes(data[:4], "big")
     ndim = magic & 0xFF
     if magic >> 8 != 0x08 or ndim == 0:
-        raise ValueError(f"{path} is not an unsigned-byte IDX file (magic {magic})")
+        raise ConfigError(f"{path} is not an unsigned-byte IDX file (magic {magic})")
     dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     return np.frombuffer(bytearray(data), dtype=np.uint8, offset=4 + 4 * ndim, count=int(np.prod(dims))).reshape(dims)
 
@@ -300,14 +304,14 @@ def _load_image_folder(name: str, root: Path, download: bool, image_size: int) -
     for split in (train_split, test_split):
         if not (base / split).is_dir():
             why = "it cannot be downloaded automatically; " if download else ""
-            raise FileNotFoundError(
+            raise DatasetNotFoundError(
                 f"{name} not found: expected the folder {base / split} ({split}/<class>/<image files>); "
                 f"{why}download it yourself and place the extracted dataset at {base}"
             )
     train_x, train_y, train_classes = _decode_folder(base, train_split, image_size)
     test_x, test_y, test_classes = _decode_folder(base, test_split, image_size)
     if train_classes != test_classes:
-        raise ValueError(f"{name}: class folders differ between {base / train_split} and {base / test_split}")
+        raise ConfigError(f"{name}: class folders differ between {base / train_split} and {base / test_split}")
     return train_x, train_y, test_x, test_y, len(train_classes)
 
 

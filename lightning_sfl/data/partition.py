@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from lightning_sfl.errors import ConfigError
+
 PARTITIONS: tuple[str, ...] = ("iid", "quantity", "dirichlet", "shards")
 
 
@@ -28,7 +30,7 @@ def _as_numpy(labels: torch.Tensor | np.ndarray) -> np.ndarray:
 def _to_tensors(parts: list[np.ndarray], what: str) -> list[torch.Tensor]:
     empty = [k for k, p in enumerate(parts) if len(p) == 0]
     if empty:
-        raise ValueError(
+        raise ConfigError(
             f"partition={what} leaves client(s) {empty[:10]} without data; use fewer clients or a milder skew"
         )
     return [torch.as_tensor(np.sort(p), dtype=torch.long) for p in parts]
@@ -36,9 +38,9 @@ def _to_tensors(parts: list[np.ndarray], what: str) -> list[torch.Tensor]:
 
 def _check_clients(num_clients: int, num_samples: int) -> None:
     if num_clients < 1:
-        raise ValueError(f"num_clients={num_clients} must be >= 1")
+        raise ConfigError(f"num_clients={num_clients} must be >= 1")
     if num_clients > num_samples:
-        raise ValueError(f"num_clients={num_clients} is larger than the number of training samples ({num_samples})")
+        raise ConfigError(f"num_clients={num_clients} is larger than the number of training samples ({num_samples})")
 
 
 def iid(labels: torch.Tensor, num_clients: int, seed: int = 0) -> list[torch.Tensor]:
@@ -63,7 +65,7 @@ def quantity(labels: torch.Tensor, num_clients: int, alpha: int, seed: int = 0) 
     classes = np.unique(y)
     n_cls = len(classes)
     if not float(alpha).is_integer() or not 1 <= alpha <= n_cls:
-        raise ValueError(f"alpha={alpha} must be a whole number of classes per client in [1, {n_cls}]")
+        raise ConfigError(f"alpha={alpha} must be a whole number of classes per client in [1, {n_cls}]")
     alpha = int(alpha)
     rng = np.random.default_rng(seed)
     total = num_clients * alpha
@@ -83,7 +85,7 @@ def quantity(labels: torch.Tensor, num_clients: int, alpha: int, seed: int = 0) 
     for c, holders in enumerate(owners):
         idx = rng.permutation(np.flatnonzero(y == classes[c]))
         if holders and len(idx) < len(holders):
-            raise ValueError(
+            raise ConfigError(
                 f"alpha={alpha}: class {classes[c]} has {len(idx)} samples for {len(holders)} portions; "
                 "use fewer clients or a larger alpha"
             )
@@ -108,7 +110,7 @@ def dirichlet(
     y = _as_numpy(labels)
     _check_clients(num_clients, len(y))
     if not beta > 0:
-        raise ValueError(f"beta={beta} must be > 0")
+        raise ConfigError(f"beta={beta} must be > 0")
     classes = np.unique(y)
     rng = np.random.default_rng(seed)
     by_class = [rng.permutation(np.flatnonzero(y == c)) for c in classes]
@@ -128,7 +130,7 @@ def dirichlet(
         merged = [np.concatenate(p) for p in parts]
         if min(len(m) for m in merged) > 0:
             return _to_tensors(merged, "dirichlet")
-    raise ValueError(
+    raise ConfigError(
         f"partition=dirichlet with beta={beta} left a client empty in {max_tries} draws; "
         "use fewer clients or a larger beta"
     )
@@ -141,11 +143,11 @@ def shards(labels: torch.Tensor, num_clients: int, shards_per_client: int = 2, s
     y = _as_numpy(labels)
     _check_clients(num_clients, len(y))
     if shards_per_client < 1:
-        raise ValueError(f"shards_per_client={shards_per_client} must be >= 1")
+        raise ConfigError(f"shards_per_client={shards_per_client} must be >= 1")
     n_shards = num_clients * shards_per_client
     size = len(y) // n_shards
     if size == 0:
-        raise ValueError(f"shards_per_client={shards_per_client}: {n_shards} shards do not fit {len(y)} samples")
+        raise ConfigError(f"shards_per_client={shards_per_client}: {n_shards} shards do not fit {len(y)} samples")
     rng = np.random.default_rng(seed)
     order = np.lexsort((rng.permutation(len(y)), y))  # sorted by label, random within a label
     assignment = rng.permutation(n_shards).reshape(num_clients, shards_per_client)
@@ -172,7 +174,7 @@ def partition(
         return dirichlet(labels, num_clients, beta, seed)
     if method == "shards":
         return shards(labels, num_clients, shards_per_client, seed)
-    raise ValueError(f"partition={method!r} is not one of: {', '.join(PARTITIONS)}")
+    raise ConfigError(f"partition={method!r} is not one of: {', '.join(PARTITIONS)}")
 
 
 def label_distribution(labels: torch.Tensor, parts: list[torch.Tensor], num_classes: int) -> torch.Tensor:

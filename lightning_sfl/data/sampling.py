@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from lightning_sfl.errors import ConfigError
+
 
 def round_generator(seed: int, round_idx: int, stream: int = 0) -> torch.Generator:
     """A CPU generator seeded by ``(seed, round, stream)`` so that a resumed run draws the same clients and
@@ -38,7 +40,7 @@ def client_batch_sizes(client_sizes: torch.Tensor, batch_size: int) -> torch.Ten
     sizes = client_sizes.to(torch.float64)
     s = len(sizes)
     if batch_size < s:
-        raise ValueError(f"batch_size={batch_size} is smaller than the {s} clients per round; each needs >= 1 row")
+        raise ConfigError(f"batch_size={batch_size} is smaller than the {s} clients per round; each needs >= 1 row")
     exact = sizes * batch_size / sizes.sum()
     b = exact.floor().long()
     rest = exact - b

@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from lightning_sfl.errors import ConfigError
+
 
 class UniformSelection:
     """Uniformly random clients without replacement (FedAvg's and the SCALA paper's choice)."""
@@ -64,12 +66,12 @@ def qcid(label_counts_of_group) -> float:
     if counts.ndim == 1:
         counts = counts[None]
     if counts.ndim != 2 or counts.shape[1] < 1:
-        raise ValueError(f"label counts of a group must be [M, N], got shape {tuple(counts.shape)}")
+        raise ConfigError(f"label counts of a group must be [M, N], got shape {tuple(counts.shape)}")
     if (counts < 0).any():
-        raise ValueError("label counts must be >= 0")
+        raise ConfigError("label counts must be >= 0")
     pooled = counts.sum(0)
     if pooled.sum() <= 0:
-        raise ValueError("the group holds no sample: its QCID is undefined")
+        raise ConfigError("the group holds no sample: its QCID is undefined")
     return float(_pooled_qcid(pooled))
 
 
@@ -95,9 +97,9 @@ def _pooled_kl_to_uniform(pooled: torch.Tensor) -> torch.Tensor:
 def _check_request(label_counts: torch.Tensor, num_select: int) -> torch.Tensor:
     counts = torch.as_tensor(label_counts)
     if counts.ndim != 2:
-        raise ValueError(f"label_counts must be [K, N], got shape {tuple(counts.shape)}")
+        raise ConfigError(f"label_counts must be [K, N], got shape {tuple(counts.shape)}")
     if not 1 <= num_select <= len(counts):
-        raise ValueError(f"num_select={num_select} must be in [1, {len(counts)}] (the number of clients)")
+        raise ConfigError(f"num_select={num_select} must be in [1, {len(counts)}] (the number of clients)")
     return counts.to(torch.float64)
 
 
@@ -156,9 +158,9 @@ class FedCBSSelection:
 
     def __init__(self, lam: float = 10.0, beta_start: float = 1.0, beta_step: float = 1.0, eps: float = 1e-12):
         if lam < 0:
-            raise ValueError(f"lam={lam} must be >= 0")
+            raise ConfigError(f"lam={lam} must be >= 0")
         if not eps > 0:
-            raise ValueError(f"eps={eps} must be > 0")
+            raise ConfigError(f"eps={eps} must be > 0")
         self.lam, self.beta_start, self.beta_step, self.eps = float(lam), float(beta_start), float(beta_step), eps
         self.counts: torch.Tensor | None = None  # [K] int64, times each client was selected
         self.history: dict[int, list[int]] = {}  # round -> clients drawn, in draw order
@@ -181,9 +183,9 @@ class FedCBSSelection:
         k = len(counts)
         selected = [int(s) for s in selected]
         if len(set(selected)) != len(selected) or any(not 0 <= s < k for s in selected):
-            raise ValueError(f"selected={selected} must be distinct client ids in [0, {k})")
+            raise ConfigError(f"selected={selected} must be distinct client ids in [0, {k})")
         if len(selected) >= k:
-            raise ValueError("every client is already selected")
+            raise ConfigError("every client is already selected")
         m = len(selected) + 1
         pooled = counts[selected].sum(0) + counts  # [K, N]: the group with each candidate added
         log_q = _pooled_qcid(pooled).clamp_min(self.eps).log()
@@ -214,7 +216,7 @@ class FedCBSSelection:
         if self.counts is None:
             self.counts = torch.zeros(num_clients, dtype=torch.long)
         if len(self.counts) != num_clients:
-            raise ValueError(f"the policy has selection counts for {len(self.counts)} clients, not {num_clients}")
+            raise ConfigError(f"the policy has selection counts for {len(self.counts)} clients, not {num_clients}")
         return self.counts
 
     def state_dict(self) -> dict:
@@ -258,7 +260,7 @@ class ClassBalancedSelection:
 
     def __init__(self, divergence: str = "kl", tie_tol: float = 1e-12):
         if divergence not in self.DIVERGENCES:
-            raise ValueError(f"divergence={divergence!r} is not one of: {', '.join(self.DIVERGENCES)}")
+            raise ConfigError(f"divergence={divergence!r} is not one of: {', '.join(self.DIVERGENCES)}")
         self.divergence, self.tie_tol = divergence, float(tie_tol)
 
     def __call__(self, label_counts: torch.Tensor, num_select: int, generator: torch.Generator, round_idx: int):
@@ -296,5 +298,5 @@ SELECTIONS: dict[str, Callable[[], object]] = {
 
 def build_selection(name: str):
     if name not in SELECTIONS:
-        raise ValueError(f"client_selection={name!r} is not one of: {', '.join(SELECTIONS)}")
+        raise ConfigError(f"client_selection={name!r} is not one of: {', '.join(SELECTIONS)}")
     return SELECTIONS[name]()

@@ -12,6 +12,7 @@ from collections import OrderedDict
 
 from torch import nn
 
+from lightning_sfl.errors import ConfigError
 from lightning_sfl.models.zoo import SplittableModel, _dry_forward
 
 __all__ = ["activation_shape", "split_model"]
@@ -22,7 +23,9 @@ def _cut_index(model: SplittableModel, split_point: str) -> int:
         raise TypeError(f"expected a SplittableModel, got {type(model).__name__}")
     if split_point not in model.cut_points:
         label = f" of model {model.name!r}" if model.name else ""
-        raise ValueError(f"split_point={split_point!r} is not a cut point{label}; valid: {', '.join(model.cut_points)}")
+        raise ConfigError(
+            f"split_point={split_point!r} is not a cut point{label}; valid: {', '.join(model.cut_points)}"
+        )
     return model.cut_points[split_point]
 
 

@@ -27,6 +27,8 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
+from lightning_sfl.errors import ConfigError
+
 __all__ = ["MODELS", "BasicBlock", "SplittableModel", "build_model"]
 
 MODELS: tuple[str, ...] = ("alexnet_mnist", "alexnet_cifar", "resnet18", "vgg11", "vgg16", "cnn_small")
@@ -61,7 +63,7 @@ class SplittableModel(nn.Sequential):
         points = dict(cut_points)
         indices = list(points.values())
         if not all(0 < i < len(self) for i in indices) or indices != sorted(set(indices)):
-            raise ValueError(f"cut points must be strictly increasing in [1, {len(self) - 1}], got {points}")
+            raise ConfigError(f"cut points must be strictly increasing in [1, {len(self) - 1}], got {points}")
         self.cut_points: dict[str, int] = points
         self.input_shape: Shape = tuple(int(s) for s in input_shape)  # type: ignore[assignment]
         self.num_classes: int = int(num_classes)
@@ -365,15 +367,15 @@ def build_model(name: str, num_classes: int, input_shape: Sequence[int], **kwarg
     ResNet-18's convs (Kaiming normal, fan-out) and cnn_small (Kaiming normal, fan-in, zero biases).
     """
     if name not in _REGISTRY:
-        raise ValueError(f"model={name!r} is not one of: {', '.join(MODELS)}")
+        raise ConfigError(f"model={name!r} is not one of: {', '.join(MODELS)}")
     spec = _REGISTRY[name]
     shape = _as_shape(input_shape)
     if shape is None:
-        raise ValueError(f"model={name!r} expects input shape {spec.expects}, got {input_shape!r}")
+        raise ConfigError(f"model={name!r} expects input shape {spec.expects}, got {input_shape!r}")
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-        raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+        raise ConfigError(f"num_classes must be a positive int, got {num_classes!r}")
     if not spec.fits(shape):  # type: ignore[arg-type]
-        raise ValueError(f"model={name!r} expects input shape {spec.expects}, got {shape}")
+        raise ConfigError(f"model={name!r} expects input shape {spec.expects}, got {shape}")
     layers, cuts = spec.builder(num_classes, shape, **kwargs)
     model = SplittableModel(layers, cut_points=cuts, input_shape=shape, num_classes=num_classes, name=name)
     try:
@@ -381,5 +383,5 @@ def build_model(name: str, num_classes: int, input_shape: Sequence[int], **kwarg
     except RuntimeError:
         out = None
     if out is None or tuple(out.shape) != (1, num_classes):
-        raise ValueError(f"model={name!r} expects input shape {spec.expects}, got {shape}")
+        raise ConfigError(f"model={name!r} expects input shape {spec.expects}, got {shape}")
     return model

@@ -1,0 +1,47 @@
+"""Training FLOPs of a module, counted by PyTorch's ``FlopCounterMode``.
+
+``FlopCounterMode`` counts the FLOPs of matrix products and convolutions (``mm``, ``addmm``, ``bmm``,
+``convolution`` and their backward, attention kernels), each multiply-add as 2 FLOPs; it does *not* count
+bias additions, activations, pooling, normalisation or the loss. A training step of one layer costs its forward
+product plus, in the backward pass, one product of the same size per gradient actually computed: the weight
+gradient, and the input gradient only where the input requires one — so the first layer of a client half (its
+input is data) costs 2× its forward and every later layer 3×.
+
+>>> training_flops_per_sample(torch.nn.Linear(10, 5), (10,))  # forward 2·10·5, weight gradient 2·10·5
+200.0
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+
+def training_flops_per_sample(module: nn.Module, input_shape: Sequence[int], batch_size: int = 2) -> float:
+    """FLOPs of one forward and backward pass per sample of ``module`` (in training mode) on inputs of shape
+    ``input_shape`` (one sample, no batch dimension).
+
+    Runs a zero batch of ``batch_size`` rows (2: batch norm needs more than one in training mode) through a
+    CPU deep copy of ``module``, then back-propagates a gradient of ones from the output into every parameter
+    that requires a gradient (as the activations' gradient does in split learning), and divides the total by
+    ``batch_size``. The input does not require a gradient. The module's parameters, gradients, buffers, mode
+    and the global CPU random state are left untouched.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be >= 1")
+    with torch.random.fork_rng(devices=[]):  # dropout of the copy must not shift the run's random stream
+        model = copy.deepcopy(module).cpu().train()
+        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.get_default_dtype())
+        x = torch.zeros(batch_size, *input_shape, dtype=dtype)
+        params = [p for p in model.parameters() if p.requires_grad]
+        with FlopCounterMode(display=False) as counter:
+            out = model(x)
+            if not isinstance(out, torch.Tensor):
+                raise TypeError(f"module must return one tensor, got {type(out).__name__}")
+            if params and out.requires_grad:
+                torch.autograd.grad(out, params, grad_outputs=torch.ones_like(out), allow_unused=True)
+    return counter.get_total_flops() / batch_size
