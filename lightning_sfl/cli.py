@@ -13,12 +13,21 @@ from __future__ import annotations
 
 import sys
 
+import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningCLI
 
 from lightning_sfl.algorithms import ALGORITHMS, SplitFedAlgorithm
-from lightning_sfl.callbacks import CommunicationBytes
+from lightning_sfl.callbacks import (
+    CommunicationBytes,
+    GradientDissimilarity,
+    PartitionReport,
+    PerClassAccuracy,
+    RoundProgressBar,
+    SimulatedClock,
+    WandbRoundAxis,
+)
 from lightning_sfl.checkpoint import SPECIAL, check_checkpoint
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError, NonFiniteError, reported_cause
@@ -58,6 +67,11 @@ class SFLCLI(LightningCLI):
         parser.link_arguments("data.input_shape", "model.init_args.input_shape", apply_on="instantiate")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(CommunicationBytes, "comm")
+        parser.add_lightning_class_args(PerClassAccuracy, "per_class")
+        parser.add_lightning_class_args(PartitionReport, "partition_report")
+        parser.add_lightning_class_args(GradientDissimilarity, "dissimilarity")
+        parser.add_lightning_class_args(SimulatedClock, "clock")
+        parser.add_lightning_class_args(WandbRoundAxis, "wandb_axis")
         parser.set_defaults(
             {
                 "model": {"class_path": "lightning_sfl.algorithms.SCALA"},
@@ -74,6 +88,14 @@ class SFLCLI(LightningCLI):
                 ],
             }
         )
+
+    def _instantiate_trainer(self, config: dict, callbacks: list) -> L.Trainer:
+        """Use the round-level progress bar unless progress bars are off or the user configured one."""
+        user = config.get("callbacks") or []
+        user = user if isinstance(user, list) else [user]
+        if config.get("enable_progress_bar", True) is not False and not any(isinstance(c, ProgressBar) for c in user):
+            callbacks = [*callbacks, RoundProgressBar()]
+        return super()._instantiate_trainer(config, callbacks)
 
     def before_instantiate_classes(self) -> None:
         threads = self.config.get(self.subcommand, self.config).get("torch_threads")

@@ -50,6 +50,8 @@ def read_lightning_metrics(path: str | os.PathLike) -> list[dict[str, float]]:
                 r = int(values["epoch"]) + 1
             else:
                 continue
+            if r < 1:  # round 0 = before training (e.g. the partition report)
+                continue
             record = by_round.setdefault(r, {})
             record.update({k: v for k, v in values.items() if k not in ("round", "epoch", "step")})
     return [{"round": r, **by_round[r]} for r in sorted(by_round)]

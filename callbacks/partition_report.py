@@ -1,0 +1,158 @@
+"""``PartitionReport``: the client × class shard counts of the run, as a heatmap and summary statistics.
+
+Once per ``fit`` (``on_fit_start``, after the data module built its partition), on global rank zero:
+
+* ``partition/heatmap`` — a ``wandb.Image`` (to every ``WandbLogger``) of the ``K × N`` count matrix
+  ``n[k, c]`` (clients on y, classes on x, colour bar, title with the partition settings); the same PNG is
+  written to ``<log dir>/partition_heatmap.png`` where the run has a log directory (the first CSV or
+  TensorBoard logger's versioned ``log_dir``, otherwise ``trainer.log_dir``);
+* ``partition/<stat>`` scalars (to every logger, so also into the W&B summary), from
+  :func:`partition_statistics`: ``num_clients``, ``size_min``, ``size_median``, ``size_max``,
+  ``mean_classes_per_client``, ``mean_max_class_share``, ``mean_kl_to_global``, ``mean_emd_to_global``.
+
+Rows carry ``round`` = rounds completed at fit start (0 for a fresh run) and ``trainer/global_step``. The data
+module must expose ``label_counts`` (``[K, N]``) like :class:`lightning_sfl.data.FederatedDataModule`;
+otherwise the callback warns and does nothing. It holds no state; a resumed fit reports again.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+from lightning.pytorch.utilities import rank_zero_warn
+
+PNG_NAME = "partition_heatmap.png"
+
+
+def partition_statistics(label_counts: torch.Tensor | np.ndarray) -> dict[str, float]:
+    """Summary statistics of a partition from its count matrix ``n[k, c]`` (``K`` clients × ``N`` classes).
+
+    With ``|D_k| = Σ_c n[k, c]``, ``P_k(c) = n[k, c] / |D_k|`` (client label distribution) and
+    ``P(c) = Σ_k n[k, c] / Σ_{k,c} n[k, c]`` (pooled distribution of all the clients' data):
+
+    * ``num_clients`` = ``K``;
+    * ``size_min``, ``size_median``, ``size_max`` = min / median / max of ``|D_k|`` (the median of an even
+      number of clients is the mean of the two middle sizes);
+    * ``mean_classes_per_client`` = ``1/K Σ_k |{c : n[k, c] > 0}|``;
+    * ``mean_max_class_share`` = ``1/K Σ_k max_c P_k(c)`` (1: every client holds a single class);
+    * ``mean_kl_to_global`` = ``1/K Σ_k KL(P_k || P)``, ``KL(P_k || P) = Σ_{c: P_k(c) > 0} P_k(c) ln(P_k(c) / P(c))``
+      in nats (0 for IID shards; ``P(c) > 0`` wherever ``P_k(c) > 0``, so it is always finite);
+    * ``mean_emd_to_global`` = ``1/K Σ_k ½ Σ_c |P_k(c) − P(c)|``: the earth mover's distance between ``P_k`` and
+      ``P`` when moving mass between two different classes costs 1 (labels have no order), i.e. the total
+      variation distance, in ``[0, 1]``.
+
+    Raises ``ValueError`` for a matrix that is not 2-D, has negative entries or an empty client.
+    """
+    n = torch.as_tensor(label_counts).detach().cpu().to(torch.float64).numpy()
+    if n.ndim != 2 or n.shape[0] == 0 or n.shape[1] == 0:
+        raise ValueError(f"label_counts must be a non-empty [clients, classes] matrix, got shape {n.shape}")
+    if (n < 0).any():
+        raise ValueError("label_counts must be non-negative")
+    sizes = n.sum(axis=1)
+    if (sizes == 0).any():
+        raise ValueError(f"client(s) {np.flatnonzero(sizes == 0).tolist()[:10]} hold no samples")
+    p_k = n / sizes[:, None]
+    p = n.sum(axis=0) / n.sum()
+    ratio = np.divide(p_k, p, out=np.ones_like(p_k), where=p_k > 0)
+    kl = (p_k * np.log(ratio)).sum(axis=1)
+    emd = 0.5 * np.abs(p_k - p).sum(axis=1)
+    return {
+        "num_clients": float(n.shape[0]),
+        "size_min": float(sizes.min()),
+        "size_median": float(np.median(sizes)),
+        "size_max": float(sizes.max()),
+        "mean_classes_per_client": float((n > 0).sum(axis=1).mean()),
+        "mean_max_class_share": float(p_k.max(axis=1).mean()),
+        "mean_kl_to_global": float(kl.mean()),
+        "mean_emd_to_global": float(emd.mean()),
+    }
+
+
+def partition_title(dm) -> str:
+    """One-line description of a data module's partition settings (for the heatmap title)."""
+    kind = getattr(dm, "partition", "?")
+    knob = {
+        "quantity": f"α={getattr(dm, 'alpha', '?')}",
+        "dirichlet": f"β={getattr(dm, 'beta', '?')}",
+        "shards": f"{getattr(dm, 'shards_per_client', '?')} shards/client",
+    }.get(kind)
+    parts = [f"{getattr(dm, 'dataset', '?')}: {kind}" + (f" ({knob})" if knob else "")]
+    parts.append(f"K={getattr(dm, 'num_clients', '?')}")
+    if hasattr(dm, "participation"):
+        parts.append(f"ρ={dm.participation}")
+    if hasattr(dm, "seed"):
+        parts.append(f"seed={dm.seed}")
+    return ", ".join(parts)
+
+
+def heatmap_png(label_counts: torch.Tensor | np.ndarray, title: str) -> bytes:
+    """PNG bytes of the client × class count heatmap (counts written in the cells when there are few)."""
+    from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend
+
+    n = torch.as_tensor(label_counts).detach().cpu().numpy()
+    k, c = n.shape
+    fig = Figure(figsize=(min(max(4.0, 0.5 * c + 2.5), 24.0), min(max(3.0, 0.32 * k + 1.8), 24.0)), dpi=100)
+    ax = fig.add_subplot()
+    im = ax.imshow(n, aspect="auto", cmap="viridis", interpolation="nearest")
+    fig.colorbar(im, ax=ax, label="samples")
+    ax.set_xlabel("class")
+    ax.set_ylabel("client")
+    ax.set_title(title, fontsize=9)
+    if c <= 40:
+        ax.set_xticks(range(c))
+    if k <= 40:
+        ax.set_yticks(range(k))
+    if k * c <= 400:
+        threshold = n.max() / 2 if n.size else 0
+        for i in range(k):
+            for j in range(c):
+                if n[i, j]:
+                    colour = "black" if n[i, j] > threshold else "white"
+                    ax.text(j, i, int(n[i, j]), ha="center", va="center", fontsize=7, color=colour)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+class PartitionReport(L.Callback):
+    """Logs the partition heatmap and its summary statistics once per fit (see the module docstring)."""
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.loggers:
+            return
+        out_dir = _png_dir(trainer)  # all ranks: trainer.log_dir broadcasts
+        if not trainer.is_global_zero:
+            return
+        dm = trainer.datamodule
+        counts = getattr(dm, "label_counts", None)
+        if counts is None:
+            rank_zero_warn("PartitionReport: the data module has no `label_counts`; nothing logged")
+            return
+        stats = {f"partition/{k}": v for k, v in partition_statistics(counts).items()}
+        stats["round"] = float(trainer.current_epoch)
+        png = heatmap_png(counts, partition_title(dm))
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / PNG_NAME).write_bytes(png)
+        for logger in trainer.loggers:
+            metrics = dict(stats)
+            if isinstance(logger, WandbLogger):
+                import wandb
+                from PIL import Image
+
+                metrics["partition/heatmap"] = wandb.Image(Image.open(io.BytesIO(png)), caption=partition_title(dm))
+            logger.log_metrics(metrics, step=trainer.global_step)
+
+
+def _png_dir(trainer: L.Trainer) -> Path | None:
+    for logger in trainer.loggers:
+        if isinstance(logger, (CSVLogger, TensorBoardLogger)):
+            return Path(logger.log_dir)
+    log_dir = trainer.log_dir
+    return Path(log_dir) if log_dir else None

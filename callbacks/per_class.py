@@ -1,0 +1,189 @@
+"""``PerClassAccuracy``: per-class test accuracy and confusion matrix of the global model, every n rounds.
+
+The coordinator evaluates the global model ``pl_module(x)`` on the test split after every round
+(``validation_step``). In a *reporting round* — every ``every_n_rounds``-th round (``round % n == 0``) and the
+last round of the fit (``max_epochs`` or ``max_steps`` reached, or the trainer stopping) — this callback
+collects the predictions of that evaluation into a torchmetrics ``MulticlassAccuracy(average="none")`` and a
+``MulticlassConfusionMatrix`` (both synchronised across processes under DDP by ``compute``) and logs, keyed by
+``round`` (rounds completed, as the coordinator logs it):
+
+* to every ``WandbLogger`` (global rank zero):
+
+  - ``per_class/table``: ``wandb.Table`` with columns ``class, accuracy, support`` (one row per class;
+    support = test samples of that class);
+  - ``per_class/bar_chart``: ``wandb.plot.bar`` of that table (W&B stores its data as
+    ``per_class/bar_chart_table``);
+  - ``per_class/confusion_matrix``: W&B's confusion-matrix chart (``wandb/confusion_matrix/v1``, data
+    ``per_class/confusion_matrix_table`` with columns ``Actual, Predicted, nPredictions``, ``N²`` rows,
+    built from the synchronised matrix);
+
+* when a logger other than W&B is attached: scalars ``per_class/acc_<c>`` through ``pl_module.log`` (they reach
+  every logger, W&B included).
+
+Predictions are captured without a second forward pass: a forward hook on ``pl_module`` records the logits
+the evaluation step computes (``[B, N]`` for the batch's ``B`` rows); when that is not unambiguous (an
+algorithm that evaluates differently) the callback runs ``pl_module(batch["x"])`` itself. A standalone
+``trainer.validate``/``trainer.test`` always reports. Outside reporting rounds, during the sanity check and
+without loggers it does nothing: no hook, no metric update. No state beyond its setting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.trainer.states import TrainerFn
+from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
+
+
+def rounds_completed(trainer: L.Trainer) -> int:
+    """``round`` as the coordinator logs it: during fit the evaluated round is ``current_epoch + 1``."""
+    return trainer.current_epoch + 1 if trainer.state.fn == TrainerFn.FITTING else trainer.current_epoch
+
+
+def is_last_round(trainer: L.Trainer) -> bool:
+    """Whether the evaluation now running (during fit) follows the last round of the fit."""
+    if trainer.should_stop:
+        return True
+    max_epochs, max_steps = trainer.max_epochs, trainer.max_steps
+    if max_epochs is not None and max_epochs >= 0 and trainer.current_epoch + 1 >= max_epochs:
+        return True
+    return max_steps is not None and max_steps >= 0 and trainer.global_step >= max_steps
+
+
+class PerClassAccuracy(L.Callback):
+    """Per-class test accuracy, support and confusion matrix every ``every_n_rounds`` rounds and at the last one.
+
+    Args:
+        every_n_rounds: report in rounds ``n, 2n, 3n, …`` (rounds counted from 1) and in the last round.
+    """
+
+    def __init__(self, every_n_rounds: int = 1) -> None:
+        if int(every_n_rounds) != every_n_rounds or every_n_rounds < 1:
+            raise ValueError(f"every_n_rounds={every_n_rounds} must be a whole number >= 1")
+        self.every_n_rounds = int(every_n_rounds)
+        self.accuracy: MulticlassAccuracy | None = None
+        self.confusion: MulticlassConfusionMatrix | None = None
+        self._active = False
+        self._hook = None
+        self._captured: list[torch.Tensor] = []
+
+    def should_log(self, round_idx: int, last_round: bool = False) -> bool:
+        """Whether round ``round_idx`` (1-based) is a reporting round."""
+        return last_round or round_idx % self.every_n_rounds == 0
+
+    # ------------------------------------------------------------------ collect
+    def _start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._active = False
+        if trainer.sanity_checking or not trainer.loggers:
+            return
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        if fitting and not self.should_log(rounds_completed(trainer), is_last_round(trainer)):
+            return
+        n = int(pl_module.num_classes)
+        if self.accuracy is None or self.accuracy.num_classes != n:
+            self.accuracy = MulticlassAccuracy(n, average="none")
+            self.confusion = MulticlassConfusionMatrix(n)
+        self.accuracy = self.accuracy.to(pl_module.device)
+        self.confusion = self.confusion.to(pl_module.device)
+        self.accuracy.reset()
+        self.confusion.reset()
+        self._captured.clear()
+        self._hook = pl_module.register_forward_hook(self._capture)
+        self._active = True
+
+    def _capture(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if isinstance(output, torch.Tensor):
+            self._captured.append(output.detach())
+
+    def _update(self, pl_module: L.LightningModule, batch: dict[str, torch.Tensor]) -> None:
+        if not self._active:
+            return
+        y = batch["y"]
+        shape = (len(y), self.accuracy.num_classes)
+        logits = [t for t in self._captured if t.shape == shape]
+        self._captured.clear()
+        if len(logits) == 1:
+            preds = logits[0].argmax(dim=1)
+        else:  # the evaluation step did not compute one [B, N] output through pl_module(...): do it here
+            with torch.no_grad():
+                preds = pl_module(batch["x"]).argmax(dim=1)
+            self._captured.clear()
+        self.accuracy.update(preds, y)
+        self.confusion.update(preds, y)
+
+    def _end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        self._captured.clear()
+        if not self._active:
+            return
+        self._active = False
+        accuracy = self.accuracy.compute().float().cpu()  # all ranks: synchronised under DDP
+        confusion = self.confusion.compute().long().cpu()
+        round_idx = rounds_completed(trainer)
+        if any(not isinstance(lg, WandbLogger) for lg in trainer.loggers):
+            values = {f"per_class/acc_{c}": float(a) for c, a in enumerate(accuracy)}
+            pl_module.log_dict(values, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                if isinstance(logger, WandbLogger):
+                    logger.log_metrics(wandb_payload(accuracy, confusion, round_idx), step=trainer.global_step)
+
+    # ------------------------------------------------------------------ Lightning hooks
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        self._start(trainer, pl_module)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._update(pl_module, batch)
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        self._end(trainer, pl_module)
+
+    def on_test_epoch_start(self, trainer, pl_module) -> None:
+        self._start(trainer, pl_module)
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._update(pl_module, batch)
+
+    def on_test_epoch_end(self, trainer, pl_module) -> None:
+        self._end(trainer, pl_module)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        self._active = False
+
+
+def wandb_payload(accuracy: torch.Tensor, confusion: torch.Tensor, round_idx: int) -> dict[str, Any]:
+    """The W&B objects of one report: per-class table, bar chart, confusion-matrix chart, and ``round``."""
+    import wandb
+
+    n = len(accuracy)
+    support = confusion.sum(dim=1)
+    table = wandb.Table(
+        columns=["class", "accuracy", "support"],
+        data=[[c, float(accuracy[c]), int(support[c])] for c in range(n)],
+    )
+    names = [str(c) for c in range(n)]
+    cells = wandb.Table(
+        columns=["Actual", "Predicted", "nPredictions"],
+        data=[[names[i], names[j], int(confusion[i, j])] for i in range(n) for j in range(n)],
+    )
+    return {
+        "per_class/table": table,
+        "per_class/bar_chart": wandb.plot.bar(
+            table, "class", "accuracy", title=f"Per-class test accuracy (round {round_idx})"
+        ),
+        "per_class/confusion_matrix": wandb.plot.plot_table(
+            "wandb/confusion_matrix/v1",
+            cells,
+            {"Actual": "Actual", "Predicted": "Predicted", "nPredictions": "nPredictions"},
+            {"title": f"Confusion matrix (round {round_idx})"},
+        ),
+        "round": float(round_idx),
+    }

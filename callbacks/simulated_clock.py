@@ -1,0 +1,133 @@
+"""``SimulatedClock``: wall-clock time of every round on a simulated wireless cell (SCALA §5.1, GAS).
+
+At the start of a fit the ``K`` clients are placed uniformly in a cell of radius ``R`` around the server and given
+compute speeds ``f_k ~ U[flops_low, flops_high]`` FLOP/s, both drawn from one generator seeded by ``seed`` (distances
+first, then capacities; see :mod:`lightning_sfl.system.channel`) and fixed for the run. The client half's training
+cost ``c`` (FLOPs per sample, forward + backward) is counted once with :mod:`lightning_sfl.system.flops`.
+
+After the FL phase of each round (the round's ledger is then complete), with ``S`` participating clients, local
+iterations ``T``, client ``k``'s rows per iteration ``B_k`` and its bytes in the round's ledger::
+
+    W_k      = bandwidth_hz / S                                    (orthogonal, equal shares)
+    rate_k   = W_k · log2(1 + p·g(r_k) / (N0·W_k))                 bit/s
+    t_k      = T·B_k·c / f_k + 8·up_bytes_k / rate_k  [+ 8·down_bytes_k / rate_k  if include_downlink]
+    t_round  = max_k t_k                                           (synchronous round: the straggler)
+
+``up_bytes_k`` is everything client ``k`` sent this round (activations and labels of all ``T`` iterations and the
+client half, or the whole model for plain FL); ``down_bytes_k`` what it received (activation gradients and the
+broadcast model). Logged once per round (``on_epoch``), to plot accuracy against simulated time next to
+``comm/cumulative_bytes`` of :class:`~lightning_sfl.callbacks.CommunicationBytes`:
+
+* ``clock/round_seconds`` — ``t_round``;
+* ``clock/elapsed_seconds`` — the sum since round 1 (checkpointed with the callback's state).
+
+The model ignores the server's computation, the downlink (unless ``include_downlink``; it is then charged at the
+uplink rate), propagation delay, protocol overhead, fading, and the waiting within a local iteration for the
+server's gradients: compute and transmission of a client simply add up. FLOPs of method-specific extras on the
+client (auxiliary heads, regularisers) are not counted, only the client half's forward and backward pass.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+
+from lightning_sfl.system.channel import bandwidth_per_client, compute_capacities, place_clients, uplink_rates
+from lightning_sfl.system.flops import training_flops_per_sample
+
+
+class SimulatedClock(L.Callback):
+    """Simulated duration of each synchronous round (keys ``clock/*``, one value per round).
+
+    Args:
+        radius_m: cell radius ``R`` (m); the server is at the centre.
+        tx_power_w: client transmit power ``p`` (W).
+        bandwidth_hz: total uplink bandwidth ``W`` (Hz), shared equally by the round's participants.
+        noise_dbm_per_hz: noise power spectral density ``N0`` (dBm/Hz).
+        flops_low: lowest client compute speed (FLOP/s).
+        flops_high: highest client compute speed (FLOP/s); GAS uses ``1e10``.
+        seed: seeds the placement and the compute speeds (fixed for the run).
+        include_downlink: also charge the received bytes, at the uplink rate.
+    """
+
+    def __init__(
+        self,
+        radius_m: float = 1000.0,
+        tx_power_w: float = 0.2,
+        bandwidth_hz: float = 10e6,
+        noise_dbm_per_hz: float = -174.0,
+        flops_low: float = 1e9,
+        flops_high: float = 5e9,
+        seed: int = 0,
+        include_downlink: bool = False,
+    ) -> None:
+        if not radius_m > 0 or not tx_power_w > 0 or not bandwidth_hz > 0:
+            raise ValueError("radius_m, tx_power_w and bandwidth_hz must be > 0")
+        if not 0 < flops_low <= flops_high:
+            raise ValueError(f"need 0 < flops_low <= flops_high, got {flops_low}, {flops_high}")
+        self.radius_m, self.tx_power_w, self.bandwidth_hz = radius_m, tx_power_w, bandwidth_hz
+        self.noise_dbm_per_hz, self.flops_low, self.flops_high = noise_dbm_per_hz, flops_low, flops_high
+        self.seed, self.include_downlink = seed, include_downlink
+        self.distances_m: torch.Tensor | None = None  # [K] m
+        self.capacities: torch.Tensor | None = None  # [K] FLOP/s
+        self.flops_per_sample: float | None = None
+        self.elapsed_seconds = 0.0
+        self.last_client_seconds: torch.Tensor | None = None  # [S] t_k of the last round, for inspection
+
+    def draw_system(self, num_clients: int) -> None:
+        """Place ``num_clients`` clients and draw their compute speeds from a generator seeded by ``seed``."""
+        g = torch.Generator().manual_seed(self.seed)
+        self.distances_m = place_clients(num_clients, self.radius_m, generator=g)
+        self.capacities = compute_capacities(num_clients, self.flops_low, self.flops_high, generator=g)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        # Before any checkpoint is restored (load_state_dict then replaces elapsed time and placement).
+        if stage != "fit":
+            return
+        if trainer.datamodule is None:
+            raise RuntimeError("SimulatedClock needs a FederatedDataModule (trainer.datamodule is None)")
+        self.draw_system(trainer.datamodule.num_clients)
+        self.flops_per_sample = training_flops_per_sample(pl_module.client.net, tuple(pl_module.hparams.input_shape))
+        self.elapsed_seconds = 0.0
+
+    def client_seconds(
+        self, clients: torch.Tensor, sizes: torch.Tensor, up: torch.Tensor, down: torch.Tensor, local_iters: int
+    ) -> torch.Tensor:
+        """``t_k`` (s, ``[S]`` float64) of ``clients`` (``[S]`` ids) with ``sizes`` rows per iteration (``B_k``),
+        ``local_iters`` iterations and the round's ``up``/``down`` bytes (``[S]`` each)."""
+        clients = clients.detach().cpu().long()
+        w = bandwidth_per_client(self.bandwidth_hz, len(clients))
+        rates = uplink_rates(self.distances_m[clients], w, self.tx_power_w, self.noise_dbm_per_hz)
+        compute = local_iters * sizes.detach().cpu().double() * self.flops_per_sample / self.capacities[clients]
+        bits = 8.0 * up.detach().cpu().double()
+        if self.include_downlink:
+            bits = bits + 8.0 * down.detach().cpu().double()
+        return compute + bits / rates
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if batch_idx != pl_module.local_iters - 1:
+            return
+        ledger = pl_module.ledger
+        t = self.client_seconds(
+            batch["clients"], batch["sizes"], ledger.per_client("up"), ledger.per_client("down"), pl_module.local_iters
+        )
+        self.last_client_seconds = t
+        round_seconds = float(t.max())
+        self.elapsed_seconds += round_seconds
+        metrics = {"clock/round_seconds": round_seconds, "clock/elapsed_seconds": self.elapsed_seconds}
+        pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
+
+    def state_dict(self) -> dict:
+        return {
+            "seed": self.seed,
+            "elapsed_seconds": self.elapsed_seconds,
+            "distances_m": None if self.distances_m is None else self.distances_m.clone(),
+            "capacities": None if self.capacities is None else self.capacities.clone(),
+        }
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.elapsed_seconds = float(state_dict["elapsed_seconds"])
+        if state_dict.get("distances_m") is not None:  # the placement of the run being resumed
+            self.seed = int(state_dict["seed"])
+            self.distances_m = torch.as_tensor(state_dict["distances_m"], dtype=torch.float64)
+            self.capacities = torch.as_tensor(state_dict["capacities"], dtype=torch.float64)
