@@ -271,7 +271,7 @@ def test_subsample_is_seeded_and_bounded():
     assert not torch.equal(a, cb.client_rows(idx, 4, 2))  # another round, another subsample
     assert torch.equal(cb.client_rows(idx[:4], 3, 2), idx[:4])  # a small shard is used whole
     assert torch.equal(GradientDissimilarity().client_rows(idx, 3, 2), idx)
-    for bad in (dict(every_n_rounds=0), dict(max_samples_per_client=0), dict(chunk_size=0)):
+    for bad in (dict(every_n_rounds=-1), dict(max_samples_per_client=0), dict(chunk_size=0)):
         with pytest.raises(ValueError):
             GradientDissimilarity(**bad)
 
@@ -284,3 +284,8 @@ def test_iid_partition_is_far_less_dissimilar_than_one_class_per_client():
         trainer = _fit(copy.deepcopy(model), _datamodule(**kw), [GradientDissimilarity(1)], max_epochs=1)
         totals[name] = float(trainer.callback_metrics["dissimilarity/total"])  # round 0: the same initial model
     assert 0 < 10 * totals["iid"] < totals["quantity_1"], totals
+
+
+def test_every_n_rounds_zero_turns_it_off():
+    cb = GradientDissimilarity(every_n_rounds=0)
+    assert not any(cb.should_measure(r) for r in range(20))

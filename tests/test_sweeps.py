@@ -1,11 +1,10 @@
 """W&B sweep files (``sweeps/*.yaml``): valid sweep configs whose runs the CLI accepts, checked offline.
 
-* Schema: the installed wandb ships no offline sweep-config validator (that lives in the optional ``sweeps``
-  package, ``wandb[sweeps]``, which needs ``jsonschema``; neither is installed, and the server validates on
-  ``wandb sweep``). So the files are checked against W&B's own JSON schema, vendored unchanged as
-  ``sweeps/schema/sweep_config.schema.json``, by the small draft-07 validator below (a test fails if the schema
-  uses a keyword it does not implement), plus the checks that package makes in code: ``min < max``, probabilities,
-  no deprecated distributions, grid-compatible parameter types, and a metric for bayes.
+* Config: the installed wandb ships no offline sweep-config validator (the server validates on ``wandb sweep``), so
+  the files go through our own checker, ``tests/sweep_schema.py``, written from W&B's documented sweep-config keys:
+  allowed top-level keys, method, metric (required for bayes), one form per parameter (``value``, a non-empty
+  ``values`` list, or a distribution with its keys, ``min < max``), only ``value``/``values`` in a grid, and a
+  ``command`` list of strings whose macros the agent knows.
 * Commands: each parameter set becomes argv through wandb's own agent code (``Agent._command_run`` with the process
   launch replaced by a recorder), so ``${args}`` expands exactly as under ``wandb agent`` (``--name=value``).
 * Values: every grid combination, and seeded samples of random/bayes sweeps, are parsed by the CLI with
@@ -16,7 +15,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import random
@@ -27,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from sweep_schema import distribution, validate_sweep
 
 from lightning_sfl.cli import SFLCLI, main
 from lightning_sfl.data import FederatedDataModule, load_dataset, partition
@@ -35,7 +34,6 @@ from lightning_sfl.models.zoo import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
-SCHEMA = json.loads((REPO / "sweeps/schema/sweep_config.schema.json").read_text())
 ONLINE_OVERLAY = REPO / "sweeps/overlays/wandb_online.yaml"
 RANDOM_SAMPLES = 4  # parameter sets drawn from each random/bayes sweep
 # Datasets whose files are not here: (classes, input shape, training-set size); their training labels are balanced.
@@ -72,171 +70,27 @@ def _ids(path: Path) -> str:
     return path.name
 
 
-# ------------------------------------------------------------------ W&B's JSON schema (draft-07 subset it uses)
-_TYPES = {
-    "object": lambda x: isinstance(x, dict),
-    "array": lambda x: isinstance(x, list),
-    "string": lambda x: isinstance(x, str),
-    "boolean": lambda x: isinstance(x, bool),
-    "null": lambda x: x is None,
-    "number": lambda x: isinstance(x, int | float) and not isinstance(x, bool),
-    "integer": lambda x: (isinstance(x, int) and not isinstance(x, bool)) or (isinstance(x, float) and x.is_integer()),
-}
-_FORMATS = {"float": lambda x: isinstance(x, float), "integer": lambda x: isinstance(x, int)}  # as in wandb/sweeps
-VALIDATED_KEYWORDS = set(
-    "$ref type enum format minimum exclusiveMinimum pattern required minProperties properties additionalProperties "
-    "propertyNames dependencies minItems items anyOf oneOf".split()
-)
-ANNOTATIONS = set("$schema $id $comment title description default definitions examples".split())
-
-
-def _same(a, b) -> bool:
-    return a is b if isinstance(a, bool) or isinstance(b, bool) else a == b
-
-
-def _schema_errors(x, schema: dict, where: str = "config") -> list[str]:
-    """Draft-07 validation of ``x`` against ``schema`` (a node of :data:`SCHEMA`); one message per violation."""
-    if "$ref" in schema:
-        node = SCHEMA
-        for part in schema["$ref"].removeprefix("#/").split("/"):
-            node = node[part]
-        return _schema_errors(x, node, where)
-    if "type" in schema:
-        types = [schema["type"]] if isinstance(schema["type"], str) else schema["type"]
-        if not any(_TYPES[t](x) for t in types):
-            return [f"{where}: {x!r} is not of type {'/'.join(types)}"]
-    errors = []
-    if "enum" in schema and not any(_same(x, e) for e in schema["enum"]):
-        errors.append(f"{where}: {x!r} is not one of {schema['enum']}")
-    if schema.get("format") in _FORMATS and not _FORMATS[schema["format"]](x):
-        errors.append(f"{where}: {x!r} is not a {schema['format']}")
-    if _TYPES["number"](x):
-        if "minimum" in schema and x < schema["minimum"]:
-            errors.append(f"{where}: {x!r} < minimum {schema['minimum']}")
-        if "exclusiveMinimum" in schema and x <= schema["exclusiveMinimum"]:
-            errors.append(f"{where}: {x!r} <= exclusiveMinimum {schema['exclusiveMinimum']}")
-    if isinstance(x, str) and "pattern" in schema and not re.search(schema["pattern"], x):
-        errors.append(f"{where}: {x!r} does not match {schema['pattern']!r}")
-    if isinstance(x, dict):
-        errors += [f"{where}: missing required key {k!r}" for k in schema.get("required", []) if k not in x]
-        if len(x) < schema.get("minProperties", 0):
-            errors.append(f"{where}: fewer than {schema['minProperties']} keys")
-        properties, extra = schema.get("properties", {}), schema.get("additionalProperties", True)
-        for key, value in x.items():
-            if "propertyNames" in schema:
-                errors += _schema_errors(key, schema["propertyNames"], f"{where}: key")
-            if key in properties:
-                errors += _schema_errors(value, properties[key], f"{where}.{key}")
-            elif extra is False:
-                errors.append(f"{where}: unexpected key {key!r}")
-            elif isinstance(extra, dict):
-                errors += _schema_errors(value, extra, f"{where}.{key}")
-        for key, needs in schema.get("dependencies", {}).items():
-            if key in x:
-                if isinstance(needs, list):
-                    errors += [f"{where}: {key!r} needs {k!r}" for k in needs if k not in x]
-                else:
-                    errors += _schema_errors(x, needs, where)
-    if isinstance(x, list):
-        if len(x) < schema.get("minItems", 0):
-            errors.append(f"{where}: fewer than {schema['minItems']} items")
-        if isinstance(schema.get("items"), dict):
-            for i, item in enumerate(x):
-                errors += _schema_errors(item, schema["items"], f"{where}[{i}]")
-    if "anyOf" in schema:
-        branches = [_schema_errors(x, s, where) for s in schema["anyOf"]]
-        if all(branches):
-            errors.append(f"{where}: matches none of the allowed forms, e.g. {'; '.join(min(branches, key=len))}")
-    if "oneOf" in schema:
-        matching = sum(not _schema_errors(x, s, where) for s in schema["oneOf"])
-        if matching != 1:
-            errors.append(f"{where}: matches {matching} of the oneOf forms instead of exactly one")
-    return errors
-
-
-def _param_type(spec: dict) -> str | None:
-    """The parameter's kind as the ``sweeps`` package decides it: the first form in ``parameter.anyOf`` it fits."""
-    for ref in SCHEMA["definitions"]["parameter"]["anyOf"]:
-        if not _schema_errors(spec, ref):
-            return ref["$ref"].rsplit("/", 1)[-1]
-    return None
-
-
-GRID_TYPES = {"param_categorical", "param_single_value", "param_int_uniform", "param_quniform"}
-DEPRECATED_TYPES = {"param_loguniform", "param_inv_loguniform", "param_qloguniform"}
-
-
-def sweep_violations(config) -> list[str]:
-    """What ``wandb sweep`` (W&B's schema and the ``sweeps`` package's extra checks) would reject or warn about."""
-    if not isinstance(config, dict):
-        return [f"a sweep config is a mapping, got {type(config).__name__}"]
-    errors = _schema_errors(config, SCHEMA)
-    if "parameters" not in config:
-        errors.append("`parameters` is required")
-    if "metric" in config and "metrics" in config:
-        errors.append("`metric` and `metrics` cannot both be set")
-    if config.get("method") == "bayes" and "metric" not in config:
-        errors.append('bayes search requires a "metric" section')
-    for name, spec in (config.get("parameters") or {}).items():
-        if not isinstance(spec, dict):
-            errors.append(f"parameter {name}: not a mapping")
-            continue
-        bounds = [spec.get("min"), spec.get("max")]
-        if all(_TYPES["number"](b) for b in bounds) and not bounds[0] < bounds[1]:
-            errors.append(f"parameter {name}: min {spec['min']} is not less than max {spec['max']}")
-        if "probabilities" in spec:
-            probabilities, values = spec["probabilities"], spec.get("values", [])
-            if len(probabilities) != len(values) or not math.isclose(sum(probabilities), 1.0):
-                errors.append(f"parameter {name}: probabilities must match the values and sum to 1")
-        kind = _param_type(spec)
-        if kind in DEPRECATED_TYPES:
-            errors.append(f"parameter {name}: {spec.get('distribution')} is deprecated, use its _values form")
-        if config.get("method") == "grid" and kind not in GRID_TYPES:
-            errors.append(f"parameter {name}: {kind} cannot be used in a grid search")
-    return errors
-
-
-def _schema_keywords(schema) -> set[str]:
-    """Every keyword used in a schema (property and definition names are not keywords)."""
-    if not isinstance(schema, dict):
-        return set()
-    found = set(schema)
-    for key, value in schema.items():
-        if key in ("properties", "definitions"):
-            for sub in value.values():
-                found |= _schema_keywords(sub)
-        elif key in ("anyOf", "oneOf", "allOf"):
-            for sub in value:
-                found |= _schema_keywords(sub)
-        elif key in ("items", "additionalProperties", "propertyNames", "not"):
-            found |= _schema_keywords(value)
-        elif key == "dependencies":
-            for sub in value.values():
-                found |= _schema_keywords(sub)
-    return found
-
-
 # ------------------------------------------------------------------ parameter sets, agent argv, CLI parsing
 def _values(spec: dict) -> list:
-    """All values a grid takes for one parameter (``sweeps.grid_search``: categorical, constant, int_uniform)."""
-    kind = _param_type(spec)
-    if kind == "param_categorical":
+    """All values a grid takes for one parameter (a grid takes only ``value`` or ``values``)."""
+    kind = distribution(spec)
+    if kind == "categorical":
         return list(spec["values"])
-    if kind == "param_single_value":
+    if kind == "constant":
         return [spec["value"]]
-    if kind == "param_int_uniform":
-        return list(range(spec["min"], spec["max"] + 1))
     raise AssertionError(f"no grid expansion for {kind}: {spec}")
 
 
 def _sample(spec: dict, rng: random.Random):
     """One draw of a random/bayes parameter (bayes starts from the same prior)."""
-    kind = _param_type(spec)
-    if kind in ("param_categorical", "param_single_value", "param_int_uniform"):
+    kind = distribution(spec)
+    if kind in ("categorical", "constant"):
         return rng.choice(_values(spec))
-    if kind == "param_uniform":
+    if kind == "int_uniform":
+        return rng.randint(spec["min"], spec["max"])
+    if kind == "uniform":
         return rng.uniform(spec["min"], spec["max"])
-    if kind == "param_loguniform_v2":
+    if kind == "log_uniform_values":
         return math.exp(rng.uniform(math.log(spec["min"]), math.log(spec["max"])))
     raise AssertionError(f"add a sampler for {kind}: {spec}")
 
@@ -349,46 +203,91 @@ def test_there_is_a_sweep_for_each_study():
     assert set(PAPER_STUDIES) | {"digits_lr.yaml"} <= names
 
 
-def test_validator_implements_every_keyword_of_the_schema():
-    assert SCHEMA["$schema"] == "http://json-schema.org/draft-07/schema#"
-    assert _schema_keywords(SCHEMA) <= VALIDATED_KEYWORDS | ANNOTATIONS
-
-
 GOOD = {"method": "grid", "parameters": {"x": {"values": [1, 2]}}, "command": ["prog", "${args}"]}
 LOG_UNIFORM = {"distribution": "log_uniform_values", "min": 0.001, "max": 1.0}
+RANDOM = {**GOOD, "method": "random"}
 
 
 @pytest.mark.parametrize(
-    "bad",
+    "good",
     [
-        {k: v for k, v in GOOD.items() if k != "method"},
-        {**GOOD, "method": "hyperopt"},
-        {**GOOD, "metric": {"name": "test/acc", "goal": "max"}},
-        {**GOOD, "metric": {"goal": "maximize"}},
-        {**GOOD, "command": "prog ${args}"},
-        {**GOOD, "parameters": {}},
-        {**GOOD, "parameters": {"x y": {"values": [1]}}},
-        {**GOOD, "parameters": {"x": {"values": []}}},
-        {**GOOD, "parameters": {"x": {"values": [1], "value": 1}}},
-        {**GOOD, "parameters": {"x": {"min": 0.5, "max": 2.5}}},  # uniform: not in a grid
-        {**GOOD, "method": "random", "parameters": {"x": {**LOG_UNIFORM, "min": 0}}},
-        {**GOOD, "method": "random", "parameters": {"x": {**LOG_UNIFORM, "min": "1e-3"}}},  # YAML reads 1e-3 as text
-        {**GOOD, "method": "random", "parameters": {"x": {"min": 2.0, "max": 1.0}}},
-        {**GOOD, "method": "random", "parameters": {"x": {**LOG_UNIFORM, "distribution": "log_uniform"}}},  # old form
-        {**GOOD, "method": "bayes"},
-        {**GOOD, "run_cap": 0},
-        {**GOOD, "early_terminate": {"type": "hyperband"}},
-        {**GOOD, "programme": "x.py"},
+        GOOD,
+        {  # the documented example: default command, so `program` is needed
+            "program": "train.py",
+            "name": "sweepdemo",
+            "method": "bayes",
+            "metric": {"goal": "minimize", "name": "validation_loss"},
+            "parameters": {
+                "learning_rate": {"min": 0.0001, "max": 0.1},
+                "batch_size": {"values": [16, 32, 64]},
+                "optimizer": {"values": ["adam", "sgd"]},
+            },
+        },
+        {**RANDOM, "parameters": {"x": LOG_UNIFORM, "n": {"min": 1, "max": 8}, "y": {"distribution": "normal"}}},
+        {**RANDOM, "parameters": {"x": {"values": ["a", "b"], "probabilities": [0.25, 0.75]}}},
+        {**RANDOM, "parameters": {"x": {"distribution": "q_uniform", "min": 0, "max": 1, "q": 0.1}}},
+        {**GOOD, "parameters": {"opt": {"parameters": {"lr": {"value": 0.1}, "momentum": {"values": [0, 0.9]}}}}},
+        {**GOOD, "metric": {"name": "loss", "goal": "minimize", "target": 0.1}, "run_cap": 5},
+        {**GOOD, "metric": {"name": "loss"}, "early_terminate": {"type": "hyperband", "min_iter": 3, "eta": 2}},
+        {**GOOD, "command": ["${env}", "python", "${program}", "${args_no_hyphens}"], "program": "train.py"},
+        {**GOOD, "command": ["${envvar:HOME}/bin/prog", "${args}"], "project": "p", "entity": "e"},
     ],
 )
-def test_validator_rejects_malformed_configs(bad):
-    assert sweep_violations(GOOD) == []
-    assert sweep_violations(bad), bad
+def test_checker_accepts_documented_forms(good):
+    assert validate_sweep(good) == []
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({k: v for k, v in GOOD.items() if k != "method"}, "`method` is required"),
+        ({**GOOD, "method": "hyperopt"}, "`method` must be one of"),
+        ({**GOOD, "metric": {"name": "test/acc", "goal": "max"}}, "`metric.goal` must be minimize or maximize"),
+        ({**GOOD, "metric": {"goal": "maximize"}}, "`metric.name` is required"),
+        ({**GOOD, "command": "prog ${args}"}, "`command` must be a non-empty list of strings"),
+        ({**GOOD, "command": ["prog", 3, "${args}"]}, "`command[1]` must be a string"),
+        ({**GOOD, "command": ["prog", "${arg}"]}, "unknown macro ${arg}"),
+        ({**GOOD, "command": ["prog", "--x=${args}"]}, "only expanded as a whole item"),
+        ({k: v for k, v in GOOD.items() if k != "command"}, "`program` is required"),
+        ({k: v for k, v in GOOD.items() if k != "parameters"}, "`parameters` is required"),
+        ({**GOOD, "parameters": {}}, "`parameters` must be a non-empty mapping"),
+        ({**GOOD, "parameters": {"x y": {"values": [1]}}}, "without whitespace"),
+        ({**GOOD, "parameters": {"x": [1, 2]}}, "must be a mapping"),
+        ({**GOOD, "parameters": {"x": {"values": []}}}, "`values` must be a non-empty list"),
+        ({**GOOD, "parameters": {"x": {"values": [1, 1]}}}, "`values` has duplicates"),
+        ({**GOOD, "parameters": {"x": {"values": [1], "value": 1}}}, "exactly one of"),
+        ({**GOOD, "parameters": {"x": {"max": 2}}}, "needs `value`, `values`, `min` and `max`"),
+        ({**GOOD, "parameters": {"x": {"values": [1], "step": 1}}}, "unexpected key(s) `step`"),
+        ({**GOOD, "parameters": {"x": {"min": 0.5, "max": 2.5}}}, "grid search takes only `value` or `values`"),
+        ({**GOOD, "parameters": {"x": {"min": 1, "max": 4}}}, "grid search takes only"),  # int ranges too
+        ({**GOOD, "parameters": {"x": {"values": [1, 2], "probabilities": [0.5, 0.5]}}}, "random search only"),
+        ({**RANDOM, "parameters": {"x": {**LOG_UNIFORM, "min": 0}}}, "needs `min` > 0"),
+        ({**RANDOM, "parameters": {"x": {**LOG_UNIFORM, "min": "1e-3"}}}, "`min` must be a number"),  # YAML: text
+        ({**RANDOM, "parameters": {"x": {"min": 2.0, "max": 1.0}}}, "must be less than `max`"),
+        ({**RANDOM, "parameters": {"x": {"distribution": "int_uniform", "min": 0, "max": 1.5}}}, "integer `min`"),
+        ({**RANDOM, "parameters": {"x": {**LOG_UNIFORM, "distribution": "log_uniform"}}}, "use 'log_uniform_values'"),
+        ({**RANDOM, "parameters": {"x": {"distribution": "gamma", "min": 1, "max": 2}}}, "unknown distribution"),
+        ({**RANDOM, "parameters": {"x": {"distribution": "uniform", "min": 1}}}, "needs `max`"),
+        ({**RANDOM, "parameters": {"x": {"distribution": "normal", "sigma": 0}}}, "`sigma` must be > 0"),
+        ({**RANDOM, "parameters": {"x": {"values": [1, 2], "probabilities": [0.5, 0.6]}}}, "summing to 1"),
+        ({**GOOD, "method": "bayes"}, "`metric` is required for bayes"),
+        ({**GOOD, "run_cap": 0}, "`run_cap` must be an integer >= 1"),
+        ({**GOOD, "metric": {"name": "loss"}, "early_terminate": {"type": "hyperband"}}, "needs `min_iter` or"),
+        ({**GOOD, "early_terminate": {"type": "hyperband", "min_iter": 3}}, "needs a `metric`"),
+        ({**GOOD, "programme": "x.py"}, "unknown top-level key 'programme'"),
+        ({**GOOD, "name": 3}, "`name` must be a string"),
+        ([GOOD], "a sweep config is a mapping"),
+    ],
+)
+def test_checker_rejects_malformed_configs(bad, message):
+    assert validate_sweep(GOOD) == []
+    errors = validate_sweep(bad)
+    assert any(message in e for e in errors), errors
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=_ids)
 def test_sweep_is_a_valid_wandb_sweep_config(path):
-    assert sweep_violations(_load(path)) == []
+    assert validate_sweep(_load(path)) == []
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=_ids)
