@@ -320,7 +320,7 @@ def test_feddecorr_loss_by_hand():
 def test_feddecorr_regularizer_sums_each_clients_own_term():
     model = FedDecorr(decorr_coef=0.3)
     feats = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 0.0], [7.0, 1.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
-    batch = {"sizes": torch.tensor([3, 1, 3])}  # the single-row client contributes 0
+    batch = {"sizes": torch.tensor([3, 1, 3]), "local_sizes": torch.tensor([3, 1, 3])}  # single-row client: 0
     got = model.regularizer(batch, torch.zeros(7, 10), feats)
     expected = 0.3 * (0.625 + 0.0 + feddecorr_loss(feats[4:]).item())
     assert got.item() == pytest.approx(expected, rel=1e-6)

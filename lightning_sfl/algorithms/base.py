@@ -151,6 +151,7 @@ class SplitFedAlgorithm(L.LightningModule):
             self.server_bank.reset(self.server.net)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._disable_ddp_reducer()
         if batch_idx == 0:
             self.ledger.start(len(self.bank))
             opt = self.optimizers()
@@ -159,6 +160,10 @@ class SplitFedAlgorithm(L.LightningModule):
             self.start_round(batch)
         self.local_step = batch_idx
         server_loss, client_loss = self.local_iteration(batch)
+        if self.world_size > 1:  # each process holds its shard's part of the (globally normalised) losses
+            server_loss, client_loss = (
+                self.trainer.strategy.reduce(v.detach().clone(), reduce_op="sum") for v in (server_loss, client_loss)
+            )
         for name, loss in (("server loss", server_loss), ("client loss", client_loss)):
             if not torch.isfinite(loss):
                 self.check_finite(name, loss.detach().expand(len(batch["y"])), batch)
@@ -179,8 +184,11 @@ class SplitFedAlgorithm(L.LightningModule):
         """NaN/Inf guard for per-row values ``[B, ...]``: stop the run naming the round, the local iteration and
         the clients whose rows are affected. The last checkpoint (previous round) stays on disk untouched."""
         bad = ~torch.isfinite(values.detach().reshape(len(values), -1)).all(dim=1)
-        if bad.any():
-            clients = batch["clients"][torch.unique(batch["slot"][bad])].tolist()
+        flag = bad.any().to(torch.int32)
+        if self.world_size > 1:  # every process stops together (no process left waiting in a collective)
+            flag = self.trainer.strategy.reduce(flag, reduce_op="sum")
+        if flag:
+            clients = batch["clients"][torch.unique(batch["slot"][bad])].tolist() or "on another process"
             raise NonFiniteError(
                 f"non-finite {what} in round {self.current_epoch + 1}, local iteration {self.local_step + 1}, "
                 f"client(s) {clients}; stopped, the last checkpoint is from round {self.current_epoch}"
@@ -204,6 +212,30 @@ class SplitFedAlgorithm(L.LightningModule):
         """Logits ``[B, N]`` of the server half (or of each client's server copy) on activations ``a``."""
         return self.server(a) if self.server_bank is None else self.server_bank(a, sizes)
 
+    # ------------------------------------------------------------------ several processes
+    @property
+    def world_size(self) -> int:
+        return self.trainer.world_size if self._trainer is not None else 1
+
+    def _disable_ddp_reducer(self) -> None:
+        """Under DDP the gradients are all-reduced by :meth:`step`, not by DDP's hooks (a local iteration makes
+        several backward passes over disjoint parameter sets, which DDP's reducer does not support). Lightning
+        turns the reducer back on after every manual-optimisation forward, so this runs in every step."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        if self._trainer is not None and isinstance(self.trainer.strategy.model, DistributedDataParallel):
+            self.trainer.strategy.model.require_backward_grad_sync = False
+
+    def step(self, opt, count_step: bool = True) -> None:
+        """Sum the gradients over processes (each holds a shard of every client's rows; losses are normalised
+        by global counts, so the sum is the one-process gradient), then step. ``count_step=False`` steps the
+        raw optimiser, which Lightning does not count as a ``global_step``."""
+        if self.world_size > 1:
+            for p in self.parameters():
+                if p.grad is not None:
+                    torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
+        (opt.step() if count_step else opt.optimizer.step())
+
     def server_prior(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
         """Label distribution added (as ``log``) to the logits of the server loss; ``None``: plain CE."""
         return None
@@ -217,9 +249,19 @@ class SplitFedAlgorithm(L.LightningModule):
         batch, or with server copies the sum over copies of each copy's mean over its client's rows."""
         prior = self.server_prior(batch)
         if self.server_bank is None:
-            return logit_adjusted_cross_entropy(logits, batch["y"], prior)
+            return self.concat_mean_loss(logits, batch, prior)
         rows = logit_adjusted_cross_entropy(logits, batch["y"], prior, "none")
         return per_client_mean(rows, batch["slot"], batch["sizes"])
+
+    def concat_mean_loss(
+        self, logits: torch.Tensor, batch: dict[str, torch.Tensor], prior: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(Logit-adjusted) cross-entropy averaged over the whole concatenated batch of ``B`` rows; on a DDP
+        shard, the shard's sum divided by the global ``B`` (the gradient all-reduce adds the shards)."""
+        total = int(batch["sizes"].sum())
+        if len(batch["y"]) == total:
+            return logit_adjusted_cross_entropy(logits, batch["y"], prior)
+        return logit_adjusted_cross_entropy(logits, batch["y"], prior, "sum") / total
 
     def client_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Loss whose gradient w.r.t. the activations is sent to the clients (eq. 8): each client's mean
@@ -232,12 +274,12 @@ class SplitFedAlgorithm(L.LightningModule):
         the same (pre-update) forward → every client backpropagates its ``G_k`` and steps."""
         opt = self.optimizers()
         opt.zero_grad()
-        acts = self.bank(batch["x"], batch["sizes"])  # A = concat_k A_k, [B, *act]
+        acts = self.bank(batch["x"], batch["local_sizes"])  # A = concat_k A_k, [B, *act]
         self.check_finite("activations", acts, batch)
         self.ledger.add_rows("up", "activations", acts, batch["sizes"])
         self.ledger.add_rows("up", "labels", batch["y"], batch["sizes"])
         a = acts.detach().requires_grad_(True)
-        logits = self.server_forward(a, batch["sizes"])  # [B, N]
+        logits = self.server_forward(a, batch["local_sizes"])  # [B, N]
         self.check_finite("logits", logits, batch)
         server_loss = self.server_loss(logits, batch)
         client_loss = self.client_loss(logits, batch)
@@ -245,7 +287,7 @@ class SplitFedAlgorithm(L.LightningModule):
         self.ledger.add_rows("down", "gradients", grad_a, batch["sizes"])
         self.manual_backward(server_loss)
         self.manual_backward(acts, grad_a)
-        opt.step()
+        self.step(opt)
         return server_loss, client_loss
 
     # ------------------------------------------------------------------ evaluation

@@ -147,14 +147,15 @@ class FedAvg(SplitFedAlgorithm):
         opt = self.optimizers()
         opt.zero_grad()
         if self.uses_features:
-            features, logits = self.bank.forward_features(batch["x"], batch["sizes"])
+            features, logits = self.bank.forward_features(batch["x"], batch["local_sizes"])
         else:
-            features, logits = None, self.bank(batch["x"], batch["sizes"])
+            features, logits = None, self.bank(batch["x"], batch["local_sizes"])
         self.check_finite("logits", logits, batch)
         loss = per_client_mean(self.row_loss(logits, batch), batch["slot"], batch["sizes"])
-        loss = loss + self.regularizer(batch, logits, features)
+        # every process computes the whole regulariser; the gradient all-reduce sums processes
+        loss = loss + self.regularizer(batch, logits, features) / self.world_size
         self.manual_backward(loss)
-        opt.step()
+        self.step(opt)
         return loss, loss
 
 
@@ -329,7 +330,8 @@ class FedDecorr(FedAvg):
     Client ``k`` minimises ``F_k(w) + β·L_FedDecorr(z_k)`` with ``L_FedDecorr = (1/d²)‖K‖_F²``, ``K`` the correlation
     matrix of its minibatch features ``z_k`` ``[B_k, d]`` (input of the classifier, the last layer), each
     dimension standardised over the client's own rows (:func:`feddecorr_loss`). The step's loss adds
-    ``β Σ_k L_FedDecorr(z_k)`` (each client's own term; a client with a single row contributes 0).
+    ``β Σ_k L_FedDecorr(z_k)`` (each client's own term; a client with a single row contributes 0). Under DDP each
+    process decorrelates its own share of a client's rows, so multi-process runs approximate the term.
 
     Args:
         decorr_coef: ``β >= 0``. Default 0.1: Shi et al.'s value for CIFAR-10/100.
@@ -348,7 +350,7 @@ class FedDecorr(FedAvg):
         self, batch: dict[str, torch.Tensor], logits: torch.Tensor, features: torch.Tensor | None
     ) -> torch.Tensor:
         """``β Σ_k L_FedDecorr(z_k)`` over the clients' own rows."""
-        terms = [feddecorr_loss(z.flatten(1)) for z in features.split(batch["sizes"].tolist())]
+        terms = [feddecorr_loss(z.flatten(1)) for z in features.split(batch["local_sizes"].tolist())]
         return self.decorr_coef * torch.stack(terms).sum()
 
 

@@ -14,7 +14,12 @@ import torch.nn.functional as F
 
 def label_distribution(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     """Empirical label distribution of ``labels`` ``[B]`` as ``[num_classes]`` float (sums to one)."""
-    counts = torch.bincount(labels, minlength=num_classes).to(torch.get_default_dtype())
+    return distribution_from_counts(torch.bincount(labels, minlength=num_classes))
+
+
+def distribution_from_counts(counts: torch.Tensor) -> torch.Tensor:
+    """Label counts ``[N]`` → distribution ``[N]`` (default float dtype, sums to one)."""
+    counts = counts.to(torch.get_default_dtype())
     return counts / counts.sum()
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
-from lightning_sfl.algorithms.losses import label_distribution
+from lightning_sfl.algorithms.losses import distribution_from_counts, label_distribution
 
 
 class SCALA(SplitFedAlgorithm):
@@ -65,7 +65,9 @@ class SCALA(SplitFedAlgorithm):
             return None
         if not self.concat_activations:  # each copy sees its own client's data: P_k
             return self.local_priors(batch)
-        return label_distribution(batch["y"], self.num_classes)  # P_s, eq. (14)
+        if "label_counts" in batch:  # the whole concatenated batch, also when this process holds a shard
+            return distribution_from_counts(batch["label_counts"])  # P_s, eq. (14)
+        return label_distribution(batch["y"], self.num_classes)
 
     def client_prior(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
         return self.local_priors(batch) if self.client_logit_adjustment else None  # P_k, eq. (15)

@@ -27,7 +27,7 @@ from lightning_sfl.algorithms.aggregate import weighted_average
 from lightning_sfl.algorithms.base import ClientModule, SplitFedAlgorithm
 from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
-from lightning_sfl.system.comm import module_bytes, tensor_bytes
+from lightning_sfl.system.comm import module_bytes, row_bytes
 
 
 class MiniBatchSFL(SplitFedAlgorithm):
@@ -54,21 +54,23 @@ class SplitFedV2(SplitFedAlgorithm):
 
     def local_iteration(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         opt = self.optimizers()
-        y_parts = batch["y"].split(batch["sizes"].tolist())
+        y_parts = batch["y"].split(batch["local_sizes"].tolist())
         losses = []
-        for k, (x_k, y_k) in enumerate(zip(batch["x"].split(batch["sizes"].tolist()), y_parts)):
+        for k, (x_k, y_k) in enumerate(zip(batch["x"].split(batch["local_sizes"].tolist()), y_parts)):
             opt.zero_grad()
             acts = self.bank.slots[k](x_k)
-            self.ledger.add_slot("up", "activations", k, tensor_bytes(acts))
-            self.ledger.add_slot("up", "labels", k, tensor_bytes(y_k))
+            b_k = int(batch["sizes"][k])  # global B_k: a DDP shard holds part of the rows
+            self.ledger.add_slot("up", "activations", k, row_bytes(acts) * b_k)
+            self.ledger.add_slot("up", "labels", k, row_bytes(y_k) * b_k)
             a = acts.detach().requires_grad_(True)
-            loss = logit_adjusted_cross_entropy(self.server(a), y_k, None)
+            loss = logit_adjusted_cross_entropy(self.server(a), y_k, None, "sum" if len(y_k) < b_k else "mean")
+            loss = loss / b_k if len(y_k) < b_k else loss
             self.manual_backward(loss)  # grads of w_s and of the activations, from the same forward
-            self.ledger.add_slot("down", "gradients", k, tensor_bytes(a.grad))
+            self.ledger.add_slot("down", "gradients", k, row_bytes(a.grad) * b_k)
             self.manual_backward(acts, a.grad)
             # Lightning counts global_step per LightningOptimizer.step(); step the raw optimiser for all but the
             # last client so that one local iteration stays one global step.
-            (opt.step() if k == len(y_parts) - 1 else opt.optimizer.step())
+            self.step(opt, count_step=k == len(y_parts) - 1)
             losses.append(loss.detach())
         mean = torch.stack(losses).mean()
         return mean, mean
@@ -136,14 +138,14 @@ class SFLLocalLoss(SplitFedAlgorithm):
     def local_iteration(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         opt = self.optimizers()
         opt.zero_grad()
-        acts = self.bank(batch["x"], batch["sizes"])
-        local = logit_adjusted_cross_entropy(self.aux_bank(acts, batch["sizes"]), batch["y"], None, "none")
+        acts = self.bank(batch["x"], batch["local_sizes"])
+        local = logit_adjusted_cross_entropy(self.aux_bank(acts, batch["local_sizes"]), batch["y"], None, "none")
         client_loss = per_client_mean(local, batch["slot"], batch["sizes"])
         self.ledger.add_rows("up", "activations", acts, batch["sizes"])
         self.ledger.add_rows("up", "labels", batch["y"], batch["sizes"])
-        server_loss = logit_adjusted_cross_entropy(self.server(acts.detach()), batch["y"], None)
+        server_loss = self.concat_mean_loss(self.server(acts.detach()), batch)
         self.manual_backward(client_loss + server_loss)  # disjoint graphs: no gradient crosses the cut
-        opt.step()
+        self.step(opt)
         return server_loss, client_loss
 
     def aggregate(self, batch: dict[str, torch.Tensor]) -> None:

@@ -5,7 +5,12 @@ algorithm), each holding the minibatches of every client selected for the round,
 client::
 
     {"x": [B, C, H, W], "y": [B], "slot": [B] (0..S-1, the row's client slot),
-     "clients": [S] (global client ids), "sizes": [S] (B_k, eq. 3), "round": []}
+     "clients": [S] (global client ids), "sizes": [S] (B_k, eq. 3), "local_sizes": [S] (rows here),
+     "label_counts": [N] (labels of the whole concatenated batch), "round": []}
+
+Under DDP (``--trainer.strategy ddp --trainer.devices N``) every process draws the same round and keeps every
+N-th row of each client's minibatch (:func:`shard_batch`); ``sizes`` and ``label_counts`` stay global so that
+losses and label distributions are those of the one-process run.
 
 All data stays in one tensor per split; a client's shard is an index tensor. Clients and minibatches are
 drawn from generators seeded by ``(seed, round)``, so a resumed run sees exactly the batches of an
@@ -34,6 +39,19 @@ from lightning_sfl.errors import ConfigError
 warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")
 
 
+def shard_batch(batch: dict[str, torch.Tensor], rank: int, world: int) -> dict[str, torch.Tensor]:
+    """The rows of ``batch`` that process ``rank`` of ``world`` trains on: every ``world``-th row of every client's
+    block, starting at ``rank``. ``sizes`` (B_k) and ``label_counts`` stay global (losses are normalised by
+    them); ``local_sizes`` counts this process's rows per client."""
+    pos = torch.cat([torch.arange(int(b)) for b in batch["sizes"]])  # row position within its client's block
+    keep = pos % world == rank
+    out = dict(batch)
+    for key in ("x", "y", "slot"):
+        out[key] = batch[key][keep]
+    out["local_sizes"] = torch.bincount(out["slot"], minlength=len(batch["sizes"]))
+    return out
+
+
 class _RoundStream(IterableDataset):
     """Yields the ``T`` batches of the trainer's current round."""
 
@@ -43,7 +61,9 @@ class _RoundStream(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         trainer = self.dm.trainer
         round_idx = trainer.current_epoch if trainer is not None else 0
-        yield from self.dm.round_batches(round_idx)
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        for batch in self.dm.round_batches(round_idx):
+            yield batch if world == 1 else shard_batch(batch, rank, world)
 
     def __len__(self) -> int:
         return self.dm.local_iters
@@ -183,13 +203,16 @@ class FederatedDataModule(L.LightningDataModule):
         batches = []
         for t in range(self.local_iters):
             idx = torch.cat([r[t] for r in rows])
+            y = self.splits.train_y[idx]
             batches.append(
                 {
                     "x": self.splits.train_x[idx],
-                    "y": self.splits.train_y[idx],
+                    "y": y,
                     "slot": slot,
                     "clients": clients,
                     "sizes": sizes,
+                    "local_sizes": sizes,
+                    "label_counts": torch.bincount(y, minlength=self.num_classes),
                     "round": torch.tensor(round_idx),
                 }
             )

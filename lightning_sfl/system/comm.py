@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -24,6 +26,11 @@ KINDS: tuple[str, ...] = ("activations", "labels", "gradients", "client_half", "
 def tensor_bytes(t: torch.Tensor) -> int:
     """Bytes of one tensor as sent: ``numel × element_size``."""
     return t.numel() * t.element_size()
+
+
+def row_bytes(t: torch.Tensor) -> int:
+    """Bytes of one row of ``t`` (``[B, ...]``), from its shape and dtype (also when ``B = 0``)."""
+    return math.prod(t.shape[1:]) * t.element_size()
 
 
 def module_bytes(module: nn.Module) -> int:
@@ -59,8 +66,7 @@ class CommLedger:
 
     def add_rows(self, direction: str, kind: str, rows: torch.Tensor, sizes: torch.Tensor) -> None:
         """Record a row-concatenated tensor (``[B, ...]``, ``sizes[k]`` rows of slot ``k``) per slot."""
-        per_row = tensor_bytes(rows) // max(len(rows), 1)
-        self.add(direction, kind, sizes.detach().cpu().long() * per_row)
+        self.add(direction, kind, sizes.detach().cpu().long() * row_bytes(rows))
 
     def per_client(self, direction: str) -> torch.Tensor:
         """Bytes each slot sent (``up``) or received (``down``) this round, ``[S]``."""

@@ -1,0 +1,69 @@
+"""Several processes: ``--trainer.strategy ddp --trainer.devices 2`` (gloo on CPU, real processes) gives the
+weights and metrics of the one-process run with the same seed."""
+
+from __future__ import annotations
+
+import csv
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(method: str, devices: int, folder: Path, rounds: int = 3) -> tuple[dict, dict[int, float]]:
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WANDB_MODE": "disabled"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "lightning_sfl.cli",
+        "fit",
+        "--config",
+        str(REPO / "configs" / "digits" / f"{method}.yaml"),
+        f"--trainer.max_epochs={rounds}",
+        "--trainer.accelerator=cpu",
+        "--trainer.strategy=ddp",
+        f"--trainer.devices={devices}",
+        "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+        f"--trainer.logger.save_dir={folder}",
+        "--trainer.logger.name=csv",
+        f"--checkpoint.dirpath={folder / 'ckpt'}",
+        "--trainer.enable_progress_bar=false",
+        "--model.momentum=0.5",
+        "--dissimilarity.every_n_rounds=1",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=folder.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    state = torch.load(folder / "ckpt" / "last.ckpt", weights_only=True)["state_dict"]
+    metrics: dict[int, dict[str, float]] = {}
+    with open(next(folder.glob("csv/version_*/metrics.csv"))) as f:
+        for row in csv.DictReader(f):
+            if row.get("epoch"):
+                metrics.setdefault(int(row["epoch"]), {}).update({k: float(v) for k, v in row.items() if v})
+    return state, metrics
+
+
+@pytest.mark.parametrize("method", ["scala", "fedavg", "splitfedv2", "sfl_local_loss"])
+def test_two_processes_equal_one(method, tmp_path):
+    one_state, one = _run(method, 1, tmp_path / "one")
+    two_state, two = _run(method, 2, tmp_path / "two")
+    assert one_state.keys() == two_state.keys()
+    for k, v in one_state.items():
+        if v.is_floating_point():
+            torch.testing.assert_close(two_state[k], v, rtol=1e-4, atol=1e-5, msg=lambda m, k=k: f"{k}: {m}")
+    assert sorted(one) == sorted(two) == [0, 1, 2]
+    for epoch in one:  # same evaluated accuracy, traffic and (rank-synced) per-class metrics
+        for key in ("test/acc", "comm/cumulative_bytes", "train/server_loss", "test/acc_class_3"):
+            assert two[epoch][key] == pytest.approx(one[epoch][key], rel=1e-4, abs=1e-5), (epoch, key)
+        assert two[epoch]["dissimilarity/total"] == pytest.approx(one[epoch]["dissimilarity/total"], rel=1e-3)
