@@ -195,3 +195,11 @@ def test_fedcbs_is_fedavg_plus_fedcbs_selection():
     dm = _dm()
     train("fedcbs", dm=dm)
     assert isinstance(dm.selection, FedCBSSelection)
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_stacked_client_bank_equals_sequential(name):
+    """Every method gives the same global model with the batched (vmap) bank as with the reference loop."""
+    a, _ = train(name, client_bank="sequential", momentum=0.5)
+    b, _ = train(name, client_bank="stacked", momentum=0.5)
+    _assert_same(a, b, atol=1e-5)

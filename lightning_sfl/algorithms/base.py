@@ -27,10 +27,13 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
+from lightning_sfl.algorithms.stacked_bank import BANK_KINDS, StackedBank, make_bank
 from lightning_sfl.data.selection import build_selection
 from lightning_sfl.errors import ConfigError, NonFiniteError
 from lightning_sfl.models import build_model, split_model
 from lightning_sfl.system.comm import CommLedger, module_bytes
+
+BANKS = (SequentialBank, StackedBank)
 
 
 class ClientModule(L.LightningModule):
@@ -68,6 +71,9 @@ class SplitFedAlgorithm(L.LightningModule):
         num_classes: ``N`` (linked from the data module by the CLI).
         input_shape: ``(C, H, W)`` of one sample (linked from the data module by the CLI).
         client_selection: policy choosing the clients of a round (``lightning_sfl.data.selection``).
+        client_bank: how the round's client copies run: ``sequential`` (one module per client, one after
+            another), ``stacked`` (parameters stacked on a client dimension, one ``vmap`` call) or ``auto``
+            (stacked on CUDA, sequential on CPU — what the benchmark shows faster on each).
     """
 
     #: False for plain FL methods: the "client half" is the whole model and there is no server half.
@@ -87,6 +93,7 @@ class SplitFedAlgorithm(L.LightningModule):
         num_classes: int = 10,
         input_shape: tuple[int, int, int] = (1, 8, 8),
         client_selection: str = "uniform",
+        client_bank: str = "auto",
     ) -> None:
         super().__init__()
         if local_iters < 1:
@@ -98,6 +105,9 @@ class SplitFedAlgorithm(L.LightningModule):
         self.local_iters, self.lr, self.momentum, self.weight_decay = local_iters, lr, momentum, weight_decay
         self.num_classes = num_classes
         self.selection = build_selection(client_selection)
+        if client_bank not in BANK_KINDS:
+            raise ConfigError(f"client_bank={client_bank!r} is not one of: {', '.join(BANK_KINDS)}")
+        self.client_bank = client_bank
         net = build_model(arch, num_classes, tuple(input_shape))
         client_net, server_net = split_model(net, split_point) if self.split else (net[:], nn.Sequential())
         self.client = ClientModule(client_net)
@@ -120,13 +130,17 @@ class SplitFedAlgorithm(L.LightningModule):
             raise ConfigError(f"num_classes={self.num_classes} does not match the dataset's {dm.num_classes} classes")
         self.register_buffer("client_sizes", dm.client_sizes.clone(), persistent=False)
         self.register_buffer("label_dist", dm.label_distribution.to(torch.float32), persistent=False)
-        self.bank = SequentialBank(self.client.net, dm.clients_per_round)
+        self.bank = self.make_bank(self.client.net, dm.clients_per_round)
         if self.server_copies:
-            self.server_bank = SequentialBank(self.server.net, dm.clients_per_round)
+            self.server_bank = self.make_bank(self.server.net, dm.clients_per_round)
+
+    def make_bank(self, template: nn.Module, num_slots: int) -> SequentialBank | StackedBank:
+        """A bank of ``num_slots`` copies of ``template`` of the configured kind (``client_bank``)."""
+        return make_bank(template, num_slots, self.client_bank, device=self.trainer.strategy.root_device)
 
     def banks(self) -> list[SequentialBank]:
         """Every per-client copy set of this method (rebuilt each round, not checkpointed)."""
-        return [m for m in self.children() if isinstance(m, SequentialBank)]
+        return [m for m in self.children() if isinstance(m, BANKS)]
 
     def slot_parameters(self) -> list[nn.Parameter]:
         """Parameters that are reset every round (client slots and per-client server copies)."""
@@ -323,7 +337,7 @@ class SplitFedAlgorithm(L.LightningModule):
 
     # ------------------------------------------------------------------ checkpoints
     def _bank_prefixes(self) -> tuple[str, ...]:
-        return tuple(f"{name}." for name, m in self.named_children() if isinstance(m, SequentialBank))
+        return tuple(f"{name}." for name, m in self.named_children() if isinstance(m, BANKS))
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Client slots are rebuilt from the global halves at every round start: not saved."""
@@ -333,5 +347,5 @@ class SplitFedAlgorithm(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         for name, m in self.named_children():
-            if isinstance(m, SequentialBank):
+            if isinstance(m, BANKS):
                 checkpoint["state_dict"].update({f"{name}.{k}": v for k, v in m.state_dict().items()})

@@ -27,6 +27,7 @@ from lightning_sfl.algorithms.aggregate import weighted_average
 from lightning_sfl.algorithms.base import ClientModule, SplitFedAlgorithm
 from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
+from lightning_sfl.algorithms.stacked_bank import StackedBank
 from lightning_sfl.system.comm import module_bytes, row_bytes
 
 
@@ -50,7 +51,13 @@ class SplitFedV1(SplitFedAlgorithm):
 
 class SplitFedV2(SplitFedAlgorithm):
     """SplitFedV2: one server half, updated client after client within every local iteration (clients in
-    slot order, i.e. by id); each client gets its gradient from the server weights it met (pre-update)."""
+    slot order, i.e. by id); each client gets its gradient from the server weights it met (pre-update).
+
+    Its client copies always run sequentially: stepping after each client gives the other (stacked) slots
+    zero gradients, which momentum and weight decay would still move."""
+
+    def make_bank(self, template: nn.Module, num_slots: int) -> SequentialBank:
+        return SequentialBank(template, num_slots)
 
     def local_iteration(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         opt = self.optimizers()
@@ -123,12 +130,12 @@ class SFLLocalLoss(SplitFedAlgorithm):
         with torch.no_grad():
             act = self.client.net(torch.zeros(1, *self.hparams.input_shape))
         self.aux = ClientModule(nn.Sequential(nn.Flatten(), nn.Linear(math.prod(act.shape[1:]), self.num_classes)))
-        self.aux_bank: SequentialBank | None = None
+        self.aux_bank: SequentialBank | StackedBank | None = None
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
         if stage == "fit":
-            self.aux_bank = SequentialBank(self.aux.net, len(self.bank))
+            self.aux_bank = self.make_bank(self.aux.net, len(self.bank))
 
     def start_round(self, batch: dict[str, torch.Tensor]) -> None:
         super().start_round(batch)
