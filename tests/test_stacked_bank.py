@@ -6,17 +6,12 @@ from __future__ import annotations
 
 import copy
 
-import lightning as L
 import pytest
 import torch
 from torch import nn
 
-import lightning_sfl.algorithms.base as base
-import lightning_sfl.algorithms.splitfed as splitfed
-from lightning_sfl.algorithms import ALGORITHMS
 from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank
-from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.models import build_model, split_model
 
@@ -239,39 +234,4 @@ def test_cuda_matches_cpu():
     torch.testing.assert_close(stk_cuda(x.cuda(), sizes.cuda()).cpu(), seq(x, sizes), rtol=1e-4, atol=1e-4)
 
 
-# ------------------------------------------------------------------------------------------- whole training runs
-def _train(name: str, stacked: bool, monkeypatch, **kwargs) -> torch.Tensor:
-    if stacked:  # what base.setup (and SFLLocalLoss.setup) build, and what banks() recognises
-        monkeypatch.setattr(base, "SequentialBank", StackedBank)
-        monkeypatch.setattr(splitfed, "SequentialBank", StackedBank)
-    torch.manual_seed(0)
-    model = ALGORITHMS[name](local_iters=2, lr=0.05, **kwargs)
-    dm = FederatedDataModule(
-        dataset="digits", num_clients=8, partition="quantity", alpha=2, participation=0.5, batch_size=24, seed=1
-    )
-    trainer = L.Trainer(
-        max_epochs=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-    )
-    trainer.fit(model, dm)
-    monkeypatch.undo()
-    assert isinstance(model.bank, StackedBank) == stacked
-    return torch.cat([p.detach().flatten() for p in [*model.client.parameters(), *model.server.parameters()]])
-
-
-SGD = {"momentum": 0.9, "weight_decay": 1e-3}
-RUNS = [("splitfedv1", SGD), ("splitfedv3", SGD), ("fedprox", SGD), ("sfl_local_loss", SGD), ("splitfedv2", {})]
-
-
-@pytest.mark.parametrize(("name", "kwargs"), RUNS, ids=[n for n, _ in RUNS])
-def test_training_runs_equal_with_the_stacked_bank(name, kwargs, monkeypatch):
-    """splitfedv1: client and server banks stacked; splitfedv3: vector_to_parameters on slots; fedprox: a penalty
-    differentiated through slot.parameters(); sfl_local_loss: an auxiliary bank fed by the bank's activations;
-    splitfedv2: slots called one by one (plain SGD only: with momentum or weight decay its optimiser steps move the
-    slots that got no gradient, see the stacked_bank docstring). Unequal B_k (quantity skew)."""
-    stacked = _train(name, True, monkeypatch, **kwargs)
-    torch.testing.assert_close(stacked, _train(name, False, monkeypatch, **kwargs), **TOL)
+# Whole training runs with the stacked bank: tests/test_algorithms.py::test_stacked_client_bank_equals_sequential
