@@ -57,7 +57,7 @@ def test_round_batches_are_deterministic_per_seed_and_round(dm):
 
 def test_train_loader_follows_the_trainers_round(dm):
     class _T:
-        current_epoch = 4
+        current_epoch, global_rank, world_size = 4, 0, 1
 
     dm.trainer = _T()
     try:
@@ -83,3 +83,17 @@ def test_train_loader_follows_the_trainers_round(dm):
 def test_bad_arguments_fail_at_construction(kwargs, match):
     with pytest.raises(ValueError, match=match):
         FederatedDataModule(**{"num_clients": 20, "participation": 0.25, **kwargs})
+
+
+def test_shards_split_every_clients_rows_across_processes(dm):
+    from lightning_sfl.data.datamodule import shard_batch
+
+    full = dm.round_batches(2)[0]
+    parts = [shard_batch(full, r, 3) for r in range(3)]
+    assert sum(len(p["y"]) for p in parts) == len(full["y"])
+    assert torch.equal(sum(p["local_sizes"] for p in parts), full["sizes"])
+    for p in parts:  # global counts stay, so losses and P_s are those of the whole batch
+        assert torch.equal(p["sizes"], full["sizes"]) and torch.equal(p["label_counts"], full["label_counts"])
+        assert (p["local_sizes"] - full["sizes"] / 3).abs().max() < 1
+    rows = torch.cat([p["x"].flatten(1) for p in parts])
+    assert sorted(map(tuple, rows.tolist())) == sorted(map(tuple, full["x"].flatten(1).tolist()))
