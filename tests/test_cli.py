@@ -165,3 +165,24 @@ def test_every_algorithm_runs_from_its_config_with_loggers(name, run_dir):
     rows = _rows(_fit(run_dir, rounds=1, config=REPO / "configs" / "digits" / f"{name}.yaml"))
     assert [float(r["round"]) for r in rows if r.get("test/acc")] == [1.0]
     assert any(float(r.get("comm/total_bytes") or 0) > 0 for r in rows)
+
+
+@pytest.mark.parametrize(
+    "name,policy", [("cs_sfl", "ClassBalancedSelection"), ("fedcbs", "FedCBSSelection"), ("scala", "UniformSelection")]
+)
+def test_methods_keep_their_client_selection_through_the_cli(name, policy):
+    """A subclass's own selection default must survive LightningCLI's signature resolution."""
+    cli = SFLCLI(
+        args=["--config", str(REPO / "configs" / "digits" / f"{name}.yaml"), "--trainer.logger=false"], run=False
+    )
+    assert type(cli.model.selection).__name__ == policy
+    override = SFLCLI(
+        args=[
+            "--config",
+            str(REPO / "configs" / "digits" / f"{name}.yaml"),
+            "--trainer.logger=false",
+            "--model.client_selection=uniform",
+        ],
+        run=False,
+    )
+    assert type(override.model.selection).__name__ == "UniformSelection"

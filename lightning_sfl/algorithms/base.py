@@ -70,7 +70,9 @@ class SplitFedAlgorithm(L.LightningModule):
         weight_decay: SGD weight decay.
         num_classes: ``N`` (linked from the data module by the CLI).
         input_shape: ``(C, H, W)`` of one sample (linked from the data module by the CLI).
-        client_selection: policy choosing the clients of a round (``lightning_sfl.data.selection``).
+        client_selection: policy choosing the clients of a round (``lightning_sfl.data.selection``);
+            ``None``: the method's own (``default_selection``: uniform, Fed-CBS for FedCBS, class-balanced for
+            CS-SFL).
         client_bank: how the round's client copies run: ``sequential`` (one module per client, one after
             another), ``stacked`` (parameters stacked on a client dimension, one ``vmap`` call) or ``auto``
             (stacked on CUDA, sequential on CPU — what the benchmark shows faster on each).
@@ -78,6 +80,8 @@ class SplitFedAlgorithm(L.LightningModule):
 
     #: False for plain FL methods: the "client half" is the whole model and there is no server half.
     split: ClassVar[bool] = True
+    #: Client-selection policy used when ``client_selection`` is not given.
+    default_selection: ClassVar[str] = "uniform"
     #: True: one server-half copy per selected client, trained on that client's activations only and averaged
     #: each round (SplitFedV1); False: one server half trained on the concatenated activations (eq. 5-7).
     server_copies: bool = False
@@ -92,7 +96,7 @@ class SplitFedAlgorithm(L.LightningModule):
         weight_decay: float = 0.0,
         num_classes: int = 10,
         input_shape: tuple[int, int, int] = (1, 8, 8),
-        client_selection: str = "uniform",
+        client_selection: str | None = None,
         client_bank: str = "auto",
     ) -> None:
         super().__init__()
@@ -104,7 +108,7 @@ class SplitFedAlgorithm(L.LightningModule):
         self.automatic_optimization = False
         self.local_iters, self.lr, self.momentum, self.weight_decay = local_iters, lr, momentum, weight_decay
         self.num_classes = num_classes
-        self.selection = build_selection(client_selection)
+        self.selection = build_selection(client_selection or self.default_selection)
         if client_bank not in BANK_KINDS:
             raise ConfigError(f"client_bank={client_bank!r} is not one of: {', '.join(BANK_KINDS)}")
         self.client_bank = client_bank

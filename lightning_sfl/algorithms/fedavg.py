@@ -359,5 +359,4 @@ class FedCBS(FedAvg):
     clients are drawn one by one with probabilities favouring groups of low QCID (``fedcbs`` policy, see
     ``lightning_sfl.data.selection``)."""
 
-    def __init__(self, client_selection: str = "fedcbs", **kwargs) -> None:
-        super().__init__(client_selection=client_selection, **kwargs)
+    default_selection = "fedcbs"

@@ -180,5 +180,4 @@ class CSSFL(SplitFedV1):
     clients are chosen so that their pooled label distribution is close to uniform (``class_balanced``
     policy, see ``lightning_sfl.data.selection``; the paper's wireless resource allocation is left out)."""
 
-    def __init__(self, client_selection: str = "class_balanced", **kwargs) -> None:
-        super().__init__(client_selection=client_selection, **kwargs)
+    default_selection = "class_balanced"
