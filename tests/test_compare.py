@@ -436,3 +436,22 @@ def test_all_runs_failing_exits_nonzero_but_writes_results(tmp_path):
         )
     assert exc.value.code == 1
     assert "0/1" in (out / "results.md").read_text() and (out / "accuracy.png").is_file()
+
+
+def test_reuse_runs_only_missing_runs_and_reports_all(tmp_path, capsys):
+    from lightning_sfl.compare import main as compare
+
+    args = ["--config", str(REPO / "configs/digits/scala.yaml"), "--methods", "scala", "fedavg", "--seeds", "0",
+            "--out", str(tmp_path), "--overrides", "--trainer.max_epochs=1"]
+    compare(args)
+    first = (tmp_path / "metrics.csv").read_text()
+    fedavg_dir = next((tmp_path / "runs").glob("fedavg*"))
+    import shutil
+
+    shutil.rmtree(fedavg_dir)
+    capsys.readouterr()
+    compare([*args[:-2], "--reuse", *args[-2:]])
+    out = capsys.readouterr().out
+    assert "reusing 1 finished runs" in out
+    assert (tmp_path / "metrics.csv").read_text() == first
+    assert "--reuse" not in (tmp_path / "results.md").read_text()  # it does not change results

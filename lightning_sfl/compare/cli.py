@@ -18,7 +18,9 @@ def run_compare(args: argparse.Namespace) -> list[MethodSummary]:
     """Plan, run, and write ``metrics.csv``, ``results.md`` and ``accuracy.png``; return the summary rows."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    plan = plan_runs(args.config, args.methods, args.seeds, out, args.overrides)
+    plan = plan_runs(args.config, args.methods, args.seeds, out, args.overrides, reuse=args.reuse)
+    if args.reuse:
+        print(f"[compare] reusing {sum(s.reuse for s in plan.runs)} finished runs with unchanged config and command")
     runs = f"{plural(len(args.methods), 'method')} × {plural(len(args.seeds), 'seed')}"
     print(f"[compare] {len(plan.runs)} runs ({runs}) -> {out}")
     for method, dropped in plan.dropped.items():

@@ -157,6 +157,8 @@ class RunSpec:
     seed: int
     run_dir: Path
     fit_args: list[str]
+    #: the run already finished earlier with exactly this config and command (``--reuse``): not run again
+    reuse: bool = False
 
 
 @dataclass
@@ -189,15 +191,25 @@ def fit_args(run_config: Path, overrides: Sequence[str], seed: int, run_dir: Pat
     ]
 
 
-def _write_run_dir(spec: RunSpec, run_config: Path, config: dict, header: str) -> None:
-    """A fresh run folder with the run's config (``run_config.yaml``) and ``fit`` command (``command.txt``)."""
+#: Written into a run folder when its ``fit`` finished without error (see ``--reuse``).
+DONE_MARKER = "done"
+
+
+def _write_run_dir(spec: RunSpec, run_config: Path, config: dict, header: str, reuse: bool = False) -> None:
+    """A fresh run folder with the run's config (``run_config.yaml``) and ``fit`` command (``command.txt``);
+    with ``reuse``, a folder of a finished run with the same config and command is kept (``spec.reuse``)."""
+    text = header + yaml.safe_dump(config, sort_keys=False)
+    command = "lightning-sfl " + shlex.join(spec.fit_args) + "\n"
+    if reuse and (spec.run_dir / DONE_MARKER).exists() and run_config.exists():
+        same = run_config.read_text() == text and (spec.run_dir / "command.txt").read_text() == command
+        if same:
+            spec.reuse = True
+            return
     if spec.run_dir.exists():
         shutil.rmtree(spec.run_dir)
     spec.run_dir.mkdir(parents=True)
-    with open(run_config, "w") as f:
-        f.write(header)
-        yaml.safe_dump(config, f, sort_keys=False)
-    (spec.run_dir / "command.txt").write_text("lightning-sfl " + shlex.join(spec.fit_args) + "\n")
+    run_config.write_text(text)
+    (spec.run_dir / "command.txt").write_text(command)
 
 
 def plan_runs(
@@ -207,6 +219,7 @@ def plan_runs(
     out: Path,
     overrides: Sequence[str] = (),
     write: bool = True,
+    reuse: bool = False,
 ) -> Plan:
     """Resolve methods, write one ``run_config.yaml`` per run (if ``write``) and build the ``fit`` arguments."""
     if len(set(methods)) != len(methods):
@@ -229,6 +242,6 @@ def plan_runs(
             run_config = run_dir / "run_config.yaml"
             spec = RunSpec(method, seed, run_dir, fit_args(run_config, kept_overrides, seed, run_dir))
             if write:
-                _write_run_dir(spec, run_config, config, header)
+                _write_run_dir(spec, run_config, config, header, reuse)
             runs.append(spec)
     return Plan(runs, classes, dropped, base)

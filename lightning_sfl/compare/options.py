@@ -12,7 +12,17 @@ from pathlib import Path
 
 from .config import check_overrides, resolve_method
 
-OPTIONS = ("--config", "--methods", "--seeds", "--out", "--target_acc", "--jobs", "--overrides", "--keep_checkpoints")
+OPTIONS = (
+    "--config",
+    "--methods",
+    "--seeds",
+    "--out",
+    "--target_acc",
+    "--jobs",
+    "--overrides",
+    "--keep_checkpoints",
+    "--reuse",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         "methods given as class paths must then be importable by those processes",
     )
     parser.add_argument("--keep_checkpoints", action="store_true", help="keep each run's checkpoints")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="do not run again the runs of --out that finished with the same config and command "
+        "(delete a run's folder to redo it); the report covers all runs",
+    )
     parser.add_argument(
         "--overrides", nargs="*", default=[], metavar="ARG", help='fit options, e.g. --overrides "--data.alpha=1"'
     )

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from .config import LOG_SUBDIR, RunSpec
+from .config import DONE_MARKER, LOG_SUBDIR, RunSpec
 from .records import RunResult, final_acc, read_lightning_metrics
 
 
@@ -55,6 +55,8 @@ def _collect(spec: RunSpec, error: str | None, seconds: float, keep_checkpoints:
             error = error or f"could not read {metrics}: {exc}"
     if not keep_checkpoints:
         shutil.rmtree(spec.run_dir / LOG_SUBDIR / "checkpoints", ignore_errors=True)
+    if error is None and records and not spec.reuse:
+        (spec.run_dir / DONE_MARKER).write_text("finished\n")
     return RunResult(spec.method, spec.seed, records, error, seconds)
 
 
@@ -112,8 +114,13 @@ def execute(runs: Sequence[RunSpec], jobs: int = 1, keep_checkpoints: bool = Fal
     """All runs, in order: in this process for ``jobs == 1``, else ``jobs`` child processes at a time."""
     if jobs < 1:
         raise ValueError(f"jobs={jobs} must be >= 1")
+
+    def reused(spec: RunSpec) -> RunResult:
+        return _collect(spec, None, 0.0, keep_checkpoints)
+
     if jobs == 1:  # lazily, one run after the other
-        return _reported((run_in_process(spec, keep_checkpoints) for spec in runs), len(runs))
+        outcomes = (reused(s) if s.reuse else run_in_process(s, keep_checkpoints) for s in runs)
+        return _reported(outcomes, len(runs))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run_subprocess, spec, keep_checkpoints) for spec in runs]
-        return _reported((fut.result() for fut in futures), len(runs))
+        futures = [None if s.reuse else pool.submit(run_subprocess, s, keep_checkpoints) for s in runs]
+        return _reported((reused(s) if f is None else f.result() for s, f in zip(runs, futures)), len(runs))
