@@ -22,7 +22,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(method: str, devices: int, folder: Path, rounds: int = 3) -> tuple[dict, dict[int, float]]:
+def _run(method: str, devices: int, folder: Path, rounds: int = 3, extra=()) -> tuple[dict, dict[int, float]]:
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WANDB_MODE": "disabled"}
     cmd = [
         sys.executable,
@@ -54,10 +54,17 @@ def _run(method: str, devices: int, folder: Path, rounds: int = 3) -> tuple[dict
     return state, metrics
 
 
-@pytest.mark.parametrize("method", ["scala", "fedavg", "splitfedv2", "sfl_local_loss"])
-def test_two_processes_equal_one(method, tmp_path):
-    one_state, one = _run(method, 1, tmp_path / "one")
-    two_state, two = _run(method, 2, tmp_path / "two")
+TINY_CLIENTS = ("--data.num_clients=50", "--data.participation=0.5", "--data.batch_size=30")  # B_k = 1 or 2
+
+
+@pytest.mark.parametrize(
+    "method,extra",
+    [("scala", ()), ("fedavg", ()), ("splitfedv2", ()), ("sfl_local_loss", ()), ("scala", TINY_CLIENTS)],
+    ids=["scala", "fedavg", "splitfedv2", "sfl_local_loss", "scala-clients-with-no-rows-on-a-process"],
+)
+def test_two_processes_equal_one(method, extra, tmp_path):
+    one_state, one = _run(method, 1, tmp_path / "one", extra=extra)
+    two_state, two = _run(method, 2, tmp_path / "two", extra=extra)
     assert one_state.keys() == two_state.keys()
     for k, v in one_state.items():
         if v.is_floating_point():

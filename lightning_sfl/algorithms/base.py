@@ -249,8 +249,13 @@ class SplitFedAlgorithm(L.LightningModule):
         by global counts, so the sum is the one-process gradient), then step. ``count_step=False`` steps the
         raw optimiser, which Lightning does not count as a ``global_step``."""
         if self.world_size > 1:
-            for p in self.parameters():
-                if p.grad is not None:
+            params = [p for p in self.parameters() if p.requires_grad]
+            has_grad = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=self.device)
+            torch.distributed.all_reduce(has_grad, op=torch.distributed.ReduceOp.MAX)  # a client may have no rows here
+            for p, used in zip(params, has_grad.tolist()):
+                if used:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
                     torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
         (opt.step() if count_step else opt.optimizer.step())
 
