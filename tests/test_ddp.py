@@ -71,6 +71,13 @@ def test_two_processes_equal_one(method, extra, tmp_path):
             torch.testing.assert_close(two_state[k], v, rtol=1e-4, atol=1e-5, msg=lambda m, k=k: f"{k}: {m}")
     assert sorted(one) == sorted(two) == [0, 1, 2]
     for epoch in one:  # same evaluated accuracy, traffic and (rank-synced) per-class metrics
-        for key in ("test/acc", "comm/cumulative_bytes", "train/server_loss", "test/acc_class_3"):
+        for key in (
+            "test/acc",
+            "comm/cumulative_bytes",
+            "train/server_loss",
+            "test/acc_class_3",
+            "per_class/acc_3",
+            "clock/elapsed_seconds",
+        ):
             assert two[epoch][key] == pytest.approx(one[epoch][key], rel=1e-4, abs=1e-5), (epoch, key)
         assert two[epoch]["dissimilarity/total"] == pytest.approx(one[epoch]["dissimilarity/total"], rel=1e-3)
