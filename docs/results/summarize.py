@@ -62,10 +62,15 @@ Per setting, `digits/<setting>/` holds `results.md` (final and best accuracy, ro
 ## Rounds to reach 90% test accuracy (mean over the seeds that reach it; reached/seeds)
 
 {speed}
-Notes: with α=1 every client holds a single class, so FedLogit's adjusted softmax has a single class with
-non-zero prior and its loss (and gradient) is exactly zero: it cannot learn (the equation's behaviour, not a
-bug). LLA-SFL has the same issue on its server copies. Digits is small and easy; differences of a few points
-between the stronger methods are within seed noise at 3 seeds.
+Notes: with α=1 every client holds a single class. The local logit adjustment (FedLogit, LLA-SFL: log P_k = −∞
+for absent classes) and FedLC's calibration (n_y^(−1/4) = ∞ for absent classes, our documented choice) then
+leave a softmax over one class: the loss and its gradient are exactly zero and these methods cannot learn
+(the equations' behaviour, not a bug); SCALA avoids it because its server update uses the concatenated
+batch's P_s. CA-SFL and MiniBatch-SFL are the same algorithm under two names (identical rows), as are
+SplitFedV1 and FedAvg with plain SGD (identical rows: the identity the tests check). Digits is small and easy;
+differences of a point or two between the stronger methods are within seed noise at 3 seeds. The `cs_sfl` and
+`fedcbs` runs of the three K=20 settings were re-run with `--reuse` after fixing a bug that made both use
+uniform client selection through the CLI.
 """
     (HERE / "README.md").write_text(text)
     print(f"wrote {HERE / 'README.md'}")
