@@ -33,8 +33,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)
         os.environ.setdefault("WANDB_MODE", "offline")
-        cli_main(["fit", "--config", str(REPO / "configs/digits/scala.yaml"), "--dissimilarity.every_n_rounds=5",
-                  "--trainer.enable_progress_bar=false"])
+        cli_main(
+            [
+                "fit",
+                "--config",
+                str(REPO / "configs/digits/scala.yaml"),
+                "--dissimilarity.every_n_rounds=5",
+                "--trainer.enable_progress_bar=false",
+            ]
+        )
         import wandb
 
         wandb.finish()  # flush the offline run file before reading it back
@@ -62,15 +69,21 @@ def main() -> None:
         ax = axes[0, 2]
         common = [r for r in rounds if r in traffic]
         ax.plot([traffic[r] / 1e6 for r in common], [acc_by_round[r] for r in common])
-        ax.set(xlabel="cumulative traffic (MB): comm/cumulative_bytes", ylabel="test accuracy",
-               title="accuracy vs bytes")
+        ax.set(
+            xlabel="cumulative traffic (MB): comm/cumulative_bytes", ylabel="test accuracy", title="accuracy vs bytes"
+        )
         ax = axes[1, 0]
         last = max(r["round"] for r in rows if "test/acc_class_0" in r)
         final = next(r for r in rows if r.get("round") == last and "test/acc_class_0" in r)
         classes = sorted(int(k.rsplit("_", 1)[1]) for k in final if k.startswith("test/acc_class_"))
         ax.bar(classes, [final[f"test/acc_class_{c}"] for c in classes])
-        ax.set(xlabel="class", ylabel="test accuracy", title=f"per-class accuracy, round {int(last)}",
-               ylim=(0, 1.05), xticks=classes)
+        ax.set(
+            xlabel="class",
+            ylabel="test accuracy",
+            title=f"per-class accuracy, round {int(last)}",
+            ylim=(0, 1.05),
+            xticks=classes,
+        )
         ax = axes[1, 1]
         for key in ("dissimilarity/client_half", "dissimilarity/server_half"):
             xs, ys = series(key, "dissimilarity/round")
