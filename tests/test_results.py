@@ -37,7 +37,7 @@ def test_committed_study_covers_every_method_and_seed(setting):
     assert all(len(r.acc_records) == 50 for r in runs if r.status == "ok")
     table = (folder / "results.md").read_text()
     for m in ALGORITHMS:
-        assert f"| {m} |" in table
+        assert f"| `{m}` |" in table
     assert "bash docs/results/run_digits.sh" in (RESULTS.parent / "README.md").read_text()
 
 
