@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import lightning as L
 import numpy as np
@@ -272,3 +273,51 @@ def test_partition_statistics_hand_example():
     assert partition_statistics(torch.tensor([[1, 0], [3, 0], [5, 5], [7, 0]]))["size_median"] == 5  # (3 + 7) / 2
     with pytest.raises(ValueError, match="no samples"):
         partition_statistics(torch.tensor([[1, 2], [0, 0]]))
+
+
+def test_cli_run_puts_every_callbacks_keys_into_the_wandb_offline_files(tmp_path):
+    """The real command with its default loggers: every callback's keys reach W&B's own offline run file."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "WANDB_DIR": str(tmp_path),
+        "WANDB_CACHE_DIR": str(tmp_path / "cache"),
+        "WANDB_CONFIG_DIR": str(tmp_path / "config"),
+        "WANDB_DATA_DIR": str(tmp_path / "data"),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "lightning_sfl.cli",
+        "fit",
+        "--config",
+        str(repo / "configs/digits/scala.yaml"),
+        "--trainer.max_epochs=3",
+        "--dissimilarity.every_n_rounds=2",
+        "--trainer.enable_progress_bar=false",
+    ]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = read_offline_run(tmp_path / "runs")
+    keys = run.keys()
+    for key in (
+        "test/acc",
+        "test/acc_class_9",
+        "round",
+        "comm/up/activations_bytes",
+        "comm/down/gradients_bytes",
+        "comm/cumulative_bytes",
+        "clock/round_seconds",
+        "clock/elapsed_seconds",
+        "dissimilarity/client_half",
+        "dissimilarity/server_half",
+        "dissimilarity/total",
+        "partition/mean_kl_to_global",
+        "train/server_loss",
+    ):
+        assert key in keys, key
+    assert any(k.startswith("per_class/") for k in keys)
+    assert run.images and run.tables  # partition heatmap; per-class table and confusion matrix
+    assert [r["round"] for r in run.rows_with("test/acc")] == [1, 2, 3]
