@@ -242,8 +242,11 @@ class FederatedDataModule(L.LightningDataModule):
         return self._test_loader()
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        """Pixels travel as stored (often uint8) and are normalised on the device."""
+        """Pixels travel as stored (often uint8) and are normalised on the device, in the trainer's precision
+        (e.g. float64 with ``--trainer.precision 64-true``)."""
         if isinstance(batch, (list, tuple)):
             batch = {"x": batch[0], "y": batch[1]}
         batch["x"] = self.splits.to_float(batch["x"])
+        if self.trainer is not None:
+            batch["x"] = self.trainer.precision_plugin.convert_input(batch["x"])
         return batch
