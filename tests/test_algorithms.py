@@ -3,9 +3,9 @@ methods hold (same seed, same data stream)."""
 
 from __future__ import annotations
 
-import lightning as L
 import pytest
 import torch
+from _helpers import quiet_trainer
 
 from lightning_sfl.algorithms import ALGORITHMS
 from lightning_sfl.callbacks import CommunicationBytes
@@ -37,14 +37,7 @@ def train(
     cls = ALGORITHMS[name_or_cls] if isinstance(name_or_cls, str) else name_or_cls
     torch.manual_seed(seed)
     model = cls(local_iters=local_iters, lr=0.05, **kwargs)
-    trainer = L.Trainer(
-        max_epochs=rounds,
-        logger=False,
-        callbacks=callbacks or [CommunicationBytes()],
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = quiet_trainer(rounds, callbacks=callbacks or [CommunicationBytes()])
     trainer.fit(model, dm or _dm())
     return model, trainer
 
@@ -135,13 +128,7 @@ def test_sfl_local_loss_sends_no_gradient_to_clients():
             with torch.no_grad():
                 for p in model.server.parameters():
                     p.add_(0.1 * torch.randn_like(p))
-        L.Trainer(
-            max_epochs=1,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-        ).fit(model, _dm())
+        quiet_trainer(1).fit(model, _dm())
         return torch.cat([p.detach().flatten() for p in model.client.parameters()])
 
     torch.testing.assert_close(client_after("sfl_local_loss", False), client_after("sfl_local_loss", True))

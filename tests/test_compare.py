@@ -441,8 +441,19 @@ def test_all_runs_failing_exits_nonzero_but_writes_results(tmp_path):
 def test_reuse_runs_only_missing_runs_and_reports_all(tmp_path, capsys):
     from lightning_sfl.compare import main as compare
 
-    args = ["--config", str(REPO / "configs/digits/scala.yaml"), "--methods", "scala", "fedavg", "--seeds", "0",
-            "--out", str(tmp_path), "--overrides", "--trainer.max_epochs=1"]
+    args = [
+        "--config",
+        str(REPO / "configs/digits/scala.yaml"),
+        "--methods",
+        "scala",
+        "fedavg",
+        "--seeds",
+        "0",
+        "--out",
+        str(tmp_path),
+        "--overrides",
+        "--trainer.max_epochs=1",
+    ]
     compare(args)
     first = (tmp_path / "metrics.csv").read_text()
     fedavg_dir = next((tmp_path / "runs").glob("fedavg*"))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-import lightning as L
 import pytest
 import torch
+from _helpers import quiet_trainer
 from torch.func import functional_call
 
 from lightning_sfl.algorithms import SCALA
@@ -125,15 +125,7 @@ def test_one_local_iteration_matches_independent_computation(concat, server_la, 
     assert len(batch["clients"]) == 4 and int(batch["sizes"].sum()) == 24
     ref_clients, ref_server, ref_global = _reference_iteration(model0, dm, batch, lr, concat, server_la, client_la)
 
-    trainer = L.Trainer(
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-    )
-    trainer.fit(model, dm)
+    quiet_trainer(1, limit_val_batches=0).fit(model, dm)
 
     tol = {"rtol": 1e-4, "atol": 1e-6}
     for k, slot in enumerate(model.bank.slots):  # every client's weights after the step
@@ -157,13 +149,6 @@ def test_logit_adjustment_changes_the_client_gradient():
     for client_la in (True, False):
         torch.manual_seed(0)
         model = SCALA(local_iters=1, lr=0.5, client_logit_adjustment=client_la)
-        L.Trainer(
-            max_epochs=1,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            limit_val_batches=0,
-        ).fit(model, dm)
+        quiet_trainer(1, limit_val_batches=0).fit(model, dm)
         results.append(torch.cat([p.detach().flatten() for p in model.client.parameters()]))
     assert not torch.allclose(results[0], results[1])
