@@ -109,12 +109,6 @@ def global_model_gradient(
     return dict(zip(names, total))
 
 
-def trainer_precision(pl_module, x: torch.Tensor) -> torch.Tensor:
-    """``x`` in the trainer's input precision (float64 under ``precision=64-true``)."""
-    trainer = pl_module._trainer
-    return trainer.precision_plugin.convert_input(x) if trainer is not None else x
-
-
 class GradientDissimilarity(L.Callback):
     """Logs the layer-wise gradient dissimilarity ``Σ_k p_k ‖∇F_k − ∇F‖²`` of the round's clients at the global
     model, every ``every_n_rounds`` rounds (keys ``dissimilarity/*``; see the module docstring).
@@ -180,7 +174,7 @@ class GradientDissimilarity(L.Callback):
             grads = []
             for k in ids:
                 rows = self.client_rows(datamodule.client_indices[k], round_idx, k)
-                x = trainer_precision(pl_module, splits.to_float(splits.train_x[rows].to(device)))
+                x = datamodule.model_input(splits.train_x[rows].to(device))
                 y = splits.train_y[rows].to(device)
                 grads.append(global_model_gradient(halves, x, y, self.chunk_size))
         sizes = pl_module.client_sizes[clients.to(pl_module.client_sizes.device)]  # |D_k|, [S]

@@ -246,7 +246,10 @@ class FederatedDataModule(L.LightningDataModule):
         (e.g. float64 with ``--trainer.precision 64-true``)."""
         if isinstance(batch, (list, tuple)):
             batch = {"x": batch[0], "y": batch[1]}
-        batch["x"] = self.splits.to_float(batch["x"])
-        if self.trainer is not None:
-            batch["x"] = self.trainer.precision_plugin.convert_input(batch["x"])
+        batch["x"] = self.model_input(batch["x"])
         return batch
+
+    def model_input(self, x: torch.Tensor) -> torch.Tensor:
+        """Stored pixels → normalised floats in the trainer's input precision (what the model consumes)."""
+        x = self.splits.to_float(x)
+        return self.trainer.precision_plugin.convert_input(x) if self.trainer is not None else x
