@@ -79,6 +79,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from lightning_sfl.algorithms.scala import SCALA  # noqa: E402
 from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank  # noqa: E402
 from lightning_sfl.data.sampling import client_batch_sizes  # noqa: E402
+from lightning_sfl.loop import Step  # noqa: E402
 from lightning_sfl.models import build_model, split_model  # noqa: E402
 
 CUT = "s2"
@@ -115,7 +116,7 @@ def configs(quick: bool) -> list[Config]:
 # ---------------------------------------------------------------------------------------------------- synthetic data
 @dataclass
 class Round:
-    batch: dict[str, torch.Tensor]  # the keys of FederatedDataModule's batches
+    batch: Step  # one synchronous step as FederatedDataModule yields it
     label_dist: torch.Tensor  # [S, N]: P_k of each client
     client_sizes: torch.Tensor  # [S]: |D_k|
     sizes: list[int]  # B_k as Python ints
@@ -136,16 +137,20 @@ def synthetic_round(cfg: Config, device: torch.device, seed: int = 0) -> Round:
         [torch.multinomial(label_dist[k], int(b), replacement=True, generator=g) for k, b in enumerate(sizes)]
     )
     x = torch.randn(cfg.batch, *MODELS[cfg.arch], generator=g)
-    batch = {
-        "x": x,
-        "y": y,
-        "slot": torch.repeat_interleave(torch.arange(s), sizes),
-        "clients": torch.arange(s),
-        "sizes": sizes,
-        "local_sizes": sizes,
-        "label_counts": torch.bincount(y, minlength=n),
-    }
-    batch = {k: v.to(device) for k, v in batch.items()}
+    batch = Step(
+        "local",
+        0,
+        0,
+        False,
+        clients=torch.arange(s),
+        sizes=sizes,
+        rows=torch.arange(cfg.batch),
+        x=x,
+        y=y,
+        owner=torch.repeat_interleave(torch.arange(s), sizes),
+        local_sizes=sizes,
+        label_counts=torch.bincount(y, minlength=n),
+    ).to(device)
     return Round(batch, label_dist.to(device), client_sizes.to(device), sizes.tolist())
 
 
@@ -185,10 +190,10 @@ class Ours:
         # What SplitFedAlgorithm.setup does with the data module's numbers:
         m.register_buffer("client_sizes", rnd.client_sizes.clone(), persistent=False)
         m.register_buffer("label_dist", rnd.label_dist.clone(), persistent=False)
-        m.bank = make_bank(m.client.net, cfg.clients, kind, device=device)
+        m.client_banks["client"] = make_bank(m.client.net, cfg.clients, kind, device=device)
         m.to(device).train()
         m.bench_opt = m.configure_optimizers()
-        # Round start (training_step with batch_idx == 0):
+        # Round start (what training_step does before a round's first step):
         m.ledger.start(len(m.bank))
         m.start_round(rnd.batch)
         self.m, self.batch = m, rnd.batch
@@ -218,7 +223,7 @@ class Naive:
         self.opts = [torch.optim.SGD(c.parameters(), lr=LR) for c in self.clients]
 
     def step(self) -> None:
-        xs, ys = self.batch["x"].split(self.sizes), self.batch["y"].split(self.sizes)
+        xs, ys = self.batch.x.split(self.sizes), self.batch.y.split(self.sizes)
         acts, sent = [], []
         for client, opt, x in zip(self.clients, self.opts, xs):  # clients, one after another
             opt.zero_grad()
@@ -255,9 +260,9 @@ class Centralized:
 
     def step(self) -> None:
         self.opt.zero_grad()
-        logits = self.model(self.batch["x"])
-        p_s = self.batch["label_counts"].float()
-        F.cross_entropy(logits + (p_s / p_s.sum()).log(), self.batch["y"]).backward()
+        logits = self.model(self.batch.x)
+        p_s = self.batch.label_counts.float()
+        F.cross_entropy(logits + (p_s / p_s.sum()).log(), self.batch.y).backward()
         self.opt.step()
 
     def weights(self) -> tuple[None, list[torch.Tensor]]:

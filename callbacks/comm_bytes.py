@@ -1,8 +1,8 @@
 """``CommunicationBytes``: exact traffic of every round, by direction and kind, and the running total.
 
-The algorithms record what crosses the client/server link in ``pl_module.ledger``
+The algorithms record what crosses the client/server link in their round's ledger
 (:class:`lightning_sfl.system.comm.CommLedger`) from the real tensors' sizes and dtypes; this callback
-logs, after the FL phase of each round:
+logs, when a round ends (the ``on_round_end`` event, after the FL phase):
 
 * ``comm/up_bytes``, ``comm/down_bytes``, ``comm/total_bytes`` — this round, all participating clients;
 * ``comm/<up|down>/<kind>_bytes`` — by kind (activations, labels, gradients, client_half, full_model, …);
@@ -11,19 +11,17 @@ logs, after the FL phase of each round:
 
 from __future__ import annotations
 
-import lightning as L
+from lightning_sfl.loop import RoundCallback, RoundEnd
 
 
-class CommunicationBytes(L.Callback):
+class CommunicationBytes(RoundCallback):
     """Logs the communication ledger of each round (keys ``comm/*``, one value per round)."""
 
     def __init__(self) -> None:
         self.cumulative = 0
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        if batch_idx != pl_module.local_iters - 1:
-            return
-        totals = pl_module.ledger.totals()
+    def on_round_end(self, trainer, pl_module, event: RoundEnd) -> None:
+        totals = event.ledger.totals()
         self.cumulative += totals["total"]
         metrics = {f"comm/{k}_bytes": float(v) for k, v in totals.items()}
         metrics["comm/cumulative_bytes"] = float(self.cumulative)

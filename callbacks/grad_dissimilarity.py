@@ -17,9 +17,10 @@ Layer names are the global halves' ``named_parameters()`` (e.g. ``client.0.weigh
 halves keep the layer indices of the unsplit model).
 
 **When.** Rounds ``i`` with ``i % every_n_rounds == 0`` (``i = trainer.current_epoch``, 0-based: round 0 is the
-initial model), in ``on_train_batch_start`` of the round's first local iteration, when the global halves still
-hold the model that the FL phase of round ``i − 1`` produced. Values are logged once per measured round
-(``on_epoch``), so they land in the row of epoch ``i`` of the loggers.
+initial model), at the round's start (the ``on_round_start`` event, before its first step), when the global halves
+still hold the model that the FL phase of round ``i − 1`` produced; the clients are those of the first step.
+Values are logged once per measured round (``on_epoch``), so they land in the row of epoch ``i`` of the
+loggers.
 
 **Cost.** One extra forward and backward pass of the full model over each participating client's shard per
 measured round, i.e. ``Σ_{k∈C^i} |D_k|`` samples (``Σ_k min(|D_k|, max_samples_per_client)`` when subsampling);
@@ -45,13 +46,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop import RoundCallback, Step
 from lightning_sfl.system.dissimilarity import layer_dissimilarity, partition_totals
 
 __all__ = ["GradientDissimilarity", "global_model_gradient"]
@@ -109,7 +110,7 @@ def global_model_gradient(
     return dict(zip(names, total))
 
 
-class GradientDissimilarity(L.Callback):
+class GradientDissimilarity(RoundCallback):
     """Logs the layer-wise gradient dissimilarity ``Σ_k p_k ‖∇F_k − ∇F‖²`` of the round's clients at the global
     model, every ``every_n_rounds`` rounds (keys ``dissimilarity/*``; see the module docstring).
 
@@ -189,12 +190,12 @@ class GradientDissimilarity(L.Callback):
         metrics["dissimilarity/round"] = float(round_idx)
         return metrics
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
-        round_idx = trainer.current_epoch
-        if batch_idx != 0 or not self.should_measure(round_idx):
+    def on_round_start(self, trainer, pl_module, step: Step) -> None:
+        round_idx = step.round
+        if not self.should_measure(round_idx) or not len(step.clients):
             return
         datamodule = trainer.datamodule
         if datamodule is None or not hasattr(datamodule, "client_indices"):
             raise RuntimeError("GradientDissimilarity needs a FederatedDataModule as the trainer's datamodule")
-        metrics = self.measure(pl_module, datamodule, batch["clients"], round_idx)
+        metrics = self.measure(pl_module, datamodule, step.clients, round_idx)
         pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)

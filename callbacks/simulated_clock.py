@@ -5,13 +5,17 @@ compute speeds ``f_k ~ U[flops_low, flops_high]`` FLOP/s, both drawn from one ge
 first, then capacities; see :mod:`lightning_sfl.system.channel`) and fixed for the run. The client half's training
 cost ``c`` (FLOPs per sample, forward + backward) is counted once with :mod:`lightning_sfl.system.flops`.
 
-After the FL phase of each round (the round's ledger is then complete), with ``S`` participating clients, local
-iterations ``T``, client ``k``'s rows per iteration ``B_k`` and its bytes in the round's ledger::
+When a round ends (the ``on_round_end`` event, after the FL phase; the round's ledger is then complete), with
+``S`` participating clients, client ``k``'s training rows in the round ``n_k`` (``T·B_k`` for synchronous rounds of
+``T`` local iterations) and its bytes in the round's ledger::
 
     W_k      = bandwidth_hz / S                                    (orthogonal, equal shares)
     rate_k   = W_k · log2(1 + p·g(r_k) / (N0·W_k))                 bit/s
-    t_k      = T·B_k·c / f_k + 8·up_bytes_k / rate_k  [+ 8·down_bytes_k / rate_k  if include_downlink]
+    t_k      = n_k·c / f_k + 8·up_bytes_k / rate_k  [+ 8·down_bytes_k / rate_k  if include_downlink]
     t_round  = max_k t_k                                           (synchronous round: the straggler)
+
+Schedules that keep their own simulated clock (asynchronous ones) stamp the round's end with its time; the clock
+then logs that time instead (``t_round`` = the time since the previous round's end).
 
 ``up_bytes_k`` is everything client ``k`` sent this round (activations and labels of all ``T`` iterations and the
 client half, or the whole model for plain FL); ``down_bytes_k`` what it received (activation gradients and the
@@ -29,14 +33,14 @@ client (auxiliary heads, regularisers) are not counted, only the client half's f
 
 from __future__ import annotations
 
-import lightning as L
 import torch
 
+from lightning_sfl.loop import RoundCallback, RoundEnd
 from lightning_sfl.system.channel import bandwidth_per_client, compute_capacities, place_clients, uplink_rates
 from lightning_sfl.system.flops import training_flops_per_sample
 
 
-class SimulatedClock(L.Callback):
+class SimulatedClock(RoundCallback):
     """Simulated duration of each synchronous round (keys ``clock/*``, one value per round).
 
     Args:
@@ -91,29 +95,29 @@ class SimulatedClock(L.Callback):
         self.elapsed_seconds = 0.0
 
     def client_seconds(
-        self, clients: torch.Tensor, sizes: torch.Tensor, up: torch.Tensor, down: torch.Tensor, local_iters: int
+        self, clients: torch.Tensor, samples: torch.Tensor, up: torch.Tensor, down: torch.Tensor
     ) -> torch.Tensor:
-        """``t_k`` (s, ``[S]`` float64) of ``clients`` (``[S]`` ids) with ``sizes`` rows per iteration (``B_k``),
-        ``local_iters`` iterations and the round's ``up``/``down`` bytes (``[S]`` each)."""
+        """``t_k`` (s, ``[S]`` float64) of ``clients`` (``[S]`` ids) that trained on ``samples`` rows each in the
+        round (``T·B_k``) and sent/received the round's ``up``/``down`` bytes (``[S]`` each)."""
         clients = clients.detach().cpu().long()
         w = bandwidth_per_client(self.bandwidth_hz, len(clients))
         rates = uplink_rates(self.distances_m[clients], w, self.tx_power_w, self.noise_dbm_per_hz)
-        compute = local_iters * sizes.detach().cpu().double() * self.flops_per_sample / self.capacities[clients]
+        compute = samples.detach().cpu().double() * self.flops_per_sample / self.capacities[clients]
         bits = 8.0 * up.detach().cpu().double()
         if self.include_downlink:
             bits = bits + 8.0 * down.detach().cpu().double()
         return compute + bits / rates
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        if batch_idx != pl_module.local_iters - 1:
-            return
-        ledger = pl_module.ledger
-        t = self.client_seconds(
-            batch["clients"], batch["sizes"], ledger.per_client("up"), ledger.per_client("down"), pl_module.local_iters
-        )
-        self.last_client_seconds = t
-        round_seconds = float(t.max())
-        self.elapsed_seconds += round_seconds
+    def on_round_end(self, trainer, pl_module, event: RoundEnd) -> None:
+        if event.time is not None:  # the schedule keeps its own clock
+            round_seconds = event.time - self.elapsed_seconds
+            self.elapsed_seconds = float(event.time)
+        else:
+            ledger = event.ledger
+            t = self.client_seconds(event.clients, event.samples, ledger.per_client("up"), ledger.per_client("down"))
+            self.last_client_seconds = t
+            round_seconds = float(t.max())
+            self.elapsed_seconds += round_seconds
         metrics = {"clock/round_seconds": round_seconds, "clock/elapsed_seconds": self.elapsed_seconds}
         pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
 

@@ -9,3 +9,23 @@ def quiet_trainer(max_epochs: int = 1, **overrides) -> L.Trainer:
     """A Trainer with no logger, checkpoints, progress bar or model summary (override any of them)."""
     kwargs = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     return L.Trainer(max_epochs=max_epochs, **{**kwargs, **overrides})
+
+
+def round_steps(dm, round_idx: int, local_iters: int = 1, selection=None) -> list:
+    """The steps of synchronous round ``round_idx`` with their data, as a method with ``T = local_iters`` and
+    ``selection`` (default uniform) receives them."""
+    from lightning_sfl.data.selection import UniformSelection
+    from lightning_sfl.loop import SyncRounds
+
+    return dm.plan(round_idx, SyncRounds(local_iters, selection or UniformSelection()))
+
+
+def make_step(clients, sizes, **fields):
+    """A ``"local"`` step of round 0 for calling a method's hooks directly (data fields given as keywords)."""
+    import torch
+
+    from lightning_sfl.loop import Step
+
+    clients, sizes = torch.as_tensor(clients), torch.as_tensor(sizes)
+    fields.setdefault("local_sizes", sizes)
+    return Step("local", 0, 0, False, clients, sizes, torch.zeros(0, dtype=torch.long), **fields)

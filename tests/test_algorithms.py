@@ -157,12 +157,12 @@ def test_cs_sfl_is_splitfedv1_plus_class_balanced_selection():
     _assert_same(a, b, atol=0)
     dm = _dm()
     c, _ = train("cs_sfl", dm=dm)
-    assert isinstance(dm.selection, ClassBalancedSelection)
+    assert isinstance(c.selection, ClassBalancedSelection) and c.schedule.selection is c.selection
     assert not torch.allclose(global_weights(c), global_weights(b))
     # its groups are more balanced than uniform draws
-    uniform = _dm()
-    balanced = [qcid(dm.label_counts[dm.select_clients(r)]) for r in range(20)]
-    rand = [qcid(uniform.label_counts[uniform.select_clients(r)]) for r in range(20)]
+    stats = dm.client_stats
+    balanced = [qcid(dm.label_counts[c.schedule.select_clients(r, stats)]) for r in range(20)]
+    rand = [qcid(dm.label_counts[a.schedule.select_clients(r, stats)]) for r in range(20)]
     assert sum(balanced) < sum(rand)
 
 
@@ -179,9 +179,9 @@ def test_fedcbs_is_fedavg_plus_fedcbs_selection():
     a, _ = train("fedcbs", client_selection="uniform")
     b, _ = train("fedavg")
     _assert_same(a, b, atol=0)
-    dm = _dm()
-    train("fedcbs", dm=dm)
-    assert isinstance(dm.selection, FedCBSSelection)
+    c, _ = train("fedcbs")
+    assert isinstance(c.selection, FedCBSSelection) and c.schedule.selection is c.selection
+    assert c.selection.counts.sum() == 2 * 4  # its state moved with the 2 rounds of 4 clients
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))

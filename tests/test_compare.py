@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from lightning_sfl import compare
 from lightning_sfl.algorithms import ALGORITHMS, SCALA, SplitFedAlgorithm
 from lightning_sfl.algorithms.losses import per_client_mean
-from lightning_sfl.cli import SFLCLI
 from lightning_sfl.compare import RunResult
+from lightning_sfl.lightning_cli import SFLCLI
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "configs/digits/scala.yaml")
@@ -29,12 +29,12 @@ class PlainSFL(SplitFedAlgorithm):
         super().__init__(**kwargs)
         self.smoothing = smoothing
 
-    def server_loss(self, logits, batch):
-        return F.cross_entropy(logits, batch["y"], label_smoothing=self.smoothing)
+    def server_loss(self, logits, step):
+        return F.cross_entropy(logits, step.y, label_smoothing=self.smoothing)
 
-    def client_loss(self, logits, batch):
-        rows = F.cross_entropy(logits, batch["y"], reduction="none", label_smoothing=self.smoothing)
-        return per_client_mean(rows, batch["slot"], batch["sizes"])
+    def client_loss(self, logits, step):
+        rows = F.cross_entropy(logits, step.y, reduction="none", label_smoothing=self.smoothing)
+        return per_client_mean(rows, step.owner, step.sizes)
 
 
 class Broken(PlainSFL):
@@ -384,11 +384,9 @@ def test_identical_shards_and_draws_per_seed_across_methods(compared):
             assert f"--data.seed={seed}" in args and f"--seed_everything={seed}" in args
             cli = SFLCLI(args=args[2:], run=False)  # the run's parsed config, without training (no subcommand)
             dm = cli.datamodule
-            dm.set_local_iters(cli.model.local_iters)
-            dm.set_selection(cli.model.selection)
             shards = [idx.tolist() for idx in dm.client_indices]
-            first = dm.round_batches(0)[0]
-            per_seed.setdefault(seed, []).append((shards, first["clients"].tolist(), first["y"].tolist()))
+            first = dm.plan(0, cli.model.schedule)[0]
+            per_seed.setdefault(seed, []).append((shards, first.clients.tolist(), first.y.tolist()))
         assert all(p == per_seed[seed][0] for p in per_seed[seed]), f"seed {seed}: shards differ across methods"
     assert per_seed[0][0][0] != per_seed[1][0][0]  # and another seed gives other shards
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _helpers import round_steps
 
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.data.sampling import client_batch_sizes
@@ -14,7 +15,6 @@ def dm() -> FederatedDataModule:
     dm = FederatedDataModule(
         dataset="digits", num_clients=20, partition="quantity", alpha=2, participation=0.25, batch_size=64, seed=0
     )
-    dm.set_local_iters(5)
     return dm
 
 
@@ -29,43 +29,64 @@ def test_shards_sizes_and_label_distributions(dm):
         )
 
 
-def test_round_batches_hold_every_selected_clients_minibatch(dm):
-    batches = dm.round_batches(3)
-    assert len(batches) == 5
-    clients, sizes = batches[0]["clients"], batches[0]["sizes"]
+def test_round_steps_hold_every_selected_clients_minibatch(dm):
+    steps = round_steps(dm, 3, local_iters=5)
+    assert len(steps) == 5
+    assert [(s.kind, s.round, s.index, s.round_start, s.round_end) for s in steps] == [
+        ("local", 3, t, t == 0, t == 4) for t in range(5)
+    ]
+    clients, sizes = steps[0].clients, steps[0].sizes
     assert len(clients) == dm.clients_per_round == 5
     assert torch.equal(sizes, client_batch_sizes(dm.client_sizes[clients], 64))
     train_x = dm.splits.train_x.flatten(1)
-    for b in batches:
-        assert b["x"].shape == (64, 1, 8, 8) and b["y"].shape == (64,)
-        assert torch.equal(b["clients"], clients) and int(b["round"]) == 3
-        assert torch.equal(torch.bincount(b["slot"], minlength=5), sizes)
+    for b in steps:
+        assert b.x.shape == (64, 1, 8, 8) and b.y.shape == (64,)
+        assert torch.equal(b.clients, clients) and torch.equal(b.local_sizes, sizes)
+        assert torch.equal(b.label_counts, torch.bincount(b.y, minlength=10))
+        assert torch.equal(torch.bincount(b.owner, minlength=5), sizes)
+        assert torch.equal(b.bank_slots, torch.arange(5))  # client k of the round in slot k
         for s, k in enumerate(clients.tolist()):
-            rows = b["x"][b["slot"] == s].flatten(1)
+            rows = b.x[b.owner == s].flatten(1)
             shard = train_x[dm.client_indices[k]]
             # every row of slot s is a sample of client k's shard with the right label
             assert all(((shard == r).all(dim=1)).any() for r in rows)
-            assert set(b["y"][b["slot"] == s].tolist()) <= set(dm.splits.train_y[dm.client_indices[k]].tolist())
+            assert set(b.y[b.owner == s].tolist()) <= set(dm.splits.train_y[dm.client_indices[k]].tolist())
 
 
-def test_round_batches_are_deterministic_per_seed_and_round(dm):
-    a, b = dm.round_batches(7), dm.round_batches(7)
-    assert all(torch.equal(x["x"], y["x"]) and torch.equal(x["y"], y["y"]) for x, y in zip(a, b))
-    c = dm.round_batches(8)
-    assert not torch.equal(a[0]["x"], c[0]["x"])
+def test_round_steps_are_deterministic_per_seed_and_round(dm):
+    a, b = round_steps(dm, 7, 5), round_steps(dm, 7, 5)
+    assert all(torch.equal(x.x, y.x) and torch.equal(x.y, y.y) for x, y in zip(a, b))
+    c = round_steps(dm, 8, 5)
+    assert not torch.equal(a[0].x, c[0].x)
 
 
-def test_train_loader_follows_the_trainers_round(dm):
+def test_train_loader_executes_the_methods_schedule_for_the_trainers_round(dm):
+    from lightning_sfl.data.selection import UniformSelection
+    from lightning_sfl.loop import SyncRounds
+
+    class _M:
+        schedule = SyncRounds(5, UniformSelection())
+
     class _T:
-        current_epoch, global_rank, world_size = 4, 0, 1
+        current_epoch, global_rank, world_size, lightning_module = 4, 0, 1, _M()
 
     dm.trainer = _T()
     try:
-        got = list(dm.train_dataloader())
+        loader = dm.train_dataloader()
+        got = list(loader)
+        assert len(loader) == 5
     finally:
         dm.trainer = None
-    want = dm.round_batches(4)
-    assert len(got) == 5 and all(torch.equal(g["x"], w["x"]) for g, w in zip(got, want))
+    want = round_steps(dm, 4, 5)
+    assert len(got) == 5 and all(torch.equal(g.x, w.x) for g, w in zip(got, want))
+
+
+def test_client_stats_are_handed_over_once(dm):
+    stats = dm.client_stats
+    assert stats is dm.client_stats  # built once
+    assert torch.equal(stats.sizes, dm.client_sizes) and torch.equal(stats.label_counts, dm.label_counts)
+    assert (stats.num_clients, stats.num_classes, stats.clients_per_round, stats.batch_size) == (20, 10, 5, 64)
+    assert torch.equal(stats.label_distribution, dm.label_distribution)
 
 
 @pytest.mark.parametrize(
@@ -86,14 +107,15 @@ def test_bad_arguments_fail_at_construction(kwargs, match):
 
 
 def test_shards_split_every_clients_rows_across_processes(dm):
-    from lightning_sfl.data.datamodule import shard_batch
+    from lightning_sfl.data.datamodule import shard_step
 
-    full = dm.round_batches(2)[0]
-    parts = [shard_batch(full, r, 3) for r in range(3)]
-    assert sum(len(p["y"]) for p in parts) == len(full["y"])
-    assert torch.equal(sum(p["local_sizes"] for p in parts), full["sizes"])
+    full = round_steps(dm, 2)[0]
+    parts = [shard_step(full, r, 3) for r in range(3)]
+    assert sum(len(p.y) for p in parts) == len(full.y)
+    assert torch.equal(sum(p.local_sizes for p in parts), full.sizes)
     for p in parts:  # global counts stay, so losses and P_s are those of the whole batch
-        assert torch.equal(p["sizes"], full["sizes"]) and torch.equal(p["label_counts"], full["label_counts"])
-        assert (p["local_sizes"] - full["sizes"] / 3).abs().max() < 1
-    rows = torch.cat([p["x"].flatten(1) for p in parts])
-    assert sorted(map(tuple, rows.tolist())) == sorted(map(tuple, full["x"].flatten(1).tolist()))
+        assert torch.equal(p.sizes, full.sizes) and torch.equal(p.label_counts, full.label_counts)
+        assert (p.local_sizes - full.sizes / 3).abs().max() < 1
+        assert torch.equal(torch.bincount(p.owner, minlength=5), p.local_sizes)
+    rows = torch.cat([p.x.flatten(1) for p in parts])
+    assert sorted(map(tuple, rows.tolist())) == sorted(map(tuple, full.x.flatten(1).tolist()))

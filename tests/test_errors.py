@@ -9,6 +9,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from _helpers import round_steps
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl.algorithms import SCALA
@@ -129,12 +130,12 @@ def test_nan_stops_the_run_naming_round_and_client_and_keeps_last_good_checkpoin
     class Poison(L.Callback):  # corrupt one client's input rows in round 3
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             if trainer.current_epoch == 2 and batch_idx == 1:
-                batch["x"][batch["slot"] == 1] = float("nan")
+                batch.x[batch.owner == 1] = float("nan")
 
     trainer.callbacks.append(Poison())
     with pytest.raises(NonFiniteError) as exc:
         trainer.fit(model, dm)
-    client = int(dm.round_batches(2)[1]["clients"][1])
+    client = int(round_steps(dm, 2)[0].clients[1])
     assert f"round 3, local iteration 2, client(s) [{client}]" in str(exc.value)
     ckpt = torch.load(tmp_path / "last.ckpt", weights_only=True)
     assert ckpt["epoch"] == 1  # end of round 2, the last good one

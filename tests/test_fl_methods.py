@@ -9,6 +9,7 @@ import math
 import lightning as L
 import pytest
 import torch
+from _helpers import make_step, round_steps
 from torch.func import functional_call
 
 from lightning_sfl.algorithms.fedavg import (
@@ -104,20 +105,20 @@ def _reference_round(model0, dm, batches, lr, mu=0.0):
     then the |D_k|-weighted average. Returns (clients' weights, global weights)."""
     net = model0.client.net
     w_g = {n: p.detach().clone() for n, p in net.named_parameters()}
-    sizes = batches[0]["sizes"].tolist()
+    sizes = batches[0].sizes.tolist()
     new_clients = []
     for k in range(len(sizes)):
         w = {n: v.clone() for n, v in w_g.items()}
         for b in batches:
-            xk = dm.splits.to_float(b["x"]).split(sizes)[k]
-            yk = b["y"].split(sizes)[k]
+            xk = dm.splits.to_float(b.x).split(sizes)[k]
+            yk = b.y.split(sizes)[k]
             wr = {n: v.clone().requires_grad_(True) for n, v in w.items()}
             z = functional_call(net, wr, (xk,))
             loss = -(z.gather(1, yk[:, None]).squeeze(1) - torch.logsumexp(z, dim=1)).mean()
             grads = torch.autograd.grad(loss, list(wr.values()))
             w = {n: w[n] - lr * (g + mu * (w[n] - w_g[n])) for n, g in zip(wr, grads)}
         new_clients.append(w)
-    weights = dm.client_sizes[batches[0]["clients"]].double()
+    weights = dm.client_sizes[batches[0].clients].double()
     weights = weights / weights.sum()
     new_global = {n: sum(weights[k] * new_clients[k][n].double() for k in range(len(sizes))) for n in w_g}
     return new_clients, new_global
@@ -132,9 +133,8 @@ def test_one_round_matches_independent_computation(cls, local_iters, kwargs):
     lr = 0.5
     model = cls(local_iters=local_iters, lr=lr, **kwargs)
     model0 = copy.deepcopy(model)
-    dm.set_local_iters(local_iters)
-    batches = dm.round_batches(0)
-    assert len(batches) == local_iters and len(batches[0]["clients"]) == 4
+    batches = round_steps(dm, 0, local_iters)
+    assert len(batches) == local_iters and len(batches[0].clients) == 4
     ref_clients, ref_global = _reference_round(model0, dm, batches, lr, **kwargs)
     _trainer(1, validate=False).fit(model, dm)
 
@@ -153,9 +153,9 @@ def test_one_round_matches_independent_computation(cls, local_iters, kwargs):
 
 
 def _regularizer_grads(model):
-    """Gradient of ``model.regularizer`` for the current slots, per slot as a flat vector."""
-    batch = {"clients": model._last_clients, "sizes": torch.ones(len(model.bank), dtype=torch.long)}
-    reg = model.regularizer(batch, torch.zeros(1, model.num_classes), None)
+    """Gradient of ``model.client_extra_loss`` for the current slots, per slot as a flat vector."""
+    step = make_step(model._last_clients, torch.ones(len(model.bank), dtype=torch.long))
+    reg = model.client_extra_loss(step, torch.zeros(1, model.num_classes), None)
     grads = []
     for slot in model.bank.slots:
         params = list(slot.parameters())
@@ -180,15 +180,15 @@ class _Record(L.Callback):
         )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if batch_idx == pl_module.local_iters - 1:
+        if batch.round_end:
             self.rounds[-1].update(
                 slots=torch.stack([_flat(s) for s in pl_module.bank.slots]),
                 theta=_flat(pl_module.client.net).clone(),
                 g=pl_module.feddyn_client_grads.clone(),
                 h=pl_module.feddyn_h.clone(),
-                clients=batch["clients"].clone(),
+                clients=batch.clients.clone(),
             )
-            pl_module._last_clients = batch["clients"].clone()
+            pl_module._last_clients = batch.clients.clone()
 
 
 def test_fedprox_regularizer_value_and_gradient():
@@ -273,7 +273,7 @@ def test_fedlc_calibrated_loss_by_hand_with_absent_class():
 
 def test_fedlc_and_fedlogit_row_losses_use_each_rows_client():
     logits = torch.tensor([[1.0, 2.0, 0.5], [0.3, -1.0, 2.0], [0.0, 0.5, -0.5]])
-    batch = {"y": torch.tensor([0, 2, 2]), "slot": torch.tensor([0, 0, 1]), "clients": torch.tensor([2, 0])}
+    batch = make_step([2, 0], [2, 1], y=torch.tensor([0, 2, 2]), owner=torch.tensor([0, 0, 1]))
     counts = torch.tensor([[16.0, 0.0, 81.0], [5.0, 5.0, 5.0], [3.0, 0.0, 2.0]])  # clients 0, 1, 2
     row_counts = counts[[2, 2, 0]]  # rows 0, 1 belong to client 2 (slot 0), row 2 to client 0 (slot 1)
     tau = 1.5
@@ -288,11 +288,11 @@ def test_fedlc_and_fedlogit_row_losses_use_each_rows_client():
                 adj = logits[i][present] - tau * row_counts[i][present] ** -0.25
             else:
                 adj = logits[i][present] + (row_counts[i][present] / row_counts[i].sum()).log()
-            target = int(present[: batch["y"][i]].sum())  # index of y among the present classes
+            target = int(present[: batch.y[i]].sum())  # index of y among the present classes
             assert rows[i].item() == pytest.approx(-(adj[target] - adj.logsumexp(0)).item(), rel=1e-6)
         if cls is FedLogit:
             prior = row_counts / row_counts.sum(1, keepdim=True)
-            expected = logit_adjusted_cross_entropy(logits, batch["y"], prior, "none")
+            expected = logit_adjusted_cross_entropy(logits, batch.y, prior, "none")
             torch.testing.assert_close(rows, expected)
 
 
@@ -320,8 +320,8 @@ def test_feddecorr_loss_by_hand():
 def test_feddecorr_regularizer_sums_each_clients_own_term():
     model = FedDecorr(decorr_coef=0.3)
     feats = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 0.0], [7.0, 1.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
-    batch = {"sizes": torch.tensor([3, 1, 3]), "local_sizes": torch.tensor([3, 1, 3])}  # single-row client: 0
-    got = model.regularizer(batch, torch.zeros(7, 10), feats)
+    batch = make_step([0, 1, 2], [3, 1, 3])  # single-row client: 0
+    got = model.client_extra_loss(batch, torch.zeros(7, 10), feats)
     expected = 0.3 * (0.625 + 0.0 + feddecorr_loss(feats[4:]).item())
     assert got.item() == pytest.approx(expected, rel=1e-6)
     assert got.item() != pytest.approx(0.3 * feddecorr_loss(feats).item(), rel=1e-3)  # not the pooled batch

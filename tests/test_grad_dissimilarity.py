@@ -163,7 +163,7 @@ class _RoundClients(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
         if batch_idx == 0:
-            self.clients[trainer.current_epoch] = batch["clients"].clone()
+            self.clients[trainer.current_epoch] = batch.clients.clone()
 
 
 def _fit(model, dm, callbacks, logger=False, max_epochs=3) -> L.Trainer:

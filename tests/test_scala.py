@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from _helpers import quiet_trainer
+from _helpers import quiet_trainer, round_steps
 from torch.func import functional_call
 
 from lightning_sfl.algorithms import SCALA
@@ -55,12 +55,12 @@ def _reference_iteration(model0: SCALA, dm: FederatedDataModule, batch, lr, conc
     client_half, server_half = model0.client.net, model0.server.net
     wc0 = {n: p.detach().clone() for n, p in client_half.named_parameters()}
     ws0 = {n: p.detach().clone() for n, p in server_half.named_parameters()}
-    x, y = dm.splits.to_float(batch["x"]), batch["y"]
-    sizes = batch["sizes"].tolist()
+    x, y = dm.splits.to_float(batch.x), batch.y
+    sizes = batch.sizes.tolist()
     xs, ys = x.split(sizes), y.split(sizes)
     n_cls = dm.num_classes
     p_local = []
-    for k in batch["clients"].tolist():  # P_k(y) from the client's whole shard
+    for k in batch.clients.tolist():  # P_k(y) from the client's whole shard
         counts = torch.bincount(dm.splits.train_y[dm.client_indices[k]], minlength=n_cls).float()
         p_local.append(counts / counts.sum())
 
@@ -90,7 +90,7 @@ def _reference_iteration(model0: SCALA, dm: FederatedDataModule, batch, lr, conc
             srv_loss_k = ce(logits_k, ys[k], p_local[k] if server_la else None)
             gsk = torch.autograd.grad(srv_loss_k, list(wsk[k].values()), retain_graph=True)
             new_servers.append({n: ws0[n] - lr * gi for n, gi in zip(wsk[k], gsk)})
-    weights = dm.client_sizes[batch["clients"]].double()
+    weights = dm.client_sizes[batch.clients].double()
     if not concat:
         new_server = weighted_average(new_servers, weights)
     return new_clients, new_server, weighted_average(new_clients, weights)
@@ -120,9 +120,8 @@ def test_one_local_iteration_matches_independent_computation(concat, server_la, 
     import copy
 
     model0 = copy.deepcopy(model)
-    dm.set_local_iters(1)
-    batch = dm.round_batches(0)[0]
-    assert len(batch["clients"]) == 4 and int(batch["sizes"].sum()) == 24
+    batch = round_steps(dm, 0)[0]
+    assert len(batch.clients) == 4 and int(batch.sizes.sum()) == 24
     ref_clients, ref_server, ref_global = _reference_iteration(model0, dm, batch, lr, concat, server_la, client_la)
 
     quiet_trainer(1, limit_val_batches=0).fit(model, dm)

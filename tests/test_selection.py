@@ -14,10 +14,11 @@ from lightning_sfl.data import selection as selection_module
 from lightning_sfl.data.selection import (
     SELECTIONS,
     ClassBalancedSelection,
+    ClientSelection,
     FedCBSSelection,
     UniformSelection,
-    build_selection,
     qcid,
+    resolve_selection,
 )
 
 
@@ -178,7 +179,7 @@ def test_fedcbs_selects_more_balanced_groups_than_uniform():
     counts = _skewed_counts()
     means = {}
     for name in ("uniform", "fedcbs"):
-        policy = build_selection(name)
+        policy = resolve_selection(name)
         means[name] = sum(qcid(counts[policy(counts, 5, _gen(1000 + r), r)]) for r in range(100)) / 100
     assert means["fedcbs"] < 0.7 * means["uniform"]
 
@@ -226,7 +227,7 @@ def test_class_balanced_finds_the_perfectly_balanced_group(divergence):
 
 def test_class_balanced_pairs_each_client_with_its_complement():
     counts = torch.tensor([[3, 1], [1, 3], [4, 0], [0, 4], [2, 2], [5, 5]])
-    policy = build_selection("class_balanced")
+    policy = resolve_selection("class_balanced")
     for seed in range(30):
         sel = policy(counts, 2, _gen(seed), seed).tolist()
         assert sel in ([0, 1], [2, 3], [4, 5])
@@ -262,31 +263,47 @@ def test_class_balanced_argument_checks():
 
 
 # ----------------------------------------------------------------------------------------------------- registry
-def test_registry_builds_every_policy_and_rejects_unknown_names():
+def test_one_resolver_builds_every_policy_and_rejects_unknown_names():
     assert set(SELECTIONS) == {"uniform", "fedcbs", "class_balanced"}
-    assert isinstance(build_selection("uniform"), UniformSelection)
-    assert isinstance(build_selection("fedcbs"), FedCBSSelection)
-    assert isinstance(build_selection("class_balanced"), ClassBalancedSelection)
-    with pytest.raises(ValueError, match=r"client_selection='nope' is not one of: uniform, fedcbs, class_balanced"):
-        build_selection("nope")
+    assert isinstance(resolve_selection("uniform"), UniformSelection)
+    assert isinstance(resolve_selection("fedcbs"), FedCBSSelection)
+    assert isinstance(resolve_selection("class_balanced"), ClassBalancedSelection)
+    assert isinstance(resolve_selection(None, ClassBalancedSelection), ClassBalancedSelection)  # the method's default
+    given = FedCBSSelection(lam=3.0)
+    assert resolve_selection(given) is given
+    for bad in ("nope", 3, {"class_path": "torch.nn.Linear"}):
+        with pytest.raises(ValueError, match=r"client_selection=.* is not one of: uniform, fedcbs, class_balanced"):
+            resolve_selection(bad)
+
+
+@pytest.mark.parametrize(
+    "policy", [UniformSelection(), FedCBSSelection(lam=2.5, beta_step=0.5), ClassBalancedSelection(divergence="qcid")]
+)
+def test_a_policy_round_trips_through_its_config(policy):
+    """What hyperparameters and checkpoints record (plain data) rebuilds the same policy."""
+    config = policy.config()
+    assert config["class_path"] == f"lightning_sfl.data.selection.{type(policy).__name__}"
+    rebuilt = resolve_selection(copy.deepcopy(config))
+    assert type(rebuilt) is type(policy) and vars(rebuilt) == vars(policy)
+    assert isinstance(rebuilt, ClientSelection)
 
 
 @pytest.mark.parametrize("name", ["uniform", "fedcbs", "class_balanced"])
-def test_policies_plug_into_the_data_module(name):
+def test_policies_plug_into_the_schedule_and_resume_with_it(name):
     from lightning_sfl.data import FederatedDataModule
+    from lightning_sfl.loop import SyncRounds
 
     dm = FederatedDataModule(
         dataset="digits", num_clients=20, partition="quantity", alpha=2, participation=0.25, batch_size=64, seed=0
     )
-    dm.set_selection(build_selection(name))
-    a = dm.select_clients(4)
+    stats = dm.client_stats
+    schedule = SyncRounds(2, resolve_selection(name))
+    a = schedule.select_clients(4, stats)
     assert len(a) == dm.clients_per_round == 5 and len(torch.unique(a)) == 5
-    assert torch.equal(a, dm.select_clients(4))  # same round, same clients (stateful policies included)
-    state = copy.deepcopy(dm.state_dict())
-    nxt = dm.select_clients(5)
-    dm2 = FederatedDataModule(
-        dataset="digits", num_clients=20, partition="quantity", alpha=2, participation=0.25, batch_size=64, seed=0
-    )
-    dm2.set_selection(build_selection(name))
-    dm2.load_state_dict(state)
-    assert torch.equal(dm2.select_clients(5), nxt)
+    assert torch.equal(a, schedule.select_clients(4, stats))  # same round, same clients (stateful policies included)
+    state = copy.deepcopy(schedule.state_dict())
+    nxt = schedule.plan_round(5, stats)
+    other = SyncRounds(2, resolve_selection(name))
+    other.load_state_dict(state)
+    again = other.plan_round(5, stats)
+    assert torch.equal(again[0].clients, nxt[0].clients) and torch.equal(again[1].rows, nxt[1].rows)

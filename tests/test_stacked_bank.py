@@ -10,6 +10,8 @@ import pytest
 import torch
 from torch import nn
 
+from lightning_sfl.algorithms.aggregate import weighted_average
+from lightning_sfl.algorithms.client_bank import ClientBank as ClientBankProtocol
 from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank
 from lightning_sfl.errors import ConfigError
@@ -222,6 +224,81 @@ def test_make_bank_kinds():
         make_bank(net, 2, "vmap")
     with pytest.raises(ConfigError):
         StackedBank(net, 0)
+
+
+# ------------------------------------------------------------------------ the protocol on subsets of slots
+@pytest.mark.parametrize("case", ["tiny_bn:x", "cnn_small:s2"])
+def test_subset_forward_reset_aggregate_and_snapshots_agree_with_the_reference(case):
+    """What an asynchronous client needs: run, reset and aggregate any subset of slots, in any order."""
+    net, shape = _net(case)
+    seq, stk = _banks(net, 4)
+    sizes, slots = torch.tensor([3, 2]), torch.tensor([2, 0])  # the step's clients sit in slots 2 and 0
+    x = torch.randn(5, *shape, generator=torch.Generator().manual_seed(3))
+    want = torch.cat([_copy(seq.slots[2])(x[:3]), _copy(seq.slots[0])(x[3:])])  # slots alone, by hand
+    for bank in (seq, stk):
+        torch.testing.assert_close(bank(x, sizes, slots), want, **TOL)
+    _assert_slots_equal(seq, stk)  # also the BatchNorm statistics of slots 2 and 0 only
+    weights = torch.tensor([3.0, 1.0])
+    expected = weighted_average([seq.slots[1].state_dict(), seq.slots[3].state_dict()], weights)
+    for bank in (seq, stk):
+        target = copy.deepcopy(net)
+        bank.aggregate_into(target, weights, slots=[1, 3])
+        for key, value in target.state_dict().items():
+            torch.testing.assert_close(value, expected[key], **TOL, msg=key)
+    source = copy.deepcopy(net)
+    for bank in (seq, stk):
+        untouched = [bank.snapshot(k) for k in (0, 2, 3)]
+        snap = bank.snapshot(1)
+        bank.reset(source, slots=[1])
+        for key, value in bank.slots[1].state_dict().items():
+            torch.testing.assert_close(value, source.state_dict()[key], rtol=0, atol=0)
+        for k, before in zip((0, 2, 3), untouched):
+            for key, value in bank.slots[k].state_dict().items():
+                torch.testing.assert_close(value, before[key], rtol=0, atol=0)
+        assert any(not torch.equal(snap[key], v) for key, v in bank.slots[1].state_dict().items())  # a copy
+        bank.load_slot(1, snap)
+        agg = copy.deepcopy(net)
+        ClientBankProtocol.aggregate_snapshots(agg, [snap, untouched[0]], torch.tensor([1.0, 1.0]))
+        for key, value in weighted_average([snap, untouched[0]], torch.ones(2)).items():
+            torch.testing.assert_close(agg.state_dict()[key], value, rtol=0, atol=0)
+    _assert_slots_equal(seq, stk)
+
+
+def _copy(module):
+    return copy.deepcopy(module)
+
+
+def test_per_slot_optimizer_reset_equals_a_fresh_optimizer_state():
+    """Slot 1 restarts (a new client takes it) while the others keep their momentum, on both banks."""
+    net, shape = _net("cnn_small:s2")
+    seq, stk = _banks(net, 3)
+    sizes = torch.tensor([2, 3, 1])
+    x = torch.randn(6, *shape, generator=torch.Generator().manual_seed(4))
+    _, kept = _banks(net, 3)  # the same run on a third bank whose slot 1 keeps its old momentum
+    opts = {id(b): torch.optim.SGD(b.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3) for b in (seq, stk, kept)}
+    for bank in (seq, stk, kept):
+        opt = opts[id(bank)]
+        for i in range(3):
+            if i == 2:  # a new client takes slot 1: the global half, and (except ``kept``) no momentum
+                bank.reset(net, slots=[1])
+                if bank is not kept:
+                    bank.reset_optimizer_state(opt, slots=[1])
+            opt.zero_grad()
+            bank(x, sizes).square().mean().backward()
+            opt.step()
+    _assert_slots_equal(seq, stk)
+    for k in (0, 2):  # the other slots kept their momentum in every bank
+        for key, value in kept.slots[k].state_dict().items():
+            torch.testing.assert_close(stk.slots[k].state_dict()[key], value, **TOL)
+    moved = [(a - b).abs().max() for a, b in zip(kept.slots[1].parameters(), stk.slots[1].parameters())]
+    assert max(moved) > 1e-4  # the reset changed slot 1's step
+    adam = torch.optim.Adam(stk.parameters())
+    stk(x, sizes).sum().backward()
+    adam.step()
+    with pytest.raises(ConfigError, match="cannot be reset for single slots"):
+        stk.reset_optimizer_state(adam, slots=[1])
+    stk.reset_optimizer_state(adam)  # all slots: the state is simply dropped
+    assert not adam.state
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -27,8 +27,9 @@ import torch
 import yaml
 from sweep_schema import distribution, validate_sweep
 
-from lightning_sfl.cli import SFLCLI, main
+from lightning_sfl.cli import main
 from lightning_sfl.data import FederatedDataModule, load_dataset, partition
+from lightning_sfl.lightning_cli import SFLCLI
 from lightning_sfl.models.split import split_model
 from lightning_sfl.models.zoo import build_model
 

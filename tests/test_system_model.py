@@ -9,6 +9,7 @@ import math
 import lightning as L
 import pytest
 import torch
+from _helpers import round_steps
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 
@@ -153,13 +154,13 @@ def test_client_seconds_formula_and_downlink():
     assert clock.capacities.tolist() == pytest.approx(f, rel=1e-12)
     clients, sizes = torch.tensor([1, 4]), torch.tensor([3, 9])
     up, down = torch.tensor([10_000, 20_000]), torch.tensor([5_000, 7_000])
-    t = clock.client_seconds(clients, sizes, up, down, local_iters=4)
+    t = clock.client_seconds(clients, 4 * sizes, up, down)  # T = 4 iterations of B_k rows
     for j, k in enumerate(clients.tolist()):
         rate = _hand_rate(d[k], 10e6 / 2)
         compute = 4 * int(sizes[j]) * 1e6 / f[k]
         assert float(t[j]) == pytest.approx(compute + 8 * int(up[j]) / rate, rel=1e-12)
         clock.include_downlink = True
-        both = clock.client_seconds(clients, sizes, up, down, local_iters=4)
+        both = clock.client_seconds(clients, 4 * sizes, up, down)
         clock.include_downlink = False
         assert float(both[j]) == pytest.approx(compute + 8 * int(up[j] + down[j]) / rate, rel=1e-12)
 
@@ -206,8 +207,8 @@ def test_simulated_clock_on_a_scala_fit(tmp_path):
 
     elapsed = 0.0
     for r, row in enumerate(rows):
-        batch = dm.round_batches(r)[0]
-        clients, sizes = batch["clients"].tolist(), batch["sizes"].tolist()
+        batch = round_steps(dm, r)[0]
+        clients, sizes = batch.clients.tolist(), batch.sizes.tolist()
         w = 10e6 / len(clients)
         up = [T * b * (act_row + label_row) + client_half for b in sizes]
         times = [T * b * flops_per_sample / f[k] + 8 * u / _hand_rate(d[k], w) for k, b, u in zip(clients, sizes, up)]

@@ -1,18 +1,41 @@
-"""The coordinating loop of split federated learning.
+"""The coordinating loop of split federated learning (loop version 2; see ``docs/architecture.md``).
 
-One ``LightningModule`` coordinates a whole run (manual optimisation):
+One ``LightningModule`` coordinates a whole run (manual optimisation). The round structure is data: the method
+owns a :class:`~lightning_sfl.loop.Schedule` (:meth:`SplitFedAlgorithm.configure_schedule`; default
+:class:`~lightning_sfl.loop.SyncRounds` of ``T`` local iterations), the data module executes it, and every
+``training_step`` receives one typed :class:`~lightning_sfl.loop.Step`. **One epoch = one global round** of any
+number of steps. The step's ``kind`` picks the handler (``step_handlers``), ``round_start``/``round_end`` mark the
+round's edges, and callbacks receive ``on_round_start``/``on_round_end`` events.
 
-* **epoch = one global round** ``i``; **training step = one local iteration** ``t`` (``T`` steps per epoch);
-* the first step of a round (:meth:`SplitFedAlgorithm.start_round`) broadcasts the global client half
-  ``w_c`` into the ``S`` client slots (the batch tells which clients they are);
-* ``training_step`` runs the method's local iteration (:meth:`SplitFedAlgorithm.local_iteration`);
-* after the ``T``-th step, the FL phase aggregates the slots weighted by ``|D_k|`` (eq. 10). It runs in the
-  last training step rather than ``on_train_epoch_end`` because Lightning validates *before*
-  ``on_train_epoch_end``: evaluation must see the aggregated model.
+Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SFL):
 
-The server half (``ServerModule``) and the global client half (``ClientModule``) are LightningModules held
-as submodules. With the defaults (plain cross-entropy, one server half) this is MiniBatch-SFL; methods
-override :meth:`server_prior` / :meth:`client_prior`, the losses, or the whole local iteration.
+=====  ======================  ===================================  ==============================================
+ #     paper step              hook                                 default / who overrides it
+=====  ======================  ===================================  ==============================================
+ 0     broadcast (round start) :meth:`start_round`                  every slot ← global halves, fresh optimiser
+                                                                    state (SplitFedV3: per-client halves)
+ 1     client forward          :meth:`client_forward`               ``A_k = h(w_{c,k}; X_k)``, each slot its rows
+ 2     server forward          :meth:`server_forward`               ``s = l(w_s; concat_k A_k)`` (eq. 5); a copy
+                                                                    per client if ``server_copies`` (SplitFedV1)
+ 3     server update           :meth:`server_loss` (+ prior)        CE on the concatenation (eq. 7); SCALA eq. 14
+ 4     client gradients        :meth:`client_loss` (+ prior)        ``G_k = ∂/∂A_k`` of each client's mean CE
+                                                                    (eq. 8); SCALA eq. 15; ``None``: no gradient
+                                                                    is sent (SFLLocalLoss)
+ 5     client extra loss       :meth:`client_extra_loss`            none; SFLLocalLoss (auxiliary head), FedProx,
+                                                                    FedDyn, FedDecorr (regularisers)
+ 6     server + client step    :meth:`take_step`                    one SGD step over the server and every slot
+                                                                    (SplitFedV2: after each client)
+ 7     aggregate (round end)   :meth:`aggregate`                    ``|D_k|``-weighted average of every bank
+                                                                    (eq. 10); FedDyn, SplitFedV3 their own
+=====  ======================  ===================================  ==============================================
+
+:meth:`local_iteration` (handler of ``"local"`` steps) runs 1-6 in that order; plain FL methods (FedAvg family)
+replace it with one loss on the whole model. The base owns what every method shares around the hooks: the byte
+ledger, the NaN/Inf guards, DDP loss normalisation and gradient summing, optimiser-state resets, the client banks
+(:meth:`client_models`, :meth:`reset_slots`) and checkpointed method state (:meth:`add_state`).
+
+The FL phase runs inside the round's last training step, not in ``on_train_epoch_end``: Lightning validates
+*before* ``on_train_epoch_end``, and evaluation must see the aggregated model.
 """
 
 from __future__ import annotations
@@ -25,15 +48,15 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from lightning_sfl.algorithms.client_bank import SequentialBank
+from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots, slot_list
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
 from lightning_sfl.algorithms.stacked_bank import BANK_KINDS, StackedBank, make_bank
-from lightning_sfl.data.selection import build_selection
+from lightning_sfl.algorithms.state import MethodState
+from lightning_sfl.data.selection import ClientSelection, UniformSelection, resolve_selection
 from lightning_sfl.errors import ConfigError, NonFiniteError
+from lightning_sfl.loop import ClientStats, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.models import build_model, split_model
 from lightning_sfl.system.comm import CommLedger, module_bytes
-
-BANKS = (SequentialBank, StackedBank)
 
 
 class ClientModule(L.LightningModule):
@@ -58,8 +81,8 @@ class ServerModule(L.LightningModule):
         return self.net(a)
 
 
-class SplitFedAlgorithm(L.LightningModule):
-    """Base of every method: builds the split model, runs rounds, aggregates, evaluates.
+class SplitFedAlgorithm(MethodState, L.LightningModule):
+    """Base of every method: builds the split model, runs the schedule's steps, aggregates, evaluates.
 
     Args:
         arch: model name (see ``lightning_sfl.models.MODELS``).
@@ -70,21 +93,24 @@ class SplitFedAlgorithm(L.LightningModule):
         weight_decay: SGD weight decay.
         num_classes: ``N`` (linked from the data module by the CLI).
         input_shape: ``(C, H, W)`` of one sample (linked from the data module by the CLI).
-        client_selection: policy choosing the clients of a round (``lightning_sfl.data.selection``);
-            ``None``: the method's own (``default_selection``: uniform, Fed-CBS for FedCBS, class-balanced for
-            CS-SFL).
-        client_bank: how the round's client copies run: ``sequential`` (one module per client, one after
-            another), ``stacked`` (parameters stacked on a client dimension, one ``vmap`` call) or ``auto``
-            (stacked on CUDA, sequential on CPU — what the benchmark shows faster on each).
+        client_selection: the policy choosing the clients of a round (``lightning_sfl.data.selection``): an object,
+            a class with its arguments on the CLI (``--model.client_selection FedCBSSelection
+            --model.client_selection.lam 5``) or a short name (``uniform``, ``fedcbs``, ``class_balanced``);
+            ``None``: the method's own (``default_selection``).
+        client_bank: how the client copies run: ``sequential`` (one module per client, one after another),
+            ``stacked`` (parameters stacked on a client dimension, one ``vmap`` call) or ``auto`` (stacked on CUDA,
+            sequential on CPU — what the benchmark shows faster on each).
     """
 
     #: False for plain FL methods: the "client half" is the whole model and there is no server half.
     split: ClassVar[bool] = True
     #: Client-selection policy used when ``client_selection`` is not given.
-    default_selection: ClassVar[str] = "uniform"
+    default_selection: ClassVar[type[ClientSelection]] = UniformSelection
     #: True: one server-half copy per selected client, trained on that client's activations only and averaged
     #: each round (SplitFedV1); False: one server half trained on the concatenated activations (eq. 5-7).
     server_copies: bool = False
+    #: Step kind -> name of the method that runs a step of that kind.
+    step_handlers: ClassVar[dict[str, str]] = {"local": "local_iteration"}
 
     def __init__(
         self,
@@ -96,7 +122,7 @@ class SplitFedAlgorithm(L.LightningModule):
         weight_decay: float = 0.0,
         num_classes: int = 10,
         input_shape: tuple[int, int, int] = (1, 8, 8),
-        client_selection: str | None = None,
+        client_selection: ClientSelection | str | None = None,
         client_bank: str = "auto",
     ) -> None:
         super().__init__()
@@ -104,131 +130,269 @@ class SplitFedAlgorithm(L.LightningModule):
             raise ConfigError(f"local_iters={local_iters} must be >= 1")
         if not lr > 0:
             raise ConfigError(f"lr={lr} must be > 0")
+        if client_bank not in BANK_KINDS:
+            raise ConfigError(f"client_bank={client_bank!r} is not one of: {', '.join(BANK_KINDS)}")
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.local_iters, self.lr, self.momentum, self.weight_decay = local_iters, lr, momentum, weight_decay
         self.num_classes = num_classes
-        self.selection = build_selection(client_selection or self.default_selection)
-        if client_bank not in BANK_KINDS:
-            raise ConfigError(f"client_bank={client_bank!r} is not one of: {', '.join(BANK_KINDS)}")
+        self.selection = resolve_selection(client_selection, self.default_selection)
+        self.hparams["client_selection"] = self.selection.config()  # a config, so checkpoints load safely
         self.client_bank = client_bank
+        self.schedule: Schedule = self.configure_schedule()
         net = build_model(arch, num_classes, tuple(input_shape))
         client_net, server_net = split_model(net, split_point) if self.split else (net[:], nn.Sequential())
         self.client = ClientModule(client_net)
         self.server = ServerModule(server_net)
-        self.bank: SequentialBank | None = None
-        self.local_step = 0
-        self.server_bank: SequentialBank | None = None
+        self.client_banks = nn.ModuleDict()  # name of a client model -> its slots (built when a fit starts)
+        self.server_bank: ClientBank | None = None
         self.ledger = CommLedger()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_acc_per_class = MulticlassAccuracy(num_classes, average="none")
 
-    # ------------------------------------------------------------------ setup
+    def configure_schedule(self) -> Schedule:
+        """How a round unfolds (executed by the data module): synchronous rounds of ``T`` local iterations."""
+        return SyncRounds(self.local_iters, self.selection)
+
+    def client_models(self) -> dict[str, nn.Module]:
+        """The client-side models every client holds a copy of (broadcast, trained in a slot, aggregated):
+        name -> global module. SFLLocalLoss adds its auxiliary head."""
+        return {"client": self.client.net}
+
+    # ------------------------------------------------------------------ setup: one binding, banks, states
     def setup(self, stage: str) -> None:
         if stage != "fit":
             return
-        dm = self.trainer.datamodule
-        dm.set_local_iters(self.local_iters)
-        dm.set_selection(self.selection)
-        if dm.num_classes != self.num_classes:
-            raise ConfigError(f"num_classes={self.num_classes} does not match the dataset's {dm.num_classes} classes")
-        self.register_buffer("client_sizes", dm.client_sizes.clone(), persistent=False)
-        self.register_buffer("label_dist", dm.label_distribution.to(torch.float32), persistent=False)
-        self.bank = self.make_bank(self.client.net, dm.clients_per_round)
+        stats: ClientStats = self.trainer.datamodule.client_stats  # handed over once
+        if stats.num_classes != self.num_classes:
+            raise ConfigError(
+                f"num_classes={self.num_classes} does not match the dataset's {stats.num_classes} classes"
+            )
+        missing = [k for k in self.schedule.kinds if k not in self.step_handlers]
+        if missing:
+            raise ConfigError(
+                f"{type(self).__name__} has no handler for step kind(s) {missing} of {type(self.schedule).__name__}; "
+                f"it handles: {', '.join(self.step_handlers)}"
+            )
+        self.client_stats = stats
+        self.register_buffer("client_sizes", stats.sizes.clone(), persistent=False)
+        self.register_buffer("label_dist", stats.label_distribution.to(torch.float32), persistent=False)
+        slots = self.schedule.num_slots(stats)
+        for name, module in self.client_models().items():
+            self.client_banks[name] = self._new_bank(module, slots)
         if self.server_copies:
-            self.server_bank = self.make_bank(self.server.net, dm.clients_per_round)
+            self.server_bank = self._new_bank(self.server.net, slots)
+        self.build_states()
+
+    @property
+    def bank(self) -> ClientBank:
+        """The slots of the client half (``client_banks["client"]``)."""
+        return self.client_banks["client"]
 
     def make_bank(self, template: nn.Module, num_slots: int) -> SequentialBank | StackedBank:
         """A bank of ``num_slots`` copies of ``template`` of the configured kind (``client_bank``)."""
         return make_bank(template, num_slots, self.client_bank, device=self.trainer.strategy.root_device)
 
-    def banks(self) -> list[SequentialBank]:
-        """Every per-client copy set of this method (rebuilt each round, not checkpointed)."""
-        return [m for m in self.children() if isinstance(m, BANKS)]
+    def _new_bank(self, template: nn.Module, num_slots: int) -> ClientBank:
+        bank = self.make_bank(template, num_slots)
+        bank.checkpointed = self.schedule.persistent_slots
+        return bank
+
+    def banks(self) -> list[ClientBank]:
+        """Every per-client copy set of this method (client banks, then server copies)."""
+        return [*self.client_banks.values(), *([self.server_bank] if self.server_bank is not None else [])]
 
     def slot_parameters(self) -> list[nn.Parameter]:
-        """Parameters that are reset every round (client slots and per-client server copies)."""
+        """Parameters of the slots (client copies and per-client server copies)."""
         return [p for bank in self.banks() for p in bank.parameters()]
 
     def server_parameters(self) -> list[nn.Parameter]:
         return [] if self.server_bank is not None else list(self.server.parameters())
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        """One SGD over all slots and the server: one ``global_step`` per local iteration."""
+        """One SGD over all slots and the server: one ``global_step`` per training step."""
         groups = [{"params": self.slot_parameters(), "name": "client_slots"}]
         if self.server_parameters():
             groups.append({"params": self.server_parameters(), "name": "server"})
         return torch.optim.SGD(groups, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
-    # ------------------------------------------------------------------ round structure
-    def start_round(self, batch: dict[str, torch.Tensor]) -> None:
-        """Round start (first local iteration): broadcast ``w_c`` into the slots of ``batch["clients"]``."""
-        self.bank.reset(self.client.net)
-        self.ledger.add("down", self.client_kind, module_bytes(self.client.net))
-        if self.server_bank is not None:
-            self.server_bank.reset(self.server.net)
-
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+    # ------------------------------------------------------------------ the step loop
+    def training_step(self, step: Step, batch_idx: int) -> None:
         self._disable_ddp_reducer()
-        if batch_idx == 0:
+        if step.round_start:
+            self._emit("on_round_start", step)
             self.ledger.start(len(self.bank))
-            opt = self.optimizers()
-            for p in self.slot_parameters():  # FL-style: client optimiser state starts fresh every round
-                opt.optimizer.state.pop(p, None)
-            self.start_round(batch)
-        self.local_step = batch_idx
-        server_loss, client_loss = self.local_iteration(batch)
+            self._round_samples = torch.zeros(len(self.bank), dtype=torch.long)
+            self._slot_clients = torch.full((len(self.bank),), -1, dtype=torch.long)
+            self.start_round(step)
+        if len(step.clients):
+            slots = step.bank_slots.cpu()
+            self._round_samples.index_add_(0, slots, step.sizes.cpu())
+            self._slot_clients[slots] = step.clients.cpu()
+        losses = getattr(self, self.step_handlers[step.kind])(step)
+        if losses is not None:
+            self._log_losses(step, *losses)
+        if step.round_end:
+            self.aggregate(step)
+            self._check_global_weights(step)
+            event = RoundEnd(step.round, self._slot_clients, self._round_samples, self.ledger, step.time)
+            self._emit("on_round_end", event)
+
+    def _log_losses(self, step: Step, server_loss: torch.Tensor, client_loss: torch.Tensor) -> None:
         if self.world_size > 1:  # each process holds its shard's part of the (globally normalised) losses
             server_loss, client_loss = (
                 self.trainer.strategy.reduce(v.detach().clone(), reduce_op="sum") for v in (server_loss, client_loss)
             )
         for name, loss in (("server loss", server_loss), ("client loss", client_loss)):
             if not torch.isfinite(loss):
-                self.check_finite(name, loss.detach().expand(len(batch["y"])), batch)
-        self.log("train/server_loss", server_loss.detach(), on_step=False, on_epoch=True, batch_size=len(batch["y"]))
-        self.log("train/client_loss", client_loss.detach(), on_step=False, on_epoch=True, batch_size=len(batch["y"]))
-        if batch_idx == self.local_iters - 1:
-            self.aggregate(batch)
-            bad = [
-                n for n, p in self.named_parameters() if n.startswith(("client.", "server.")) and not p.isfinite().all()
-            ]
-            if bad:  # never let a broken global model reach evaluation or a checkpoint
-                raise NonFiniteError(
-                    f"non-finite global weights ({bad[0]}) after aggregating round {self.current_epoch + 1}; "
-                    f"stopped, the last checkpoint is from round {self.current_epoch}"
-                )
+                self.check_finite(name, loss.detach().expand(step.num_rows), step)
+        self.log("train/server_loss", server_loss.detach(), on_step=False, on_epoch=True, batch_size=step.num_rows)
+        self.log("train/client_loss", client_loss.detach(), on_step=False, on_epoch=True, batch_size=step.num_rows)
 
-    def check_finite(self, what: str, values: torch.Tensor, batch: dict[str, torch.Tensor]) -> None:
-        """NaN/Inf guard for per-row values ``[B, ...]``: stop the run naming the round, the local iteration and
-        the clients whose rows are affected. The last checkpoint (previous round) stays on disk untouched."""
+    def _check_global_weights(self, step: Step) -> None:
+        bad = [n for n, p in self.named_parameters() if n.startswith(("client.", "server.")) and not p.isfinite().all()]
+        if bad:  # never let a broken global model reach evaluation or a checkpoint
+            raise NonFiniteError(
+                f"non-finite global weights ({bad[0]}) after aggregating round {step.round + 1}; "
+                f"stopped, the last checkpoint is from round {step.round}"
+            )
+
+    def _emit(self, hook: str, arg) -> None:
+        """Round events: every callback defining ``hook`` gets ``(trainer, module, arg)``, then the module's own."""
+        for callback in self.trainer.callbacks:
+            fn = getattr(callback, hook, None)
+            if callable(fn):
+                fn(self.trainer, self, arg)
+        getattr(self, hook)(arg)
+
+    def on_round_start(self, step: Step) -> None:
+        """Module hook before the first step of a round (e.g. to adapt the schedule)."""
+
+    def on_round_end(self, event: RoundEnd) -> None:
+        """Module hook after a round's FL phase (e.g. Semi-SFL adapts its ``K_s`` here for the next round)."""
+
+    def check_finite(self, what: str, values: torch.Tensor, step: Step) -> None:
+        """NaN/Inf guard for per-row values ``[B, ...]``: stop the run naming the round, the step and the clients
+        whose rows are affected. The last checkpoint (previous round) stays on disk untouched."""
         bad = ~torch.isfinite(values.detach().reshape(len(values), -1)).all(dim=1)
         flag = bad.any().to(torch.int32)
         if self.world_size > 1:  # every process stops together (no process left waiting in a collective)
             flag = self.trainer.strategy.reduce(flag, reduce_op="sum")
         if flag:
-            clients = batch["clients"][torch.unique(batch["slot"][bad])].tolist() or "on another process"
+            owners = step.owner[bad] if step.owner is not None and len(bad) == len(step.owner) else step.owner
+            clients = step.clients[torch.unique(owners)].tolist() if owners is not None else []
             raise NonFiniteError(
-                f"non-finite {what} in round {self.current_epoch + 1}, local iteration {self.local_step + 1}, "
-                f"client(s) {clients}; stopped, the last checkpoint is from round {self.current_epoch}"
+                f"non-finite {what} in round {step.round + 1}, local iteration {step.index + 1}, "
+                f"client(s) {clients or 'on another process'}; stopped, the last checkpoint is from round {step.round}"
             )
 
-    def aggregate(self, batch: dict[str, torch.Tensor]) -> None:
-        """FL phase (eq. 10): global halves ← ``|D_k|``-weighted averages of the round's copies."""
-        weights = self.client_sizes[batch["clients"]]
-        self.bank.aggregate_into(self.client.net, weights)
-        self.ledger.add("up", self.client_kind, module_bytes(self.client.net))
+    # ------------------------------------------------------------------ round edges: broadcast and FL phase
+    def reset_slots(self, slots: Slots = None) -> None:
+        """The ``slots`` (default all) download the global models (bytes counted) and start with a fresh optimiser
+        state; per-client server copies are reset too."""
+        opt = self.optimizers()
+        opt = getattr(opt, "optimizer", opt)  # the torch optimiser inside Lightning's wrapper
+        for name, module in self.client_models().items():
+            self.client_banks[name].reset(module, slots)
+            self.client_banks[name].reset_optimizer_state(opt, slots)
+            self.ledger.add("down", self.client_kind, module_bytes(module), slots)
         if self.server_bank is not None:
-            self.server_bank.aggregate_into(self.server.net, weights)
+            self.server_bank.reset(self.server.net, slots)
+            self.server_bank.reset_optimizer_state(opt, slots)
+
+    def start_round(self, step: Step) -> None:
+        """Round start (hook 0): every client of the round gets the global halves in its slot (FL-style: the
+        client optimiser state starts fresh every round)."""
+        self.reset_slots()
+
+    def aggregate(self, step: Step) -> None:
+        """FL phase (hook 7, eq. 10): global models ← ``|D_k|``-weighted averages of the step's slots."""
+        weights = self.client_sizes[step.clients]
+        for name, module in self.client_models().items():
+            self.client_banks[name].aggregate_into(module, weights, step.slots)
+            self.ledger.add("up", self.client_kind, module_bytes(module), step.slots)
+        if self.server_bank is not None:
+            self.server_bank.aggregate_into(self.server.net, weights, step.slots)
 
     @property
     def client_kind(self) -> str:
         """What the clients download and upload each round: ``client_half`` or (plain FL) ``full_model``."""
         return "client_half" if self.split else "full_model"
 
-    # ------------------------------------------------------------------ one local iteration
-    def server_forward(self, a: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B, N]`` of the server half (or of each client's server copy) on activations ``a``."""
-        return self.server(a) if self.server_bank is None else self.server_bank(a, sizes)
+    # ------------------------------------------------------------------ one local iteration (hooks 1-6)
+    def client_forward(self, step: Step) -> torch.Tensor:
+        """Hook 1: ``A = concat_k h(w_{c,k}; X_k)``, ``[B, *act]`` (each slot on its own rows)."""
+        return self.bank(step.x, step.local_sizes, step.slots)
+
+    def server_forward(self, a: torch.Tensor, step: Step) -> torch.Tensor:
+        """Hook 2: logits ``[B, N]`` of the server half (or of each client's server copy) on activations ``a``."""
+        return self.server(a) if self.server_bank is None else self.server_bank(a, step.local_sizes, step.slots)
+
+    def server_prior(self, step: Step) -> torch.Tensor | None:
+        """Label distribution added (as ``log``) to the logits of the server loss; ``None``: plain CE."""
+        return None
+
+    def client_prior(self, step: Step) -> torch.Tensor | None:
+        """Label distribution added (as ``log``) to the logits of the clients' loss; ``None``: plain CE."""
+        return None
+
+    def server_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
+        """Hook 3, the loss whose gradient updates ``w_s`` (eq. 7): the mean over the concatenated batch, or with
+        server copies the sum over copies of each copy's mean over its client's rows."""
+        prior = self.server_prior(step)
+        if self.server_bank is None:
+            return self.concat_mean_loss(logits, step, prior)
+        rows = logit_adjusted_cross_entropy(logits, step.y, prior, "none")
+        return per_client_mean(rows, step.owner, step.sizes)
+
+    def concat_mean_loss(self, logits: torch.Tensor, step: Step, prior: torch.Tensor | None = None) -> torch.Tensor:
+        """(Logit-adjusted) cross-entropy averaged over the whole concatenated batch of ``B`` rows; on a DDP
+        shard, the shard's sum divided by the global ``B`` (the gradient all-reduce adds the shards)."""
+        total = int(step.sizes.sum())
+        if len(step.y) == total:
+            return logit_adjusted_cross_entropy(logits, step.y, prior)
+        return logit_adjusted_cross_entropy(logits, step.y, prior, "sum") / total
+
+    def client_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor | None:
+        """Hook 4, the loss whose gradient w.r.t. the activations is sent to the clients (eq. 8): each client's
+        mean over its own ``B_k`` rows, summed over clients. ``None``: no gradient is sent."""
+        rows = logit_adjusted_cross_entropy(logits, step.y, self.client_prior(step), "none")
+        return per_client_mean(rows, step.owner, step.sizes)
+
+    def client_extra_loss(
+        self, step: Step, outputs: torch.Tensor, features: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
+        """Hook 5, a loss the clients add on their side (``outputs``: what the client models produced — the
+        activations, or the logits for plain FL; ``features``: inputs of the last layer when asked for); ``None``:
+        nothing."""
+        return None
+
+    def local_iteration(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """Client forward → server forward on the concatenation → server update and client gradients from the
+        same (pre-update) forward → every client backpropagates its ``G_k`` (and its extra loss) → one step."""
+        opt = self.optimizers()
+        opt.zero_grad()
+        acts = self.client_forward(step)
+        self.check_finite("activations", acts, step)
+        self.ledger.add_rows("up", "activations", acts, step.sizes, step.slots)
+        self.ledger.add_rows("up", "labels", step.y, step.sizes, step.slots)
+        a = acts.detach().requires_grad_(True)
+        logits = self.server_forward(a, step)
+        self.check_finite("logits", logits, step)
+        server_loss = self.server_loss(logits, step)
+        client_loss = self.client_loss(logits, step)
+        if client_loss is not None:  # G_k from the same (pre-update) server forward, eq. (8)
+            (grad_a,) = torch.autograd.grad(client_loss, a, retain_graph=True)  # rows of client k: G_k
+            self.ledger.add_rows("down", "gradients", grad_a, step.sizes, step.slots)
+        self.manual_backward(server_loss)
+        if client_loss is not None:
+            self.manual_backward(acts, grad_a)
+        extra = self.client_extra_loss(step, acts)
+        if extra is not None:
+            self.manual_backward(extra)
+            client_loss = extra if client_loss is None else client_loss + extra
+        self.take_step(opt)
+        return server_loss, client_loss
 
     # ------------------------------------------------------------------ several processes
     @property
@@ -236,18 +400,18 @@ class SplitFedAlgorithm(L.LightningModule):
         return self.trainer.world_size if self._trainer is not None else 1
 
     def _disable_ddp_reducer(self) -> None:
-        """Under DDP the gradients are all-reduced by :meth:`step`, not by DDP's hooks (a local iteration makes
-        several backward passes over disjoint parameter sets, which DDP's reducer does not support). Lightning
-        turns the reducer back on after every manual-optimisation forward, so this runs in every step."""
+        """Under DDP the gradients are all-reduced by :meth:`take_step`, not by DDP's hooks (a step makes several
+        backward passes over disjoint parameter sets, which DDP's reducer does not support). Lightning turns the
+        reducer back on after every manual-optimisation forward, so this runs in every step."""
         from torch.nn.parallel import DistributedDataParallel
 
         if self._trainer is not None and isinstance(self.trainer.strategy.model, DistributedDataParallel):
             self.trainer.strategy.model.require_backward_grad_sync = False
 
-    def step(self, opt, count_step: bool = True) -> None:
-        """Sum the gradients over processes (each holds a shard of every client's rows; losses are normalised
-        by global counts, so the sum is the one-process gradient), then step. ``count_step=False`` steps the
-        raw optimiser, which Lightning does not count as a ``global_step``."""
+    def take_step(self, opt, count_step: bool = True) -> None:
+        """Hook 6: sum the gradients over processes (each holds a shard of every client's rows; losses are
+        normalised by global counts, so the sum is the one-process gradient), then step. ``count_step=False``
+        steps the raw optimiser, which Lightning does not count as a ``global_step``."""
         if self.world_size > 1:
             params = [p for p in self.parameters() if p.requires_grad]
             has_grad = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=self.device)
@@ -258,60 +422,6 @@ class SplitFedAlgorithm(L.LightningModule):
                         p.grad = torch.zeros_like(p)
                     torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
         (opt.step() if count_step else opt.optimizer.step())
-
-    def server_prior(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
-        """Label distribution added (as ``log``) to the logits of the server loss; ``None``: plain CE."""
-        return None
-
-    def client_prior(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
-        """Label distribution added (as ``log``) to the logits of the clients' loss; ``None``: plain CE."""
-        return None
-
-    def server_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Loss whose gradient updates the server weights ``w_s`` (eq. 7): the mean over the concatenated
-        batch, or with server copies the sum over copies of each copy's mean over its client's rows."""
-        prior = self.server_prior(batch)
-        if self.server_bank is None:
-            return self.concat_mean_loss(logits, batch, prior)
-        rows = logit_adjusted_cross_entropy(logits, batch["y"], prior, "none")
-        return per_client_mean(rows, batch["slot"], batch["sizes"])
-
-    def concat_mean_loss(
-        self, logits: torch.Tensor, batch: dict[str, torch.Tensor], prior: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """(Logit-adjusted) cross-entropy averaged over the whole concatenated batch of ``B`` rows; on a DDP
-        shard, the shard's sum divided by the global ``B`` (the gradient all-reduce adds the shards)."""
-        total = int(batch["sizes"].sum())
-        if len(batch["y"]) == total:
-            return logit_adjusted_cross_entropy(logits, batch["y"], prior)
-        return logit_adjusted_cross_entropy(logits, batch["y"], prior, "sum") / total
-
-    def client_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Loss whose gradient w.r.t. the activations is sent to the clients (eq. 8): each client's mean
-        over its own ``B_k`` rows, summed over clients."""
-        rows = logit_adjusted_cross_entropy(logits, batch["y"], self.client_prior(batch), "none")
-        return per_client_mean(rows, batch["slot"], batch["sizes"])
-
-    def local_iteration(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Client forward → server forward on the concatenation → server update and client gradients from
-        the same (pre-update) forward → every client backpropagates its ``G_k`` and steps."""
-        opt = self.optimizers()
-        opt.zero_grad()
-        acts = self.bank(batch["x"], batch["local_sizes"])  # A = concat_k A_k, [B, *act]
-        self.check_finite("activations", acts, batch)
-        self.ledger.add_rows("up", "activations", acts, batch["sizes"])
-        self.ledger.add_rows("up", "labels", batch["y"], batch["sizes"])
-        a = acts.detach().requires_grad_(True)
-        logits = self.server_forward(a, batch["local_sizes"])  # [B, N]
-        self.check_finite("logits", logits, batch)
-        server_loss = self.server_loss(logits, batch)
-        client_loss = self.client_loss(logits, batch)
-        (grad_a,) = torch.autograd.grad(client_loss, a, retain_graph=True)  # rows of client k: G_k
-        self.ledger.add_rows("down", "gradients", grad_a, batch["sizes"])
-        self.manual_backward(server_loss)
-        self.manual_backward(acts, grad_a)
-        self.step(opt)
-        return server_loss, client_loss
 
     # ------------------------------------------------------------------ evaluation
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -344,17 +454,5 @@ class SplitFedAlgorithm(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._eval_epoch_end("test")
 
-    # ------------------------------------------------------------------ checkpoints
-    def _bank_prefixes(self) -> tuple[str, ...]:
-        return tuple(f"{name}." for name, m in self.named_children() if isinstance(m, BANKS))
 
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Client slots are rebuilt from the global halves at every round start: not saved."""
-        prefixes = self._bank_prefixes()
-        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith(prefixes)}
-        checkpoint["lightning_sfl"] = {"algorithm": f"lightning_sfl.algorithms.{type(self).__name__}"}
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        for name, m in self.named_children():
-            if isinstance(m, BANKS):
-                checkpoint["state_dict"].update({f"{name}.{k}": v for k, v in m.state_dict().items()})
+__all__ = ["ClientModule", "ServerModule", "SplitFedAlgorithm", "slot_list"]

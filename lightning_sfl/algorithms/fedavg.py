@@ -31,7 +31,9 @@ from torch import nn
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
+from lightning_sfl.data.selection import FedCBSSelection
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop import Step
 from lightning_sfl.system.comm import module_bytes
 
 __all__ = [
@@ -112,6 +114,12 @@ def _flat(module: nn.Module) -> torch.Tensor:
     return torch.cat([p.reshape(-1) for p in module.parameters()])
 
 
+def _zeros(module: nn.Module, *lead: int) -> torch.Tensor:
+    """Zeros ``[*lead, P]`` in the dtype and device of ``module``'s parameters."""
+    flat = _flat(module).detach()
+    return flat.new_zeros(*lead, flat.numel())
+
+
 # ----------------------------------------------------------------------------------------------- FedAvg
 class FedAvg(SplitFedAlgorithm):
     """FedAvg (McMahan et al., AISTATS 2017): local SGD on the full model, ``|D_k|``-weighted averaging.
@@ -120,8 +128,8 @@ class FedAvg(SplitFedAlgorithm):
     ``w``; the server sets ``w ← Σ_k |D_k| w_k / Σ_k |D_k|`` (eq. 10 of SCALA, done by the base class).
 
     Subclasses change the local objective through two hooks: :meth:`row_loss` (per-row loss, plain CE here)
-    and :meth:`regularizer` (an extra term, 0 here). Set ``uses_features = True`` to receive the features
-    ``z`` (input of the last layer) in :meth:`regularizer`.
+    and :meth:`client_extra_loss` (hook 5 of the base: a regulariser, none here). Set ``uses_features = True`` to
+    receive the features ``z`` (input of the last layer) in :meth:`client_extra_loss`.
 
     Args:
         **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm` (``split_point`` has no
@@ -129,33 +137,28 @@ class FedAvg(SplitFedAlgorithm):
     """
 
     split: ClassVar[bool] = False
-    #: Whether :meth:`regularizer` needs the features ``z`` (then the bank's ``forward_features`` is used).
+    #: Whether :meth:`client_extra_loss` needs the features ``z`` (then the bank's ``forward_features`` is used).
     uses_features: ClassVar[bool] = False
 
-    def row_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
         """Loss of every row, ``[B]``. Default: plain cross-entropy."""
-        return F.cross_entropy(logits, batch["y"], reduction="none")
+        return F.cross_entropy(logits, step.y, reduction="none")
 
-    def regularizer(
-        self, batch: dict[str, torch.Tensor], logits: torch.Tensor, features: torch.Tensor | None
-    ) -> torch.Tensor:
-        """Sum over the selected clients of each client's extra local term (scalar). Default: 0."""
-        return logits.new_zeros(())
-
-    def local_iteration(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def local_iteration(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
         """One local SGD step of every selected client: ``Σ_k [mean_{i∈k} ℓ_i + R_k]``, backward, step."""
         opt = self.optimizers()
         opt.zero_grad()
         if self.uses_features:
-            features, logits = self.bank.forward_features(batch["x"], batch["local_sizes"])
+            features, logits = self.bank.forward_features(step.x, step.local_sizes, step.slots)
         else:
-            features, logits = None, self.bank(batch["x"], batch["local_sizes"])
-        self.check_finite("logits", logits, batch)
-        loss = per_client_mean(self.row_loss(logits, batch), batch["slot"], batch["sizes"])
-        # every process computes the whole regulariser; the gradient all-reduce sums processes
-        loss = loss + self.regularizer(batch, logits, features) / self.world_size
+            features, logits = None, self.bank(step.x, step.local_sizes, step.slots)
+        self.check_finite("logits", logits, step)
+        loss = per_client_mean(self.row_loss(logits, step), step.owner, step.sizes)
+        extra = self.client_extra_loss(step, logits, features)  # Σ_k R_k over the slots
+        if extra is not None:  # every process computes the whole term; the gradient all-reduce sums processes
+            loss = loss + extra / self.world_size
         self.manual_backward(loss)
-        self.step(opt)
+        self.take_step(opt)
         return loss, loss
 
 
@@ -178,9 +181,7 @@ class FedProx(FedAvg):
         super().__init__(**kwargs)
         self.mu = mu
 
-    def regularizer(
-        self, batch: dict[str, torch.Tensor], logits: torch.Tensor, features: torch.Tensor | None
-    ) -> torch.Tensor:
+    def client_extra_loss(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """``Σ_k (μ/2)‖w_k − w_g‖²`` over the slots."""
         global_params = [p.detach() for p in self.client.net.parameters()]
         total = logits.new_zeros(())
@@ -222,44 +223,23 @@ class FedDyn(FedAvg):
             raise ConfigError(f"penalty={penalty} must be > 0")
         super().__init__(**kwargs)
         self.alpha = penalty
+        self.add_state("feddyn_client_grads", lambda: _zeros(self.client.net, self.client_stats.num_clients))
+        self.add_state("feddyn_h", lambda: _zeros(self.client.net))
 
-    def _register_state(self, num_clients: int, num_params: int, like: torch.Tensor) -> None:
-        existing = getattr(self, "feddyn_client_grads", None)
-        if existing is not None and tuple(existing.shape) == (num_clients, num_params):
-            return  # a second fit on the same module continues from its state
-        self.register_buffer("feddyn_client_grads", like.new_zeros(num_clients, num_params))
-        self.register_buffer("feddyn_h", like.new_zeros(num_params))
-
-    def setup(self, stage: str) -> None:
-        super().setup(stage)
-        if stage != "fit":
-            return
-        theta = _flat(self.client.net).detach()
-        self._register_state(len(self.client_sizes), theta.numel(), theta)
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """Outside ``fit`` (``load_from_checkpoint``, ``test``) ``setup`` has not made the state: make it here."""
-        super().on_load_checkpoint(checkpoint)
-        grads = checkpoint["state_dict"].get("feddyn_client_grads")
-        if grads is not None:
-            self._register_state(grads.shape[0], grads.shape[1], grads)
-
-    def regularizer(
-        self, batch: dict[str, torch.Tensor], logits: torch.Tensor, features: torch.Tensor | None
-    ) -> torch.Tensor:
+    def client_extra_loss(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """``Σ_k [−⟨∇L_k(θ_k^{t−1}), θ_k⟩ + (α/2)‖θ_k − θ^{t−1}‖²]`` over the slots."""
         theta_prev = _flat(self.client.net).detach()
         total = logits.new_zeros(())
-        for slot, client in zip(self.bank.slots, batch["clients"].tolist()):
+        for slot, client in zip(self.bank.slots, step.clients.tolist()):
             theta = _flat(slot)
             total = total - torch.dot(self.feddyn_client_grads[client], theta)
             total = total + 0.5 * self.alpha * (theta - theta_prev).pow(2).sum()
         return total
 
     @torch.no_grad()
-    def aggregate(self, batch: dict[str, torch.Tensor]) -> None:
+    def aggregate(self, step: Step) -> None:
         """Client states, server state ``h`` and ``θ^t`` (uniform over participants); traffic as the base."""
-        clients = batch["clients"]
+        clients = step.clients
         theta_prev = _flat(self.client.net).clone()
         thetas = torch.stack([_flat(slot) for slot in self.bank.slots])  # [S, P]
         delta = thetas - theta_prev
@@ -299,14 +279,14 @@ class FedLC(FedAvg):
         super().__init__(**kwargs)
         self.tau = tau
 
-    def client_counts(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def client_counts(self, step: Step) -> torch.Tensor:
         """Local class counts ``n_{k,y}`` of each slot's client, ``[S, N]`` (exact integers, as floats)."""
-        clients = batch["clients"]
+        clients = step.clients
         return (self.client_sizes[clients, None] * self.label_dist[clients]).round()
 
-    def row_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        counts = self.client_counts(batch)[batch["slot"]]  # [B, N]
-        return fedlc_cross_entropy(logits, batch["y"], counts, self.tau, reduction="none")
+    def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
+        counts = self.client_counts(step)[step.owner]  # [B, N]
+        return fedlc_cross_entropy(logits, step.y, counts, self.tau, reduction="none")
 
 
 # ----------------------------------------------------------------------------------------------- FedLogit
@@ -318,9 +298,9 @@ class FedLogit(FedAvg):
     :func:`~lightning_sfl.algorithms.losses.log_prior`). No hyperparameter.
     """
 
-    def row_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        prior = self.label_dist[batch["clients"]][batch["slot"]]  # P_k(y) of each row's client, [B, N]
-        return logit_adjusted_cross_entropy(logits, batch["y"], prior, "none")
+    def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
+        prior = self.label_dist[step.clients][step.owner]  # P_k(y) of each row's client, [B, N]
+        return logit_adjusted_cross_entropy(logits, step.y, prior, "none")
 
 
 # ----------------------------------------------------------------------------------------------- FedDecorr
@@ -346,11 +326,9 @@ class FedDecorr(FedAvg):
         super().__init__(**kwargs)
         self.decorr_coef = decorr_coef
 
-    def regularizer(
-        self, batch: dict[str, torch.Tensor], logits: torch.Tensor, features: torch.Tensor | None
-    ) -> torch.Tensor:
+    def client_extra_loss(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """``β Σ_k L_FedDecorr(z_k)`` over the clients' own rows."""
-        terms = [feddecorr_loss(z.flatten(1)) for z in features.split(batch["local_sizes"].tolist())]
+        terms = [feddecorr_loss(z.flatten(1)) for z in features.split(step.local_sizes.tolist())]
         return self.decorr_coef * torch.stack(terms).sum()
 
 
@@ -359,4 +337,4 @@ class FedCBS(FedAvg):
     clients are drawn one by one with probabilities favouring groups of low QCID (``fedcbs`` policy, see
     ``lightning_sfl.data.selection``)."""
 
-    default_selection = "fedcbs"
+    default_selection = FedCBSSelection

@@ -28,7 +28,8 @@ from __future__ import annotations
 import torch
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
-from lightning_sfl.algorithms.losses import distribution_from_counts, label_distribution
+from lightning_sfl.algorithms.losses import distribution_from_counts
+from lightning_sfl.loop import Step
 
 
 class SCALA(SplitFedAlgorithm):
@@ -56,18 +57,16 @@ class SCALA(SplitFedAlgorithm):
         self.server_logit_adjustment = server_logit_adjustment
         self.client_logit_adjustment = client_logit_adjustment
 
-    def local_priors(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def local_priors(self, step: Step) -> torch.Tensor:
         """``P_k(y)`` of each row's client, ``[B, N]``."""
-        return self.label_dist[batch["clients"]][batch["slot"]]
+        return self.label_dist[step.clients][step.owner]
 
-    def server_prior(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    def server_prior(self, step: Step) -> torch.Tensor | None:
         if not self.server_logit_adjustment:
             return None
         if not self.concat_activations:  # each copy sees its own client's data: P_k
-            return self.local_priors(batch)
-        if "label_counts" in batch:  # the whole concatenated batch, also when this process holds a shard
-            return distribution_from_counts(batch["label_counts"])  # P_s, eq. (14)
-        return label_distribution(batch["y"], self.num_classes)
+            return self.local_priors(step)
+        return distribution_from_counts(step.label_counts)  # P_s of the whole concatenated batch, eq. (14)
 
-    def client_prior(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
-        return self.local_priors(batch) if self.client_logit_adjustment else None  # P_k, eq. (15)
+    def client_prior(self, step: Step) -> torch.Tensor | None:
+        return self.local_priors(step) if self.client_logit_adjustment else None  # P_k, eq. (15)

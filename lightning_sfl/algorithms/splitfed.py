@@ -23,12 +23,12 @@ import math
 import torch
 from torch import nn
 
-from lightning_sfl.algorithms.aggregate import weighted_average
 from lightning_sfl.algorithms.base import ClientModule, SplitFedAlgorithm
 from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
-from lightning_sfl.algorithms.stacked_bank import StackedBank
-from lightning_sfl.system.comm import module_bytes, row_bytes
+from lightning_sfl.data.selection import ClassBalancedSelection
+from lightning_sfl.loop import Step
+from lightning_sfl.system.comm import row_bytes
 
 
 class MiniBatchSFL(SplitFedAlgorithm):
@@ -59,14 +59,14 @@ class SplitFedV2(SplitFedAlgorithm):
     def make_bank(self, template: nn.Module, num_slots: int) -> SequentialBank:
         return SequentialBank(template, num_slots)
 
-    def local_iteration(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def local_iteration(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
         opt = self.optimizers()
-        y_parts = batch["y"].split(batch["local_sizes"].tolist())
+        y_parts = step.y.split(step.local_sizes.tolist())
         losses = []
-        for k, (x_k, y_k) in enumerate(zip(batch["x"].split(batch["local_sizes"].tolist()), y_parts)):
+        for k, (x_k, y_k) in enumerate(zip(step.x.split(step.local_sizes.tolist()), y_parts)):
             opt.zero_grad()
             acts = self.bank.slots[k](x_k)
-            b_k = int(batch["sizes"][k])  # global B_k: a DDP shard holds part of the rows
+            b_k = int(step.sizes[k])  # global B_k: a DDP shard holds part of the rows
             self.ledger.add_slot("up", "activations", k, row_bytes(acts) * b_k)
             self.ledger.add_slot("up", "labels", k, row_bytes(y_k) * b_k)
             a = acts.detach().requires_grad_(True)
@@ -77,7 +77,7 @@ class SplitFedV2(SplitFedAlgorithm):
             self.manual_backward(acts, a.grad)
             # Lightning counts global_step per LightningOptimizer.step(); step the raw optimiser for all but the
             # last client so that one local iteration stays one global step.
-            self.step(opt, count_step=k == len(y_parts) - 1)
+            self.take_step(opt, count_step=k == len(y_parts) - 1)
             losses.append(loss.detach())
         mean = torch.stack(losses).mean()
         return mean, mean
@@ -93,29 +93,27 @@ class SplitFedV3(SplitFedAlgorithm):
 
     server_copies = True
 
-    def setup(self, stage: str) -> None:
-        super().setup(stage)
-        if stage == "fit" and not hasattr(self, "client_states"):
-            flat = torch.nn.utils.parameters_to_vector(self.client.net.parameters()).detach()
-            self.register_buffer("client_states", flat.repeat(len(self.client_sizes), 1))
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.add_state("client_states", lambda: _flat(self.client.net).repeat(self.client_stats.num_clients, 1))
 
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        super().on_load_checkpoint(checkpoint)
-        if not hasattr(self, "client_states"):  # validate/test: no fit setup ran
-            self.register_buffer("client_states", checkpoint["state_dict"]["client_states"].clone())
-
-    def start_round(self, batch: dict[str, torch.Tensor]) -> None:
-        super().start_round(batch)
-        for slot, k in zip(self.bank.slots, batch["clients"].tolist()):
+    def start_round(self, step: Step) -> None:
+        super().start_round(step)
+        for slot, k in zip(self.bank.slots, step.clients.tolist()):
             torch.nn.utils.vector_to_parameters(self.client_states[k].clone(), slot.parameters())
 
-    def aggregate(self, batch: dict[str, torch.Tensor]) -> None:
-        super().aggregate(batch)  # server copies averaged; bytes recorded
+    def aggregate(self, step: Step) -> None:
+        super().aggregate(step)  # server copies averaged; bytes recorded
         with torch.no_grad():
-            for slot, k in zip(self.bank.slots, batch["clients"].tolist()):
+            for slot, k in zip(self.bank.slots, step.clients.tolist()):
                 self.client_states[k] = torch.nn.utils.parameters_to_vector(slot.parameters())
             w = self.client_sizes.to(self.client_states.dtype)
             torch.nn.utils.vector_to_parameters(w @ self.client_states / w.sum(), self.client.net.parameters())
+
+
+def _flat(module: nn.Module) -> torch.Tensor:
+    """All parameters of ``module`` as one detached vector ``[P]``."""
+    return torch.nn.utils.parameters_to_vector(module.parameters()).detach()
 
 
 class SFLLocalLoss(SplitFedAlgorithm):
@@ -130,36 +128,17 @@ class SFLLocalLoss(SplitFedAlgorithm):
         with torch.no_grad():
             act = self.client.net(torch.zeros(1, *self.hparams.input_shape))
         self.aux = ClientModule(nn.Sequential(nn.Flatten(), nn.Linear(math.prod(act.shape[1:]), self.num_classes)))
-        self.aux_bank: SequentialBank | StackedBank | None = None
 
-    def setup(self, stage: str) -> None:
-        super().setup(stage)
-        if stage == "fit":
-            self.aux_bank = self.make_bank(self.aux.net, len(self.bank))
+    def client_models(self) -> dict[str, nn.Module]:
+        return {**super().client_models(), "aux": self.aux.net}
 
-    def start_round(self, batch: dict[str, torch.Tensor]) -> None:
-        super().start_round(batch)
-        self.aux_bank.reset(self.aux.net)
-        self.ledger.add("down", "client_half", module_bytes(self.aux.net))
+    def client_loss(self, logits: torch.Tensor, step: Step) -> None:
+        return None  # no gradient crosses the cut
 
-    def local_iteration(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        opt = self.optimizers()
-        opt.zero_grad()
-        acts = self.bank(batch["x"], batch["local_sizes"])
-        local = logit_adjusted_cross_entropy(self.aux_bank(acts, batch["local_sizes"]), batch["y"], None, "none")
-        client_loss = per_client_mean(local, batch["slot"], batch["sizes"])
-        self.ledger.add_rows("up", "activations", acts, batch["sizes"])
-        self.ledger.add_rows("up", "labels", batch["y"], batch["sizes"])
-        server_loss = self.concat_mean_loss(self.server(acts.detach()), batch)
-        self.manual_backward(client_loss + server_loss)  # disjoint graphs: no gradient crosses the cut
-        self.step(opt)
-        return server_loss, client_loss
-
-    def aggregate(self, batch: dict[str, torch.Tensor]) -> None:
-        super().aggregate(batch)
-        weights = self.client_sizes[batch["clients"]]
-        self.aux.net.load_state_dict(weighted_average([s.state_dict() for s in self.aux_bank.slots], weights))
-        self.ledger.add("up", "client_half", module_bytes(self.aux.net))
+    def client_extra_loss(self, step: Step, outputs: torch.Tensor, features=None) -> torch.Tensor:
+        """Each client's mean cross-entropy of its auxiliary head on its own activations, summed over clients."""
+        local = self.client_banks["aux"](outputs, step.local_sizes, step.slots)
+        return per_client_mean(logit_adjusted_cross_entropy(local, step.y, None, "none"), step.owner, step.sizes)
 
 
 class LLASFL(SplitFedAlgorithm):
@@ -168,8 +147,8 @@ class LLASFL(SplitFedAlgorithm):
 
     server_copies = True
 
-    def _local(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.label_dist[batch["clients"]][batch["slot"]]
+    def _local(self, step: Step) -> torch.Tensor:
+        return self.label_dist[step.clients][step.owner]
 
     server_prior = _local
     client_prior = _local
@@ -180,4 +159,4 @@ class CSSFL(SplitFedV1):
     clients are chosen so that their pooled label distribution is close to uniform (``class_balanced``
     policy, see ``lightning_sfl.data.selection``; the paper's wireless resource allocation is left out)."""
 
-    default_selection = "class_balanced"
+    default_selection = ClassBalancedSelection

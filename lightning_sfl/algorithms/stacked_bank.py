@@ -53,7 +53,7 @@ from torch.func import functional_call, vmap
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from lightning_sfl.algorithms.aggregate import normalized_weights
-from lightning_sfl.algorithms.client_bank import SequentialBank
+from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots, slot_list
 from lightning_sfl.errors import ConfigError
 
 __all__ = ["BANK_KINDS", "SlotTensor", "StackedBank", "StackedSlot", "StackedSlots", "make_bank"]
@@ -165,7 +165,7 @@ def _uses_batch_statistics(module: nn.Module, training: bool) -> bool:
     return True
 
 
-class StackedBank(nn.Module):
+class StackedBank(ClientBank):
     """``S`` copies of ``template`` as stacked tensors; slot ``k`` holds client ``C^i[k]``'s weights ``w_{c,k}``.
 
     Args:
@@ -234,9 +234,11 @@ class StackedBank(nn.Module):
 
     # ------------------------------------------------------------------ round structure
     @torch.no_grad()
-    def reset(self, source: nn.Module) -> None:
-        """Broadcast: every slot takes ``source``'s parameters and buffers (in place: the Parameter objects, hence
-        an optimiser built over ``bank.parameters()``, stay valid)."""
+    def reset(self, source: nn.Module, slots: Slots = None) -> None:
+        """Broadcast: the ``slots`` (default all) take ``source``'s parameters and buffers (in place: the Parameter
+        objects, hence an optimiser built over ``bank.parameters()``, stay valid)."""
+        if slots is not None:
+            return super().reset(source, slots)
         src = {**dict(source.named_parameters()), **dict(source.named_buffers())}
         mine = self.named_stacked()
         if set(src) != set(mine):
@@ -244,18 +246,44 @@ class StackedBank(nn.Module):
         for name, t in mine.items():
             t.copy_(src[name].detach().unsqueeze(0).expand_as(t))
 
+    def reset_optimizer_state(self, optimizer: torch.optim.Optimizer, slots: Slots = None) -> None:
+        """All slots: drop the state of the stacked parameters. A subset: zero the slots' rows of every per-element
+        state tensor, which equals a fresh state for SGD without dampening (a zero momentum buffer gives
+        ``buf = grad`` at the next step, as a missing one does); any other state (Adam's shared step count, SGD's
+        dampening) cannot be reset per slot here: use ``client_bank=sequential``."""
+        if slots is None:
+            for p in self.stacked_params:
+                optimizer.state.pop(p, None)
+            return
+        rows = torch.tensor(slot_list(slots, self.num_slots), dtype=torch.long)
+        for p in self.stacked_params:
+            state = optimizer.state.get(p)
+            if not state:
+                continue
+            group = next(g for g in optimizer.param_groups if any(q is p for q in g["params"]))
+            for key, value in state.items():
+                if key != "momentum_buffer" or group.get("dampening", 0) != 0 or value.shape != p.shape:
+                    raise ConfigError(
+                        f"optimizer state {key!r} of a stacked bank cannot be reset for single slots; "
+                        "use --model.client_bank sequential"
+                    )
+                value[rows.to(value.device)] = 0
+
     @torch.no_grad()
-    def aggregate_into(self, target: nn.Module, weights: torch.Tensor) -> None:
-        """FL phase, eq. (10): ``target ← Σ_k w_k · slot_k / Σ_k w_k`` (float64 sum, cast back); integer buffers
-        (``num_batches_tracked``) are not averaged: slot 0's value is kept, as in SequentialBank."""
+    def aggregate_into(self, target: nn.Module, weights: torch.Tensor, slots: Slots = None) -> None:
+        """FL phase, eq. (10): ``target ← Σ_k w_k · slot_k / Σ_k w_k`` over ``slots`` (default all; float64 sum,
+        cast back); integer buffers (``num_batches_tracked``) are not averaged: the first slot's value is kept, as
+        in SequentialBank."""
+        chosen = None if slots is None else torch.tensor(slot_list(slots, self.num_slots), dtype=torch.long)
+        count = self.num_slots if chosen is None else len(chosen)
         w = torch.as_tensor(weights)
-        if w.shape != (self.num_slots,):
-            raise ValueError(f"weights must have shape [{self.num_slots}], got {tuple(w.shape)}")
+        if w.shape != (count,):
+            raise ValueError(f"weights must have shape [{count}], got {tuple(w.shape)}")
         stacked = self.named_stacked()
         p = None
         state: Tensors = {}
         for key in self.state_keys:
-            t = stacked[key]
+            t = stacked[key] if chosen is None else stacked[key].index_select(0, chosen.to(stacked[key].device))
             if t.is_floating_point():
                 if p is None:
                     p = normalized_weights(w).to(t.device)
@@ -265,16 +293,18 @@ class StackedBank(nn.Module):
         target.load_state_dict(state)
 
     # ------------------------------------------------------------------ forward
-    def forward(self, x: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
-        """Run slot ``k`` on its ``B_k`` rows. ``x``: ``[B, ...]`` ordered by slot; ``sizes``: ``[S]``."""
+    def forward(self, x: torch.Tensor, sizes: torch.Tensor, slots: Slots = None) -> torch.Tensor:
+        """Run slot ``slots[i]`` (default ``i``) on its ``sizes[i]`` rows. ``x``: ``[B, ...]`` in that order."""
         template = self.template
 
         def apply(params: Tensors, buffers: Tensors, xk: torch.Tensor) -> tuple[torch.Tensor, ...]:
             return (functional_call(template, (params, buffers), (xk,)),)
 
-        return self._run(x, sizes, apply)[0]
+        return self._run(x, sizes, apply, slots)[0]
 
-    def forward_features(self, x: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_features(
+        self, x: torch.Tensor, sizes: torch.Tensor, slots: Slots = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Like :meth:`forward` for an ``nn.Sequential`` template, also returning the input of the last layer
         (the features ``z`` before the classifier): ``([B, D], [B, N])``."""
         body, head, prefix = self._body_head()
@@ -290,7 +320,7 @@ class StackedBank(nn.Module):
             feats = functional_call(body, (pb, bb), (xk,))
             return feats, functional_call(head, (ph, bh), (feats,))
 
-        feats, logits = self._run(x, sizes, apply)
+        feats, logits = self._run(x, sizes, apply, slots)
         return feats, logits
 
     def _body_head(self) -> tuple[nn.Module, nn.Module, str]:
@@ -304,12 +334,14 @@ class StackedBank(nn.Module):
     def _batch_coupled(self) -> bool:
         return any(_uses_batch_statistics(m, self.training) for m in self._coupled)
 
-    def _run(self, x: torch.Tensor, sizes: torch.Tensor, apply: _Apply) -> tuple[torch.Tensor, ...]:
-        """Evaluate ``apply`` for every slot on its rows; outputs concatenated in row order."""
+    def _run(self, x: torch.Tensor, sizes: torch.Tensor, apply: _Apply, slots: Slots) -> tuple[torch.Tensor, ...]:
+        """Evaluate ``apply`` for every chosen slot on its rows; outputs concatenated in row order. Groups below
+        are lists of positions ``k`` (row blocks); ``slot_of[k]`` is the slot that runs block ``k``."""
         self._sync_mode()
         sizes_l = [int(s) for s in torch.as_tensor(sizes).tolist()]
-        if len(sizes_l) != self.num_slots or sum(sizes_l) != len(x) or min(sizes_l) < 0:
-            raise ValueError(f"sizes {sizes_l} do not split {len(x)} rows into {self.num_slots} slots")
+        slot_of = slot_list(slots, self.num_slots)
+        if len(sizes_l) != len(slot_of) or sum(sizes_l) != len(x) or min(sizes_l) < 0:
+            raise ValueError(f"sizes {sizes_l} do not split {len(x)} rows into {len(slot_of)} slots")
         offsets = [0]
         for b in sizes_l:
             offsets.append(offsets[-1] + b)
@@ -320,12 +352,12 @@ class StackedBank(nn.Module):
                     by_size[b].append(k)
             groups = [(idx, b) for b, idx in by_size.items()]
         else:
-            groups = [(list(range(self.num_slots)), max(sizes_l))]
+            groups = [(list(range(len(sizes_l))), max(sizes_l))]
         if len(groups) == 1 and all(sizes_l[k] == groups[0][1] for k in groups[0][0]):
             idx, rows = groups[0]
             if idx == list(range(idx[0], idx[-1] + 1)):  # contiguous rows, no padding: no gather/scatter
                 xg = x[offsets[idx[0]] : offsets[idx[-1] + 1]].reshape(len(idx), rows, *x.shape[1:])
-                return tuple(y.flatten(0, 1) for y in self._apply_group(idx, xg, apply))
+                return tuple(y.flatten(0, 1) for y in self._apply_group([slot_of[k] for k in idx], xg, apply))
         pad_row = len(x)
         x_ext = None
         outs: list[tuple[torch.Tensor, ...]] = []
@@ -342,7 +374,7 @@ class StackedBank(nn.Module):
                 xg = x_ext[pos.to(x.device)]
             else:
                 xg = x[pos.to(x.device)]
-            ys = self._apply_group(idx, xg.reshape(len(idx), rows, *x.shape[1:]), apply)
+            ys = self._apply_group([slot_of[k] for k in idx], xg.reshape(len(idx), rows, *x.shape[1:]), apply)
             valid_dev = valid.to(x.device)
             outs.append(tuple(y.flatten(0, 1)[valid_dev] for y in ys))
             positions.append(pos[valid])

@@ -62,7 +62,7 @@ def _collect(spec: RunSpec, error: str | None, seconds: float, keep_checkpoints:
 
 def run_in_process(spec: RunSpec, keep_checkpoints: bool = False) -> RunResult:
     """Train one run in this process; an exception (or a parser exit) is recorded as the run's error."""
-    from lightning_sfl.cli import SFLCLI
+    from lightning_sfl.lightning_cli import SFLCLI
 
     captured = io.StringIO()
     error = None

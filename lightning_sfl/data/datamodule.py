@@ -1,21 +1,23 @@
-"""``FederatedDataModule``: skewed client shards and one batch per local iteration.
+"""``FederatedDataModule``: skewed client shards, and the executor of the method's schedule.
 
-One training epoch is one global round. Its loader yields ``T`` batches (``T = local_iters``, set by the
-algorithm), each holding the minibatches of every client selected for the round, concatenated client by
-client::
+The data module knows the clients (shards, ``|D_k|``, label counts and distributions): it hands them over once,
+as :class:`~lightning_sfl.loop.ClientStats` (``client_stats``), to the method and to the method's schedule. It
+executes the schedule the method owns (``trainer.lightning_module.schedule``): at the start of every round (one
+training epoch) it asks the schedule for the round's typed :class:`~lightning_sfl.loop.Step` list and yields them
+one by one, each filled with its data::
 
-    {"x": [B, C, H, W], "y": [B], "slot": [B] (0..S-1, the row's client slot),
-     "clients": [S] (global client ids), "sizes": [S] (B_k, eq. 3), "local_sizes": [S] (rows here),
-     "label_counts": [N] (labels of the whole concatenated batch), "round": []}
+    x [B, C, H, W], y [B], owner [B] (0..S-1, the row's client in ``clients``), local_sizes [S] (rows here),
+    label_counts [N] (labels of the whole step)
 
-Under DDP (``--trainer.strategy ddp --trainer.devices N``) every process draws the same round and keeps every
-N-th row of each client's minibatch (:func:`shard_batch`); ``sizes`` and ``label_counts`` stay global so that
-losses and label distributions are those of the one-process run.
+next to what the schedule planned (kind, round, index, round_end, clients [S], sizes B_k [S], rows, slots, time).
+The schedule's state (selection history, clocks, adaptive counts) is checkpointed as the data module's state.
 
-All data stays in one tensor per split; a client's shard is an index tensor. Clients and minibatches are
-drawn from generators seeded by ``(seed, round)``, so a resumed run sees exactly the batches of an
-uninterrupted one. The validation and test loaders both iterate the test split (the papers report test
-accuracy after every round).
+Under DDP (``--trainer.strategy ddp --trainer.devices N``) every process plans the same round and keeps every
+N-th row of each client's block (:func:`shard_step`); ``sizes`` and ``label_counts`` stay global so that losses
+and label distributions are those of the one-process run.
+
+All data stays in one tensor per split; a client's shard is an index tensor. The validation and test loaders both
+iterate the test split (the papers report test accuracy after every round).
 """
 
 from __future__ import annotations
@@ -31,42 +33,54 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from lightning_sfl.data.datasets import DATASETS, DatasetSplits, load_dataset
 from lightning_sfl.data.partition import PARTITIONS, label_distribution, partition
-from lightning_sfl.data.sampling import client_batch_sizes, clients_per_round, minibatch_indices, round_generator
-from lightning_sfl.data.selection import UniformSelection
+from lightning_sfl.data.sampling import clients_per_round
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop.step import ClientStats, Step
 
 # The round stream is produced in the main process (num_workers=0), so its length is exact.
 warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")
 
 
-def shard_batch(batch: dict[str, torch.Tensor], rank: int, world: int) -> dict[str, torch.Tensor]:
-    """The rows of ``batch`` that process ``rank`` of ``world`` trains on: every ``world``-th row of every client's
+def shard_step(step: Step, rank: int, world: int) -> Step:
+    """The rows of ``step`` that process ``rank`` of ``world`` trains on: every ``world``-th row of every client's
     block, starting at ``rank``. ``sizes`` (B_k) and ``label_counts`` stay global (losses are normalised by
     them); ``local_sizes`` counts this process's rows per client."""
-    pos = torch.cat([torch.arange(int(b)) for b in batch["sizes"]])  # row position within its client's block
+    blocks = step.sizes.tolist() if len(step.clients) else [len(step.rows)]
+    pos = torch.cat([torch.arange(int(b)) for b in blocks]) if blocks else torch.zeros(0, dtype=torch.long)
     keep = pos % world == rank
-    out = dict(batch)
-    for key in ("x", "y", "slot"):
-        out[key] = batch[key][keep]
-    out["local_sizes"] = torch.bincount(out["slot"], minlength=len(batch["sizes"]))
-    return out
+    owner = None if step.owner is None else step.owner[keep]
+    local = None if owner is None else torch.bincount(owner, minlength=len(step.sizes))
+    return step.replace(x=step.x[keep], y=step.y[keep], owner=owner, local_sizes=local)
+
+
+def _next_round(trainer) -> int:
+    """The round the trainer's next training epoch runs: ``fit_loop.epoch_progress.current.processed``, the epoch
+    Lightning hands samplers. ``current_epoch`` lags one behind it while a run resumed from a round's end builds its
+    first iterator (Lightning prefetches from a stream without a length before it moves the epoch counter)."""
+    if trainer is None:
+        return 0
+    progress = getattr(getattr(trainer, "fit_loop", None), "epoch_progress", None)
+    return progress.current.processed if progress is not None else trainer.current_epoch
 
 
 class _RoundStream(IterableDataset):
-    """Yields the ``T`` batches of the trainer's current round."""
+    """Yields the steps of the trainer's current round (planned when the round starts)."""
 
     def __init__(self, dm: FederatedDataModule) -> None:
         self.dm = dm
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    def __iter__(self) -> Iterator[Step]:
         trainer = self.dm.trainer
-        round_idx = trainer.current_epoch if trainer is not None else 0
+        round_idx = _next_round(trainer)
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-        for batch in self.dm.round_batches(round_idx):
-            yield batch if world == 1 else shard_batch(batch, rank, world)
+        for step in self.dm.plan(round_idx):
+            yield step if world == 1 else shard_step(step, rank, world)
 
     def __len__(self) -> int:
-        return self.dm.local_iters
+        steps = self.dm.schedule.steps_per_round
+        if steps is None:  # rounds of variable length: Lightning reads the end of the epoch from the stream
+            raise TypeError("rounds of this schedule have no fixed number of steps")
+        return steps
 
 
 class FederatedDataModule(L.LightningDataModule):
@@ -125,8 +139,6 @@ class FederatedDataModule(L.LightningDataModule):
         self.num_clients, self.partition, self.alpha, self.beta = num_clients, partition, alpha, beta
         self.shards_per_client, self.participation, self.batch_size = shards_per_client, participation, batch_size
         self.seed, self.test_batch_size, self.image_size = seed, test_batch_size, image_size
-        self.local_iters = 1
-        self.selection = UniformSelection()
 
     # ----------------------------------------------------------------- data and shards (loaded on first use)
     @cached_property
@@ -178,52 +190,60 @@ class FederatedDataModule(L.LightningDataModule):
         """``S = max(1, round(ρ·K))``."""
         return clients_per_round(self.num_clients, self.participation)
 
-    # ----------------------------------------------------------------- rounds
-    def set_local_iters(self, local_iters: int) -> None:
-        """Called by the algorithm: the number ``T`` of batches per round."""
-        self.local_iters = int(local_iters)
+    @cached_property
+    def client_stats(self) -> ClientStats:
+        """What the method and its schedule get to know about the clients (built once)."""
+        return ClientStats(
+            sizes=self.client_sizes,
+            label_counts=self.label_counts,
+            label_distribution=self.label_distribution,
+            shards=self.client_indices,
+            clients_per_round=self.clients_per_round,
+            batch_size=self.batch_size,
+            seed=self.seed,
+        )
 
-    def set_selection(self, selection) -> None:
-        """Called by the algorithm: the client-selection policy (see ``lightning_sfl.data.selection``)."""
-        self.selection = selection
+    # ----------------------------------------------------------------- executing the method's schedule
+    @property
+    def schedule(self):
+        """The schedule of the trainer's method (``trainer.lightning_module.schedule``)."""
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        schedule = getattr(module, "schedule", None)
+        if schedule is None:
+            raise RuntimeError("FederatedDataModule runs the schedule of a lightning_sfl method; the trainer has none")
+        return schedule
 
-    def select_clients(self, round_idx: int) -> torch.Tensor:
-        """``C^i``: the sorted ids of the clients of round ``round_idx``, ``[S]``."""
-        g = round_generator(self.seed, round_idx)
-        clients = self.selection(self.label_counts, self.clients_per_round, g, round_idx)
-        return torch.as_tensor(clients, dtype=torch.long).sort().values
+    def plan(self, round_idx: int, schedule=None) -> list[Step]:
+        """The steps of round ``round_idx``, filled with their data (one process). ``schedule``: default the trainer's
+        method's. Planning moves the schedule's state to the end of the round."""
+        steps = (schedule or self.schedule).plan_round(round_idx, self.client_stats)
+        return [self.materialize(step) for step in steps]
 
-    def round_batches(self, round_idx: int) -> list[dict[str, torch.Tensor]]:
-        """The ``T`` batches of round ``round_idx`` (deterministic in ``(seed, round_idx)``)."""
-        clients = self.select_clients(round_idx)
-        sizes = client_batch_sizes(self.client_sizes[clients], self.batch_size)
-        g = round_generator(self.seed, round_idx, stream=1)
-        rows = [minibatch_indices(self.client_indices[k], int(b), self.local_iters, g) for k, b in zip(clients, sizes)]
-        slot = torch.repeat_interleave(torch.arange(len(clients)), sizes)
-        batches = []
-        for t in range(self.local_iters):
-            idx = torch.cat([r[t] for r in rows])
-            y = self.splits.train_y[idx]
-            batches.append(
-                {
-                    "x": self.splits.train_x[idx],
-                    "y": y,
-                    "slot": slot,
-                    "clients": clients,
-                    "sizes": sizes,
-                    "local_sizes": sizes,
-                    "label_counts": torch.bincount(y, minlength=self.num_classes),
-                    "round": torch.tensor(round_idx),
-                }
-            )
-        return batches
+    def materialize(self, step: Step) -> Step:
+        """``step`` with its data: inputs and labels of its rows, each row's owner, and label counts."""
+        y = self.splits.train_y[step.rows]
+        owner = None
+        if len(step.clients):
+            if int(step.sizes.sum()) != len(step.rows):
+                raise ValueError(f"step sizes {step.sizes.tolist()} do not add up to its {len(step.rows)} rows")
+            owner = torch.repeat_interleave(torch.arange(len(step.clients)), step.sizes)
+        return step.replace(
+            x=self.splits.train_x[step.rows],
+            y=y,
+            owner=owner,
+            local_sizes=step.sizes,
+            label_counts=torch.bincount(y, minlength=self.num_classes),
+        )
 
     # ----------------------------------------------------------------- Lightning hooks
     def state_dict(self) -> dict:
-        return {"selection": self.selection.state_dict()}
+        """The schedule's state (client-selection history, clocks, adaptive counts): the next round's start."""
+        return {"schedule": self.schedule.state_dict()}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.selection.load_state_dict(state_dict.get("selection", {}))
+        if "selection" in state_dict:  # checkpoints written before schedules existed
+            state_dict = {"schedule": {"selection": state_dict["selection"]}}
+        self.schedule.load_state_dict(state_dict.get("schedule", {}))
 
     def setup(self, stage: str) -> None:
         _ = self.client_indices  # build the partition now: bad settings fail before training starts
@@ -241,9 +261,17 @@ class FederatedDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._test_loader()
 
+    def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
+        if isinstance(batch, Step):
+            return batch.to(device)
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         """Pixels travel as stored (often uint8) and are normalised on the device, in the trainer's precision
-        (e.g. float64 with ``--trainer.precision 64-true``)."""
+        (e.g. float64 with ``--trainer.precision 64-true``). Training batches are steps, evaluation batches
+        ``{"x", "y"}``."""
+        if isinstance(batch, Step):
+            return batch.replace(x=self.model_input(batch.x))
         if isinstance(batch, (list, tuple)):
             batch = {"x": batch[0], "y": batch[1]}
         batch["x"] = self.model_input(batch["x"])

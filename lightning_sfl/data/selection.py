@@ -1,11 +1,13 @@
 """Client-selection policies: which ``S`` of the ``K`` clients take part in a round.
 
-A policy is called once per round with the clients' label counts ``[K, N]``, the number ``S`` to select,
-a generator seeded by ``(seed, round)`` and the round index; it returns ``S`` distinct client ids.
-Policies that keep state across rounds expose ``state_dict``/``load_state_dict`` (saved in checkpoints
-through the data module).
+A policy (a :class:`ClientSelection`) is called once per round by the method's schedule with the clients' label
+counts ``[K, N]``, the number ``S`` to select, a generator seeded by ``(seed, round)`` and the round index; it
+returns ``S`` distinct client ids. Policies that keep state across rounds expose ``state_dict``/``load_state_dict``
+(part of the schedule's state, saved in checkpoints through the data module). A method takes its policy as
+``client_selection`` (an object, a class with its init args on the CLI, or a short name of ``SELECTIONS``), resolved
+in one place, :func:`resolve_selection`.
 
-Policies (``SELECTIONS``):
+Policies (short names of ``SELECTIONS``):
 
 * ``uniform``: :class:`UniformSelection`, uniformly random clients (FedAvg, SCALA).
 * ``fedcbs``: :class:`FedCBSSelection`, Fed-CBS class-balanced sampling (Zhang et al., ICML 2023).
@@ -15,6 +17,8 @@ Policies (``SELECTIONS``):
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import math
 from collections.abc import Callable, Sequence
 
@@ -23,17 +27,37 @@ import torch
 from lightning_sfl.errors import ConfigError
 
 
-class UniformSelection:
-    """Uniformly random clients without replacement (FedAvg's and the SCALA paper's choice)."""
+class ClientSelection:
+    """Base of every client-selection policy (a configurable object: ``--model.client_selection FedCBSSelection
+    --model.client_selection.lam 5`` on the command line).
+
+    A policy is called once per round (by the schedule) and returns ``S`` distinct client ids. Policies that keep
+    state across rounds override ``state_dict``/``load_state_dict`` (checkpointed with the schedule). Constructor
+    arguments are kept as attributes of the same name, so :meth:`config` can describe the policy.
+    """
 
     def __call__(self, label_counts: torch.Tensor, num_select: int, generator: torch.Generator, round_idx: int):
-        return torch.randperm(len(label_counts), generator=generator)[:num_select].sort().values
+        """``S = num_select`` client ids given the clients' label counts ``[K, N]`` and the round's generator."""
+        raise NotImplementedError
 
     def state_dict(self) -> dict:
         return {}
 
     def load_state_dict(self, state: dict) -> None:
         pass
+
+    def config(self) -> dict:
+        """``{"class_path": ..., "init_args": {...}}``: the policy as a config (what hyperparameters record)."""
+        names = [n for n in inspect.signature(type(self)).parameters if n not in ("self", "args", "kwargs")]
+        cls = type(self)
+        return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": {n: getattr(self, n) for n in names}}
+
+
+class UniformSelection(ClientSelection):
+    """Uniformly random clients without replacement (FedAvg's and the SCALA paper's choice)."""
+
+    def __call__(self, label_counts: torch.Tensor, num_select: int, generator: torch.Generator, round_idx: int):
+        return torch.randperm(len(label_counts), generator=generator)[:num_select].sort().values
 
 
 # ----------------------------------------------------------------------------------------------------- helpers
@@ -104,7 +128,7 @@ def _check_request(label_counts: torch.Tensor, num_select: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------------- Fed-CBS
-class FedCBSSelection:
+class FedCBSSelection(ClientSelection):
     """Fed-CBS: Federated Class-Balanced Sampling (Zhang et al., "Fed-CBS: A heterogeneity-aware client sampling
     mechanism for federated learning via class-imbalance reduction", ICML 2023, arXiv:2209.15245).
 
@@ -232,7 +256,7 @@ class FedCBSSelection:
 
 
 # ----------------------------------------------------------------------------------------------------- CS-SFL
-class ClassBalancedSelection:
+class ClassBalancedSelection(ClientSelection):
     """Class-balanced client selection for CS-SFL (Xie et al., "Tackling class imbalance and client heterogeneity
     for split federated learning in wireless networks", IEEE TWC 2025) — our reading, not the paper's algorithm.
 
@@ -282,21 +306,33 @@ class ClassBalancedSelection:
             available[pick] = False
         return torch.tensor(sorted(selected), dtype=torch.long)
 
-    def state_dict(self) -> dict:
-        return {}
 
-    def load_state_dict(self, state: dict) -> None:
-        pass
-
-
-SELECTIONS: dict[str, Callable[[], object]] = {
+SELECTIONS: dict[str, type[ClientSelection]] = {
     "uniform": UniformSelection,
     "fedcbs": FedCBSSelection,
     "class_balanced": ClassBalancedSelection,
 }
 
 
-def build_selection(name: str):
-    if name not in SELECTIONS:
-        raise ConfigError(f"client_selection={name!r} is not one of: {', '.join(SELECTIONS)}")
-    return SELECTIONS[name]()
+def resolve_selection(value, default: type[ClientSelection] = UniformSelection) -> ClientSelection:
+    """The one place a ``client_selection`` setting becomes a policy object.
+
+    ``value``: a :class:`ClientSelection` (used as is), ``None`` (``default()``: the method's own policy), a short
+    name of :data:`SELECTIONS` or a config ``{"class_path": ..., "init_args": {...}}`` (how hyperparameters and
+    configs record a policy).
+    """
+    if value is None:
+        return default()
+    if isinstance(value, ClientSelection):
+        return value
+    if isinstance(value, str) and value in SELECTIONS:
+        return SELECTIONS[value]()
+    if isinstance(value, dict) and "class_path" in value:
+        module, _, name = str(value["class_path"]).rpartition(".")
+        cls = getattr(importlib.import_module(module or __name__), name, None)
+        if isinstance(cls, type) and issubclass(cls, ClientSelection):
+            return cls(**(value.get("init_args") or {}))
+    raise ConfigError(
+        f"client_selection={value!r} is not one of: {', '.join(SELECTIONS)} (or a ClientSelection class, e.g. "
+        "--model.client_selection FedCBSSelection --model.client_selection.lam 5)"
+    )

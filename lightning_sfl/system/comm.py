@@ -55,18 +55,24 @@ class CommLedger:
             raise ValueError(f"unknown traffic {direction}/{kind}; directions {DIRECTIONS}, kinds {KINDS}")
         return self.bytes.setdefault((direction, kind), torch.zeros(self.num_slots, dtype=torch.long))
 
-    def add(self, direction: str, kind: str, nbytes: int | torch.Tensor) -> None:
-        """Record ``nbytes`` for every slot (an int: the same to each client) or per slot (``[S]``)."""
+    def add(self, direction: str, kind: str, nbytes: int | torch.Tensor, slots=None) -> None:
+        """Record ``nbytes`` for every slot of ``slots`` (default all): an int (the same to each client) or one
+        value per slot (``[len(slots)]``)."""
         entry = self._entry(direction, kind)
-        entry += torch.as_tensor(nbytes, dtype=torch.long).cpu()
+        value = torch.as_tensor(nbytes, dtype=torch.long).cpu()
+        if slots is None:
+            entry += value
+        else:
+            index = torch.as_tensor(slots, dtype=torch.long).cpu()
+            entry.index_add_(0, index, value.expand(len(index)))
 
     def add_slot(self, direction: str, kind: str, slot: int, nbytes: int) -> None:
         """Record ``nbytes`` for one slot only."""
         self._entry(direction, kind)[slot] += int(nbytes)
 
-    def add_rows(self, direction: str, kind: str, rows: torch.Tensor, sizes: torch.Tensor) -> None:
-        """Record a row-concatenated tensor (``[B, ...]``, ``sizes[k]`` rows of slot ``k``) per slot."""
-        self.add(direction, kind, sizes.detach().cpu().long() * row_bytes(rows))
+    def add_rows(self, direction: str, kind: str, rows: torch.Tensor, sizes: torch.Tensor, slots=None) -> None:
+        """Record a row-concatenated tensor (``[B, ...]``, ``sizes[i]`` rows of slot ``slots[i]``, default ``i``)."""
+        self.add(direction, kind, sizes.detach().cpu().long() * row_bytes(rows), slots)
 
     def per_client(self, direction: str) -> torch.Tensor:
         """Bytes each slot sent (``up``) or received (``down``) this round, ``[S]``."""

@@ -1,0 +1,165 @@
+"""The LightningCLI of ``lightning-sfl fit|validate|test`` (the console script itself is :mod:`lightning_sfl.cli`).
+
+Run the main job (SCALA on scikit-learn's bundled digits, offline)::
+
+    lightning-sfl fit --config configs/digits/scala.yaml
+
+Any setting can be overridden: ``--data.partition dirichlet --data.beta 0.1 --model.lr 0.05``. The algorithm
+is chosen with ``--model SCALA`` (or ``model.class_path`` in a config); ``num_classes`` and ``input_shape``
+of the model are filled in from the data module.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from lightning.pytorch.cli import LightningCLI
+
+from lightning_sfl.algorithms import ALGORITHMS, SplitFedAlgorithm
+from lightning_sfl.callbacks import (
+    CommunicationBytes,
+    GradientDissimilarity,
+    PartitionReport,
+    PerClassAccuracy,
+    RoundProgressBar,
+    SimulatedClock,
+    WandbRoundAxis,
+)
+from lightning_sfl.checkpoint import SPECIAL, check_checkpoint
+from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.errors import ConfigError, NonFiniteError, reported_cause
+
+TRAINER_DEFAULTS = {
+    "max_epochs": 50,
+    "default_root_dir": "runs",
+    "log_every_n_steps": 1,
+    "num_sanity_val_steps": 0,
+}
+
+
+class SFLCLI(LightningCLI):
+    """LightningCLI with the algorithm as a subclass of :class:`SplitFedAlgorithm` and data-driven links."""
+
+    def __init__(self, args=None, run: bool = True) -> None:
+        super().__init__(
+            model_class=SplitFedAlgorithm,
+            subclass_mode_model=True,
+            datamodule_class=FederatedDataModule,
+            trainer_defaults=TRAINER_DEFAULTS,
+            seed_everything_default=0,
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,
+            args=args,
+            run=run,
+        )
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_argument(
+            "--torch_threads",
+            type=int | None,
+            default=None,
+            help="torch.set_num_threads for this run (1 is fastest for small models on a shared CPU); null: default",
+        )
+        parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
+        parser.link_arguments("data.input_shape", "model.init_args.input_shape", apply_on="instantiate")
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(CommunicationBytes, "comm")
+        parser.add_lightning_class_args(PerClassAccuracy, "per_class")
+        parser.add_lightning_class_args(PartitionReport, "partition_report")
+        parser.add_lightning_class_args(GradientDissimilarity, "dissimilarity")
+        parser.add_lightning_class_args(SimulatedClock, "clock")
+        parser.add_lightning_class_args(WandbRoundAxis, "wandb_axis")
+        parser.set_defaults(
+            {
+                "model": {"class_path": "lightning_sfl.algorithms.SCALA"},
+                "checkpoint.save_last": True,
+                "trainer.logger": [
+                    {
+                        "class_path": "lightning.pytorch.loggers.WandbLogger",
+                        "init_args": {"project": "lightning-sfl", "save_dir": "runs", "offline": True},
+                    },
+                    {
+                        "class_path": "lightning.pytorch.loggers.CSVLogger",
+                        "init_args": {"save_dir": "runs", "name": "csv"},
+                    },
+                ],
+            }
+        )
+
+    def _instantiate_trainer(self, config: dict, callbacks: list) -> L.Trainer:
+        """Use the round-level progress bar unless progress bars are off or the user configured one."""
+        user = config.get("callbacks") or []
+        user = user if isinstance(user, list) else [user]
+        if config.get("enable_progress_bar", True) is not False and not any(isinstance(c, ProgressBar) for c in user):
+            callbacks = [*callbacks, RoundProgressBar()]
+        return super()._instantiate_trainer(config, callbacks)
+
+    def before_instantiate_classes(self) -> None:
+        threads = self.config.get(self.subcommand, self.config).get("torch_threads")
+        if threads is not None:
+            if threads < 1:
+                raise ConfigError(f"torch_threads={threads} must be >= 1 (or null for torch's default)")
+            torch.set_num_threads(threads)
+
+    def _parse_ckpt_path(self) -> None:
+        """Check a given checkpoint safely before Lightning reads its hyperparameters (one-line errors for
+        missing, truncated, foreign or other-algorithm checkpoints)."""
+        sub = self.config.get("subcommand")
+        ckpt = self.config[sub].get("ckpt_path") if sub else None
+        if ckpt is not None and str(ckpt) not in SPECIAL:
+            model = self.config[sub].get("model")
+            expected = getattr(model, "class_path", None) if model is not None else None
+            check_checkpoint(ckpt, expected_class=expected)
+        super()._parse_ckpt_path()
+
+    def after_fit(self) -> None:
+        """Print the final test accuracy of the global model in one line."""
+        if self.trainer.interrupted or not self.trainer.is_global_zero:
+            return
+        metrics = self.trainer.callback_metrics
+        if "test/acc" not in metrics or int(metrics.get("round", -1)) != self.trainer.current_epoch:
+            metrics = self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)[0]
+        print(f"final test accuracy: {float(metrics['test/acc']):.4f} after {self.trainer.current_epoch} rounds")
+
+
+def resolve_algorithm_names(argv: list[str]) -> list[str]:
+    """Let ``--model scala`` (a registry name) or ``--model SCALA`` stand for the class path; an unknown name
+    is a one-line error listing the valid ones."""
+    names = {**{k: cls for k, cls in ALGORITHMS.items()}, **{cls.__name__: cls for cls in ALGORITHMS.values()}}
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--model" and i + 1 < len(out):
+            j, value = i + 1, out[i + 1]
+        elif arg.startswith("--model="):
+            j, value = i, arg.split("=", 1)[1]
+        else:
+            continue
+        if "." in value or value.startswith(("{", "-")) or value.endswith((".yaml", ".yml", ".json")):
+            continue  # class path, inline dict or config file: jsonargparse's business
+        if value not in names:
+            raise ConfigError(f"model={value!r} is not one of: {', '.join(ALGORITHMS)} (or their class names)")
+        path = f"lightning_sfl.algorithms.{names[value].__name__}"
+        out[j] = path if j != i else f"--model={path}"
+    return out
+
+
+def run(args: list[str] | None = None) -> None:
+    """``fit``/``validate``/``test`` with ``args`` (default ``sys.argv[1:]``); see :func:`lightning_sfl.cli.main`.
+
+    Bad settings, missing datasets, unreadable checkpoints and NaN/Inf in training end the command with one
+    line on stderr (exit code 2 for settings, 1 for NaN/Inf) instead of a traceback."""
+    try:
+        if args is None:  # LightningCLI reads sys.argv itself (and warns if it is given both)
+            sys.argv[1:] = resolve_algorithm_names(sys.argv[1:])
+            SFLCLI()
+        else:
+            SFLCLI(args=resolve_algorithm_names(list(args)))
+    except Exception as exc:
+        cause = reported_cause(exc)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
+        raise SystemExit(1 if isinstance(cause, NonFiniteError) else 2) from None

@@ -1,0 +1,157 @@
+"""What flows through the loop: client statistics (data module → method and schedule, once), typed steps
+(schedule → data module → ``training_step``) and the round-end event (method → callbacks).
+
+Shapes: ``K`` clients in the federation, ``N`` classes, ``S`` clients in a step, ``B`` rows in a step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import lightning as L
+import torch
+
+if TYPE_CHECKING:
+    from lightning_sfl.system.comm import CommLedger
+
+__all__ = ["ClientStats", "RoundCallback", "RoundEnd", "Step"]
+
+
+@dataclass(frozen=True)
+class ClientStats:
+    """What the data module knows about its clients, handed once to the method (``setup``) and to the schedule
+    (every ``plan_round``). Nothing flows back.
+
+    Attributes:
+        sizes: ``|D_k|``, ``[K]`` int64.
+        label_counts: ``n_{k,y}``, samples of each class held by each client, ``[K, N]`` int64.
+        label_distribution: ``P_k(y)``, ``[K, N]`` float64, rows sum to one.
+        shards: each client's rows of the training split, ``K × [|D_k|]`` int64 index tensors.
+        clients_per_round: ``S = max(1, round(ρK))``.
+        batch_size: ``B``, rows per local iteration summed over a round's clients.
+        seed: seeds the partition and every per-round draw (``--data.seed``).
+    """
+
+    sizes: torch.Tensor
+    label_counts: torch.Tensor
+    label_distribution: torch.Tensor
+    shards: list[torch.Tensor]
+    clients_per_round: int
+    batch_size: int
+    seed: int
+
+    @property
+    def num_clients(self) -> int:
+        """``K``."""
+        return len(self.sizes)
+
+    @property
+    def num_classes(self) -> int:
+        """``N``."""
+        return self.label_counts.shape[1]
+
+
+@dataclass
+class Step:
+    """One training step (one ``training_step`` call): what happens, to which clients, on which rows, when.
+
+    A schedule creates steps without data (``rows`` are indices into the training split); the data module fills
+    in the data fields before the step reaches the method. Schedules may subclass ``Step`` to carry what their
+    kinds need (typed fields, not a dict).
+
+    Attributes:
+        kind: which handler of the method runs the step (``"local"``: a synchronous local iteration; a schedule
+            names its own kinds, e.g. ``"arrival"``, ``"upload"``, ``"server"``).
+        round: global round ``i`` (0-based; one Lightning epoch).
+        index: position of the step within its round (0-based).
+        round_end: the round ends after this step: the method aggregates, callbacks receive ``on_round_end``.
+        clients: ``[S]`` global ids of the clients taking part, in the order of their row blocks.
+        sizes: ``[S]`` ``B_k``, rows of each client in the whole step (on all processes together).
+        rows: ``[B]`` training-split indices, client block after client block (``B = Σ_k B_k``); a step whose rows
+            belong to no client (``clients`` empty, e.g. data held by the server) has its ``B`` rows here alone.
+        slots: ``[S]`` bank slot of each client; ``None``: client ``k`` of the step is in slot ``k``.
+        time: simulated time (s) at which the step happens, for schedules that keep a clock.
+        x: ``[B_local, C, H, W]`` inputs of this process's rows (data module).
+        y: ``[B_local]`` labels (data module).
+        owner: ``[B_local]`` position in ``clients`` of each row's client, ``0..S-1`` (``None`` without clients).
+        local_sizes: ``[S]`` rows of each client on this process (``= sizes`` with one process).
+        label_counts: ``[N]`` labels of the whole step, all processes (for ``P_s``, eq. 14).
+    """
+
+    kind: str
+    round: int
+    index: int
+    round_end: bool
+    clients: torch.Tensor
+    sizes: torch.Tensor
+    rows: torch.Tensor
+    slots: torch.Tensor | None = None
+    time: float | None = None
+    x: torch.Tensor | None = None
+    y: torch.Tensor | None = None
+    owner: torch.Tensor | None = None
+    local_sizes: torch.Tensor | None = None
+    label_counts: torch.Tensor | None = None
+
+    @property
+    def round_start(self) -> bool:
+        """The first step of its round (the method broadcasts, callbacks receive ``on_round_start``)."""
+        return self.index == 0
+
+    @property
+    def bank_slots(self) -> torch.Tensor:
+        """``[S]`` the bank slot of each client of the step."""
+        return self.slots if self.slots is not None else torch.arange(len(self.clients), device=self.clients.device)
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of this step on this process."""
+        return 0 if self.y is None else len(self.y)
+
+    def replace(self, **changes) -> Step:
+        """A copy with ``changes`` (``dataclasses.replace``; keeps the subclass and its extra fields)."""
+        return dataclasses.replace(self, **changes)
+
+    def to(self, device: torch.device | str) -> Step:
+        """The step with every tensor field on ``device`` (what the data module's batch transfer does)."""
+        moved = {
+            f.name: v.to(device)
+            for f in dataclasses.fields(self)
+            if isinstance(v := getattr(self, f.name), torch.Tensor)
+        }
+        return self.replace(**moved)
+
+
+@dataclass(frozen=True)
+class RoundEnd:
+    """The event a method sends its callbacks (``on_round_end``) after the FL phase of a round.
+
+    Attributes:
+        round: the round that ended (0-based; ``round + 1`` rounds are complete).
+        clients: ``[S]`` the client in each bank slot at the round's end (the columns of ``ledger``).
+        samples: ``[S]`` training rows each slot processed in the round (``T·B_k`` under ``SyncRounds``).
+        ledger: the round's traffic by direction, kind and slot (exact bytes).
+        time: simulated time (s) at the end of the round, for schedules with their own clock; ``None`` otherwise.
+    """
+
+    round: int
+    clients: torch.Tensor
+    samples: torch.Tensor
+    ledger: CommLedger
+    time: float | None = None
+
+
+class RoundCallback(L.Callback):
+    """A Lightning callback that also receives the loop's round events (called by the method, on every process,
+    inside the ``training_step`` of the round's first and last step; ``pl_module.log`` works as in any hook).
+
+    Plain ``L.Callback`` subclasses may define the same two methods; subclassing this only documents them.
+    """
+
+    def on_round_start(self, trainer: L.Trainer, pl_module: L.LightningModule, step: Step) -> None:
+        """Before the round's first step runs (the global model is the one the previous round produced)."""
+
+    def on_round_end(self, trainer: L.Trainer, pl_module: L.LightningModule, event: RoundEnd) -> None:
+        """After the round's FL phase (aggregation): ``event`` says who took part, what they sent and when."""
