@@ -271,7 +271,7 @@ def test_one_resolver_builds_every_policy_and_rejects_unknown_names():
     assert isinstance(resolve_selection(None, ClassBalancedSelection), ClassBalancedSelection)  # the method's default
     given = FedCBSSelection(lam=3.0)
     assert resolve_selection(given) is given
-    for bad in ("nope", 3, {"class_path": "torch.nn.Linear"}):
+    for bad in ("nope", 3, {"class_path": "torch.nn.Linear"}, {"class_path": "no_such_module.Policy"}):
         with pytest.raises(ValueError, match=r"client_selection=.* is not one of: uniform, fedcbs, class_balanced"):
             resolve_selection(bad)
 

@@ -279,8 +279,7 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         if self.world_size > 1:  # every process stops together (no process left waiting in a collective)
             flag = self.trainer.strategy.reduce(flag, reduce_op="sum")
         if flag:
-            owners = step.owner[bad] if step.owner is not None and len(bad) == len(step.owner) else step.owner
-            clients = step.clients[torch.unique(owners)].tolist() if owners is not None else []
+            clients = step.clients[torch.unique(step.owner[bad])].tolist() if step.owner is not None else []
             raise NonFiniteError(
                 f"non-finite {what} in round {step.round + 1}, local iteration {step.index + 1}, "
                 f"client(s) {clients or 'on another process'}; stopped, the last checkpoint is from round {step.round}"

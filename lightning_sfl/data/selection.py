@@ -329,7 +329,10 @@ def resolve_selection(value, default: type[ClientSelection] = UniformSelection) 
         return SELECTIONS[value]()
     if isinstance(value, dict) and "class_path" in value:
         module, _, name = str(value["class_path"]).rpartition(".")
-        cls = getattr(importlib.import_module(module or __name__), name, None)
+        try:
+            cls = getattr(importlib.import_module(module or __name__), name, None)
+        except ImportError:
+            cls = None
         if isinstance(cls, type) and issubclass(cls, ClientSelection):
             return cls(**(value.get("init_args") or {}))
     raise ConfigError(
