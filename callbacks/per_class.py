@@ -38,8 +38,11 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 
-def rounds_completed(trainer: L.Trainer) -> int:
-    """``round`` as the coordinator logs it: during fit the evaluated round is ``current_epoch + 1``."""
+def rounds_completed(trainer: L.Trainer, pl_module: L.LightningModule | None = None) -> int:
+    """``round`` as the coordinator logs it (its ``rounds_completed``: a checkpoint's round in ``validate``/``test``);
+    for other modules, during fit the evaluated round is ``current_epoch + 1``."""
+    if pl_module is not None and hasattr(pl_module, "rounds_completed"):
+        return int(pl_module.rounds_completed)
     return trainer.current_epoch + 1 if trainer.state.fn == TrainerFn.FITTING else trainer.current_epoch
 
 
@@ -80,7 +83,7 @@ class PerClassAccuracy(L.Callback):
         if trainer.sanity_checking or not trainer.loggers:
             return
         fitting = trainer.state.fn == TrainerFn.FITTING
-        if fitting and not self.should_log(rounds_completed(trainer), is_last_round(trainer)):
+        if fitting and not self.should_log(rounds_completed(trainer, pl_module), is_last_round(trainer)):
             return
         n = int(pl_module.num_classes)
         if self.accuracy is None or self.accuracy.num_classes != n:
@@ -124,7 +127,7 @@ class PerClassAccuracy(L.Callback):
         self._active = False
         accuracy = self.accuracy.compute().float().cpu()  # all ranks: synchronised under DDP
         confusion = self.confusion.compute().long().cpu()
-        round_idx = rounds_completed(trainer)
+        round_idx = rounds_completed(trainer, pl_module)
         if any(not isinstance(lg, WandbLogger) for lg in trainer.loggers):
             values = {f"per_class/acc_{c}": float(a) for c, a in enumerate(accuracy)}
             pl_module.log_dict(values, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)

@@ -3,6 +3,7 @@ loading) and must hold a lightning_sfl model; anything else is a one-line ``Conf
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
@@ -33,6 +34,25 @@ def check_checkpoint(path: str | os.PathLike, expected_class: str | None = None)
     written_by = (ckpt.get("lightning_sfl") or {}).get("algorithm") or (ckpt.get("hyper_parameters") or {}).get(
         "_class_path"
     )
-    if expected_class and written_by and written_by != expected_class:
-        raise ConfigError(f"ckpt_path={str(path)!r} was written by {written_by}, not {expected_class}")
+    expected = _algorithm_name(expected_class) if expected_class else None
+    if expected and written_by and _algorithm_name(written_by, trusted=False) != expected:
+        raise ConfigError(f"ckpt_path={str(path)!r} was written by {written_by}, not {expected}")
     return ckpt
+
+
+def _algorithm_name(path: str, trusted: bool = True) -> str:
+    """``path`` as checkpoints record it (``lightning_sfl.SCALA`` and ``lightning_sfl.algorithms.SCALA`` are one
+    class). A name read from a checkpoint (``trusted=False``) is only looked up in the library, never imported."""
+    from lightning_sfl.algorithms import ALGORITHMS
+    from lightning_sfl.algorithms.state import algorithm_path
+
+    module, _, name = path.rpartition(".")
+    library = {cls.__name__: cls for cls in ALGORITHMS.values()}
+    if module.startswith("lightning_sfl") and name in library:
+        return algorithm_path(library[name])
+    if trusted:
+        try:
+            return algorithm_path(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError, ValueError):
+            return path
+    return path

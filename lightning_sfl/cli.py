@@ -5,19 +5,43 @@ Run the main job (SCALA on scikit-learn's bundled digits, offline)::
 
     lightning-sfl fit --config configs/digits/scala.yaml
 
-This module only dispatches; it imports neither side until a subcommand needs it, so ``compare`` (which runs
-``fit`` through :mod:`lightning_sfl.lightning_cli`) and this entry point import no module in a circle.
+This module only dispatches; it imports neither side until a subcommand needs it (``lightning-sfl --help`` loads
+neither torch nor Lightning), so ``compare`` (which runs ``fit`` through :mod:`lightning_sfl.lightning_cli`) and
+this entry point import no module in a circle.
 """
 
 from __future__ import annotations
 
 import sys
 
+#: Subcommand -> one line of help, in the order ``--help`` lists them.
+COMMANDS: dict[str, str] = {
+    "fit": "train a method (every option: lightning-sfl fit --help)",
+    "validate": "evaluate the global model of a checkpoint (--ckpt_path) on the test split",
+    "test": "the same evaluation as validate, under Lightning's test stage",
+    "compare": "train several methods x seeds on identical client shards and tabulate the results",
+}
+
+USAGE = f"""usage: lightning-sfl {{{",".join(COMMANDS)}}} ...
+
+Split federated learning under label skew, on PyTorch Lightning.
+
+subcommands:
+""" + "".join(f"  {name:<10}{text}\n" for name, text in COMMANDS.items())
+
 
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``lightning-sfl`` (``python -m lightning_sfl.cli`` too)."""
     argv = sys.argv[1:] if args is None else list(args)
-    if argv[:1] == ["compare"]:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        if not argv:
+            raise SystemExit(2)
+        return
+    if argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        print(f"error: unknown subcommand {argv[0]!r}; choose from: {', '.join(COMMANDS)}", file=sys.stderr)
+        raise SystemExit(2)
+    if argv[0] == "compare":
         from lightning_sfl.compare import main as compare_main
 
         compare_main(argv[1:])

@@ -11,6 +11,7 @@ of the model are filled in from the data module.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import lightning as L
@@ -40,6 +41,10 @@ TRAINER_DEFAULTS = {
 }
 
 
+#: The LightningCLI subcommands offered (the console script adds ``compare``).
+SUBCOMMANDS = ("fit", "validate", "test")
+
+
 class SFLCLI(LightningCLI):
     """LightningCLI with the algorithm as a subclass of :class:`SplitFedAlgorithm` and data-driven links."""
 
@@ -55,6 +60,12 @@ class SFLCLI(LightningCLI):
             args=args,
             run=run,
         )
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """``fit``, ``validate`` and ``test``; ``predict`` is not offered (the global model's outputs on the test
+        split are what ``test`` evaluates)."""
+        return {k: v for k, v in LightningCLI.subcommands().items() if k in SUBCOMMANDS}
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument(
@@ -79,7 +90,7 @@ class SFLCLI(LightningCLI):
                 "trainer.logger": [
                     {
                         "class_path": "lightning.pytorch.loggers.WandbLogger",
-                        "init_args": {"project": "lightning-sfl", "save_dir": "runs", "offline": True},
+                        "init_args": {"project": "lightning-sfl", "save_dir": "runs", "offline": False},
                     },
                     {
                         "class_path": "lightning.pytorch.loggers.CSVLogger",
@@ -98,11 +109,21 @@ class SFLCLI(LightningCLI):
         return super()._instantiate_trainer(config, callbacks)
 
     def before_instantiate_classes(self) -> None:
-        threads = self.config.get(self.subcommand, self.config).get("torch_threads")
+        config = self.config.get(self.subcommand, self.config)
+        threads = config.get("torch_threads")
         if threads is not None:
             if threads < 1:
                 raise ConfigError(f"torch_threads={threads} must be >= 1 (or null for torch's default)")
             torch.set_num_threads(threads)
+        loggers = config.get("trainer", {}).get("logger")
+        wandb_loggers = [
+            lg
+            for lg in (loggers if isinstance(loggers, list) else [loggers])
+            if str(getattr(lg, "class_path", "")).endswith("WandbLogger")
+        ]
+        if wandb_loggers and wandb_switch() is None:  # nothing says otherwise: no account needed
+            for lg in wandb_loggers:
+                lg.init_args.offline = True
 
     def _parse_ckpt_path(self) -> None:
         """Check a given checkpoint safely before Lightning reads its hyperparameters (one-line errors for
@@ -123,6 +144,22 @@ class SFLCLI(LightningCLI):
         if "test/acc" not in metrics or int(metrics.get("round", -1)) != self.trainer.current_epoch:
             metrics = self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)[0]
         print(f"final test accuracy: {float(metrics['test/acc']):.4f} after {self.trainer.current_epoch} rounds")
+
+
+def wandb_switch() -> str | None:
+    """The W&B mode that W&B's own switches set, if any: ``WANDB_MODE``, a sweep agent's environment
+    (``WANDB_SWEEP_ID``: online) or ``wandb online|offline`` (the ``mode`` of W&B's settings files). ``None``: the CLI
+    runs its WandbLogger offline."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if os.environ.get("WANDB_SWEEP_ID"):
+        return "online"
+    import wandb
+
+    try:
+        return wandb.Settings().read_system_settings().all().get("mode") or None
+    except Exception:  # unreadable settings files: W&B itself would ignore them
+        return None
 
 
 def resolve_algorithm_names(argv: list[str]) -> list[str]:

@@ -57,7 +57,7 @@ def test_every_config_parses(config, capsys):
         SFLCLI(args=["fit", "--config", str(config), "--print_config"])
     assert exc.value.code in (0, None)
     printed = capsys.readouterr().out
-    assert "class_path: lightning_sfl.algorithms." in printed
+    assert re.search(r"class_path: lightning_sfl\.(algorithms\.)?[A-Z]", printed)  # the top-level export is shorter
     assert "local_iters:" in printed and "participation:" in printed
 
 
@@ -129,8 +129,8 @@ def test_same_seed_gives_identical_metrics_and_other_seed_does_not(run_dir):
 
 
 def test_validate_and_test_from_checkpoint(run_dir, capsys):
-    _fit(run_dir, rounds=2)
-    ckpt = next(run_dir.rglob("last.ckpt"))
+    _fit(run_dir, rounds=3)
+    ckpt = next(run_dir.rglob("epoch=2-*.ckpt"))  # saved after round 3
     fitted = [r for r in _rows(next(run_dir.glob("csv/version_*/metrics.csv"))) if r.get("test/acc")][-1]
     for sub in ("validate", "test"):
         SFLCLI(
@@ -147,6 +147,7 @@ def test_validate_and_test_from_checkpoint(run_dir, capsys):
         assert "test/acc" in out
         acc = float(re.search(r"test/acc[\s│]+([0-9.]+)", out).group(1))
         assert acc == pytest.approx(float(fitted["test/acc"]), abs=1e-4)
+        assert float(re.search(r"\bround[\s│]+([0-9.]+)", out).group(1)) == 3.0  # the checkpoint's round
 
 
 def test_every_registered_algorithm_has_a_digits_config():
@@ -228,3 +229,18 @@ def test_a_policy_object_from_python_is_recorded_as_its_config(tmp_path):
         "init_args": {"lam": 2.0, "beta_start": 1.0, "beta_step": 1.0, "eps": 1e-12},
     }
     assert FedAvg(**model.hparams).selection.lam == 2.0  # what load_from_checkpoint does
+
+
+def test_help_lists_exactly_the_working_subcommands_and_predict_is_refused():
+    import subprocess
+    import sys
+
+    run = [sys.executable, "-m", "lightning_sfl.cli"]
+    out = subprocess.run([*run, "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    listed = re.findall(r"^  (\w+)\s", out.stdout, flags=re.M)
+    assert listed == ["fit", "validate", "test", "compare"]
+    bad = subprocess.run([*run, "predict", "--config", "x.yaml"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr == "error: unknown subcommand 'predict'; choose from: fit, validate, test, compare\n"
+    assert "predict" not in SFLCLI.subcommands() and set(SFLCLI.subcommands()) == {"fit", "validate", "test"}

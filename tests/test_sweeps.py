@@ -35,7 +35,6 @@ from lightning_sfl.models.zoo import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
-ONLINE_OVERLAY = REPO / "sweeps/overlays/wandb_online.yaml"
 RANDOM_SAMPLES = 4  # parameter sets drawn from each random/bayes sweep
 # Datasets whose files are not here: (classes, input shape, training-set size); their training labels are balanced.
 DATASET_META = {"cifar10": (10, (3, 32, 32), 50_000)}
@@ -301,7 +300,7 @@ def test_sweep_command_is_a_block_list_ending_in_args_with_existing_configs(path
     assert command[-1] == "${args}" and command.count("${args}") == 1, "${args} last, so it overrides the configs"
     assert not [c for c in command[:-1] if "${" in str(c)], "no other agent macro (there is no `program`)"
     configs = [command[i + 1] for i, c in enumerate(command[:-1]) if c == "--config"]
-    assert configs and configs[0].startswith("configs/") and configs[-1] == "sweeps/overlays/wandb_online.yaml"
+    assert configs and all(c.startswith("configs/") for c in configs), "sweeps name no logger settings"
     for config in configs:
         assert (REPO / config).is_file(), config
 
@@ -356,33 +355,40 @@ def test_cached_parser_prints_what_the_cli_prints(agent_command, capsys):
     assert _print_config(argv, capsys, cli=SFLCLI)[1] == _print_config(argv, capsys)[1]
 
 
-def test_online_overlay_is_the_cli_default_logger_with_wandb_online(capsys, monkeypatch):
-    """Sweep runs must report to W&B. The default WandbLogger is offline and then sets WANDB_MODE=dryrun itself, so
-    only a config can turn it online; the overlay must keep the rest of the CLI's default loggers."""
-    base = ["fit", "--config", "configs/digits/scala.yaml"]
-    default = _print_config(base, capsys)[0]["trainer"]["logger"]
-    online = _print_config([*base, "--config", str(ONLINE_OVERLAY)], capsys)[0]["trainer"]["logger"]
-    assert default[0]["class_path"] == "lightning.pytorch.loggers.WandbLogger"
-    assert default[0]["init_args"]["offline"] is True and online[0]["init_args"]["offline"] is False
-    online[0]["init_args"]["offline"] = True
-    assert online == default
-    with pytest.raises(SystemExit) as exc:  # a nested option cannot reach one logger of the default list
-        _ParseOnceCLI(args=[*base, "--trainer.logger.init_args.offline=false", "--print_config"])
-    assert exc.value.code == 2
-
+@pytest.mark.parametrize(
+    "env,settings,offline,mode",
+    [
+        ({}, None, True, "dryrun"),  # nothing says otherwise: offline, no account needed
+        ({"WANDB_MODE": "online"}, None, False, "online"),
+        ({"WANDB_MODE": "offline"}, None, False, "offline"),
+        ({"WANDB_MODE": "disabled"}, None, False, "disabled"),
+        ({}, "online", False, None),  # `wandb online` wrote it to ./wandb/settings: W&B reads it there
+        ({}, "offline", False, None),
+        ({"WANDB_SWEEP_ID": "abc123"}, None, False, None),  # a sweep agent's run reports to its sweep
+    ],
+    ids=["default", "env-online", "env-offline", "env-disabled", "wandb-online", "wandb-offline", "agent"],
+)
+def test_wandbs_own_switches_decide_the_mode(env, settings, offline, mode, tmp_path, monkeypatch):
+    """W&B's switches (WANDB_MODE, `wandb online|offline`, an agent's environment) win over the CLI's offline
+    default, and no overlay config is needed for a sweep."""
     import wandb
-    from lightning.pytorch.loggers import WandbLogger
 
-    modes = []
-    monkeypatch.setattr(wandb, "init", lambda **_: modes.append(os.environ.get("WANDB_MODE")) or object())
-    for init_args, env, expected in (
-        (default[0]["init_args"], "online", "dryrun"),  # WANDB_MODE=online cannot switch the default on
-        ({**default[0]["init_args"], "offline": False}, "online", "online"),
-        ({**default[0]["init_args"], "offline": False}, "offline", "offline"),  # ...and can switch the overlay off
-    ):
-        monkeypatch.setenv("WANDB_MODE", env)
-        _ = WandbLogger(**init_args).experiment
-        assert modes[-1] == expected
+    monkeypatch.chdir(tmp_path)
+    for key in ("WANDB_MODE", "WANDB_SWEEP_ID"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "global"))  # no global settings file of this machine
+    if settings:
+        (tmp_path / "wandb").mkdir()
+        (tmp_path / "wandb" / "settings").write_text(f"[default]\nmode = {settings}\n")
+    cli = SFLCLI(args=["--config", str(REPO / "configs/digits/scala.yaml")], run=False)
+    (logger,) = [lg for lg in cli.trainer.loggers if type(lg).__name__ == "WandbLogger"]
+    assert logger._offline is offline
+    seen = []
+    monkeypatch.setattr(wandb, "init", lambda **_: seen.append(os.environ.get("WANDB_MODE")) or object())
+    _ = logger.experiment
+    assert seen == [mode]
 
 
 def test_readme_lists_every_sweep():

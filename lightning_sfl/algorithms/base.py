@@ -279,10 +279,13 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         if self.world_size > 1:  # every process stops together (no process left waiting in a collective)
             flag = self.trainer.strategy.reduce(flag, reduce_op="sum")
         if flag:
-            clients = step.clients[torch.unique(step.owner[bad])].tolist() if step.owner is not None else []
+            if step.owner is None:
+                who = "none (rows held by the server)"
+            else:
+                who = step.clients[torch.unique(step.owner[bad])].tolist() or "on another process"
             raise NonFiniteError(
                 f"non-finite {what} in round {step.round + 1}, local iteration {step.index + 1}, "
-                f"client(s) {clients or 'on another process'}; stopped, the last checkpoint is from round {step.round}"
+                f"client(s) {who}; stopped, the last checkpoint is from round {step.round}"
             )
 
     # ------------------------------------------------------------------ round edges: broadcast and FL phase
@@ -436,10 +439,25 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         per_class = self.val_acc_per_class.compute()
         self.log(f"{prefix}/acc", self.val_acc.compute())
         self.log_dict({f"{prefix}/acc_class_{c}": v for c, v in enumerate(per_class)})
-        fitting = self.trainer.state.fn == TrainerFn.FITTING
-        self.log("round", float(self.current_epoch + 1 if fitting else self.current_epoch))  # rounds completed
+        self.log("round", float(self.rounds_completed))
         self.val_acc.reset()
         self.val_acc_per_class.reset()
+
+    @property
+    def rounds_completed(self) -> int:
+        """Rounds behind the global model being evaluated: during fit the round just aggregated; in
+        ``validate``/``test`` of a checkpoint the rounds it was saved after; otherwise the trainer's epochs."""
+        if self.trainer.state.fn == TrainerFn.FITTING:
+            return self.current_epoch + 1
+        restored = getattr(self, "_checkpoint_rounds", None)
+        return restored if restored is not None else self.current_epoch
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self._checkpoint_rounds = int(checkpoint.get("epoch", -1)) + 1  # saved at the end of epoch ``epoch``
+
+    def on_train_start(self) -> None:
+        self._checkpoint_rounds = None  # from now on the rounds are this fit's
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._eval_step(batch)

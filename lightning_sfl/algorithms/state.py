@@ -20,7 +20,17 @@ import torch
 
 from lightning_sfl.algorithms.client_bank import ClientBank
 
-__all__ = ["MethodState"]
+__all__ = ["MethodState", "algorithm_path"]
+
+
+def algorithm_path(cls: type) -> str:
+    """The name a checkpoint records for a method's class: ``lightning_sfl.algorithms.<Name>`` for the library's
+    methods (however they were imported or spelled in a config), ``module.Name`` for methods defined elsewhere."""
+    import lightning_sfl.algorithms as library
+
+    if getattr(library, cls.__name__, None) is cls:
+        return f"lightning_sfl.algorithms.{cls.__name__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 class MethodState:
@@ -60,17 +70,7 @@ class MethodState:
         """Banks rebuilt every round are not saved; the checkpoint records the algorithm's class."""
         drop = self._banks_left_out()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith(drop)}
-        checkpoint["lightning_sfl"] = {"algorithm": self.class_path()}
-
-    def class_path(self) -> str:
-        """Import path of this method's class: ``lightning_sfl.algorithms.<Name>`` for the library's methods (as
-        the CLI names them), ``module.Name`` for methods defined elsewhere."""
-        import lightning_sfl.algorithms as library
-
-        cls = type(self)
-        if getattr(library, cls.__name__, None) is cls:
-            return f"lightning_sfl.algorithms.{cls.__name__}"
-        return f"{cls.__module__}.{cls.__qualname__}"
+        checkpoint["lightning_sfl"] = {"algorithm": algorithm_path(type(self))}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Fill the banks that were left out with their current values (strict loading), and create declared states
