@@ -165,3 +165,18 @@ def test_divergence_from_the_cli_is_one_line(tmp_path):
     assert proc.returncode == 1, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: non-finite") and "round" in last and "Traceback" not in proc.stderr
+
+
+def test_checkpoint_class_check_compares_classes_not_spellings(tmp_path):
+    path = tmp_path / "c.ckpt"
+    state = {"client.net.0.weight": torch.zeros(1)}
+    torch.save({"state_dict": state, "lightning_sfl": {"algorithm": "lightning_sfl.algorithms.SCALA"}}, path)
+    for same in ("lightning_sfl.SCALA", "lightning_sfl.algorithms.SCALA", "lightning_sfl.algorithms.scala.SCALA"):
+        check_checkpoint(path, expected_class=same)
+    with pytest.raises(
+        ConfigError, match="was written by lightning_sfl.algorithms.SCALA, not lightning_sfl.algorithms.FedAvg"
+    ):
+        check_checkpoint(path, expected_class="lightning_sfl.FedAvg")
+    torch.save({"state_dict": state, "lightning_sfl": {"algorithm": "os.system"}}, path)  # never imported
+    with pytest.raises(ConfigError, match="was written by os.system, not lightning_sfl.algorithms.SCALA"):
+        check_checkpoint(path, expected_class="lightning_sfl.SCALA")
