@@ -1,5 +1,6 @@
 """Console script ``lightning-sfl``: ``fit``, ``validate`` and ``test`` (LightningCLI, in
-:mod:`lightning_sfl.lightning_cli`) and ``compare`` (:mod:`lightning_sfl.compare`).
+:mod:`lightning_sfl.lightning_cli`), ``compare`` (:mod:`lightning_sfl.compare`) and ``sweep``
+(:mod:`lightning_sfl.sweep`).
 
 Run the main job (SCALA on scikit-learn's bundled digits, offline)::
 
@@ -20,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "validate": "evaluate the global model of a checkpoint (--ckpt_path) on the test split",
     "test": "the same evaluation as validate, under Lightning's test stage",
     "compare": "train several methods x seeds on identical client shards and tabulate the results",
+    "sweep": "run the trials of a W&B sweep file offline, without a W&B server (grid, random, bayes)",
 }
 
 USAGE = f"""usage: lightning-sfl {{{",".join(COMMANDS)}}} ...
@@ -45,6 +47,11 @@ def main(args: list[str] | None = None) -> None:
         from lightning_sfl.compare import main as compare_main
 
         compare_main(argv[1:])
+        return
+    if argv[0] == "sweep":
+        from lightning_sfl.sweep import main as sweep_main
+
+        sweep_main(argv[1:])
         return
     from lightning_sfl.lightning_cli import run
 

@@ -1,0 +1,265 @@
+"""``lightning-sfl sweep SWEEP.yaml --count N``: the trials of a W&B sweep file, without a W&B server.
+
+::
+
+    lightning-sfl sweep sweeps/digits_lr.yaml --count 2                  # offline, prints a table at the end
+    lightning-sfl sweep sweeps/digits_lr.yaml --count 8 --jobs 2         # two trials at a time; the first 2 are kept
+    lightning-sfl sweep sweeps/digits_lr.yaml --count 2 -- --trainer.max_epochs=5   # args after ${args}
+
+Each trial is the sweep's ``command`` with W&B's macros expanded (:func:`~lightning_sfl.sweep.space.expand_command`),
+run as a child process in its own folder ``OUT/trial-<k>/`` (relative paths of the command that exist are made
+absolute), as an offline W&B run (``WANDB_MODE=offline`` unless set) named ``<sweep>-trial-<k>``, grouped and tagged
+``sweep-<sweep>``. Its metric is the last value of ``metric.name`` in the trial's offline W&B run (the summary, what
+a W&B sweep reads), else in its CSV log.
+
+Search (``method``): ``grid`` enumerates the values; ``random`` samples W&B's distributions from a generator seeded
+by ``(--seed, trial)``; ``bayes`` asks optuna's Gaussian-process sampler (``optuna.samplers.GPSampler``; W&B's own
+engine, the ``sweeps`` package, pins ``numpy<2``, which the rest of our dependencies have left behind), told every
+finished trial. ``--count`` is the sweep's total number of trials (default: the grid's size or ``run_cap``);
+``OUT/sweep.json`` records every trial, so a second call runs only the trials that are missing or failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.sweep.space import (
+    check_sweep,
+    expand_command,
+    grid_points,
+    optuna_space,
+    random_generator,
+    sample,
+)
+
+STATE = "sweep.json"
+
+
+def trial_metric(folder: Path, name: str) -> float | None:
+    """The last logged value of ``name`` in a trial's offline W&B run (summary), else in its CSV log."""
+    from lightning_sfl.wandb_offline import find_offline_runs, read_offline_run
+
+    runs = find_offline_runs(folder / "runs")
+    if runs:
+        value = read_offline_run(runs[-1]).summary.get(name)
+        if isinstance(value, (int, float)):
+            return float(value)
+    import csv
+
+    last = None
+    for path in sorted(folder.glob("runs/csv/version_*/metrics.csv")):
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                if row.get(name):
+                    last = float(row[name])
+    return last
+
+
+class Sweep:
+    """One sweep file run into ``out``: plans trials with its method, runs them, records them in ``sweep.json``."""
+
+    def __init__(self, path: Path, out: Path, count: int | None, seed: int, extra: Sequence[str], jobs: int) -> None:
+        self.path, self.out, self.seed, self.extra, self.jobs = path, out, seed, list(extra), jobs
+        try:
+            self.config = check_sweep(yaml.safe_load(path.read_text()))
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from err
+        self.name = str(self.config.get("name") or path.stem)
+        self.params = self.config["parameters"]
+        metric = self.config.get("metric") or {}
+        self.metric, self.goal = metric.get("name"), metric.get("goal", "minimize")
+        self.grid = grid_points(self.params) if self.config["method"] == "grid" else None
+        limits = [n for n in (count, self.config.get("run_cap"), len(self.grid) if self.grid else None) if n]
+        if not limits:
+            raise ConfigError(f"--count is required: method {self.config['method']} without run_cap has no end")
+        if count is not None and count < 1:
+            raise ConfigError(f"--count={count} must be >= 1")
+        self.count = min(limits)
+        self.trials: dict[int, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+        self._load()
+        self.study = self._study() if self.config["method"] == "bayes" else None
+
+    # ------------------------------------------------------------------ state
+    def _load(self) -> None:
+        state = self.out / STATE
+        if not state.exists():
+            return
+        saved = json.loads(state.read_text())
+        if saved.get("sweep") != self.config or saved.get("seed") != self.seed or saved.get("extra") != self.extra:
+            raise ConfigError(
+                f"{self.out} holds another sweep (file, --seed or extra args differ); choose another --out"
+            )
+        self.trials = {int(k): v for k, v in saved["trials"].items() if v.get("status") == "finished"}
+
+    def _save(self) -> None:
+        state = {"sweep": self.config, "seed": self.seed, "extra": self.extra, "trials": self.trials}
+        tmp = self.out / (STATE + ".tmp")
+        tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+        tmp.replace(self.out / STATE)
+
+    # ------------------------------------------------------------------ planning
+    def _study(self):
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.space, self.constants = optuna_space(self.params)
+        direction = "maximize" if self.goal == "maximize" else "minimize"
+        study = optuna.create_study(direction=direction, sampler=optuna.samplers.GPSampler(seed=self.seed))
+        for k in sorted(self.trials):
+            record = self.trials[k]
+            if record.get("metric") is not None:
+                params = {n: record["params"][n] for n in self.space}
+                study.add_trial(
+                    optuna.trial.create_trial(params=params, distributions=self.space, value=record["metric"])
+                )
+        return study
+
+    def params_of(self, k: int) -> tuple[dict[str, Any], Any]:
+        """Trial ``k``'s parameters (and optuna's trial handle for ``bayes``)."""
+        if self.grid is not None:
+            return self.grid[k], None
+        if self.study is None:
+            return sample(self.params, random_generator(self.seed, k)), None
+        with self.lock:
+            handle = self.study.ask(self.space)
+        return {**self.constants, **handle.params}, handle
+
+    # ------------------------------------------------------------------ running
+    def command(self, params: dict[str, Any]) -> list[str]:
+        cmd = expand_command(self.config["command"], params, self.config.get("program")) + self.extra
+        cmd = [str(Path(t).resolve()) if not t.startswith("-") and Path(t).exists() else t for t in cmd]
+        if cmd[0] == "lightning-sfl":  # this installation's console script, whatever PATH says
+            cmd = [sys.executable, "-m", "lightning_sfl.cli", *cmd[1:]]
+            if self.jobs > 1 and cmd[3:4] == ["fit"]:  # trials share the cores
+                cmd.append("--torch_threads=1")
+        return cmd
+
+    def run_trial(self, k: int) -> dict[str, Any]:
+        params, handle = self.params_of(k)
+        folder = self.out / f"trial-{k}"
+        folder.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"),
+            "WANDB_NAME": f"{self.name}-trial-{k}",
+            "WANDB_RUN_GROUP": self.name,
+            "WANDB_TAGS": f"sweep-{self.name}",
+        }
+        env.pop("WANDB_SWEEP_ID", None)
+        cmd = self.command(params)
+        with open(folder / "log.txt", "w") as log:
+            proc = subprocess.run(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+        metric = trial_metric(folder, self.metric) if self.metric and proc.returncode == 0 else None
+        status = "finished" if proc.returncode == 0 else f"failed (exit {proc.returncode}, see {folder / 'log.txt'})"
+        record = {"params": params, "status": status, "metric": metric, "command": cmd[3:] if len(cmd) > 3 else cmd}
+        with self.lock:
+            if handle is not None:
+                ok = status == "finished" and metric is not None
+                self.study.tell(handle, metric if ok else None, state=None if ok else _failed())
+            self.trials[k] = record
+            self._save()
+        print(
+            f"[sweep {self.name}] trial {k}: {status}"
+            + (f", {self.metric}={metric:.4g}" if metric is not None else ""),
+            flush=True,
+        )
+        return record
+
+    def run(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        todo = [k for k in range(self.count) if k not in self.trials]
+        print(
+            f"[sweep {self.name}] {self.config['method']}: {self.count} trials, {len(self.trials)} already finished, "
+            f"{len(todo)} to run -> {self.out}",
+            flush=True,
+        )
+        if self.jobs == 1 or self.grid is not None or self.study is None:
+            with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+                list(pool.map(self.run_trial, todo))
+            return
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:  # bayes: ask when a worker frees up
+            running = set()
+            for k in todo:
+                if len(running) >= self.jobs:
+                    _, running = wait(running, return_when=FIRST_COMPLETED)
+                running.add(pool.submit(self.run_trial, k))
+            wait(running)
+
+    # ------------------------------------------------------------------ report
+    def table(self) -> str:
+        """Markdown table: trial, status, metric, parameters; best first (by ``metric.goal``)."""
+        names = list(self.params)
+        sign = -1 if self.goal == "maximize" else 1
+        order = sorted(
+            self.trials, key=lambda k: (self.trials[k]["metric"] is None, sign * (self.trials[k]["metric"] or 0), k)
+        )
+        head = ["trial", "status", self.metric or "metric", *names]
+        rows = [" | ".join(head), " | ".join("---" for _ in head)]
+        for k in order:
+            t = self.trials[k]
+            metric = "" if t["metric"] is None else f"{t['metric']:.4f}"
+            rows.append(
+                " | ".join([str(k), t["status"].split(" ")[0], metric, *(_cell(t["params"][n]) for n in names)])
+            )
+        return "\n".join(f"| {r} |" for r in rows)
+
+
+def _failed():
+    import optuna
+
+    return optuna.trial.TrialState.FAIL
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lightning-sfl sweep",
+        description="Run the trials of a W&B sweep file offline, without a W&B server (see sweeps/README.md).",
+    )
+    parser.add_argument("sweep", type=Path, help="a W&B sweep file (method, metric, parameters, command)")
+    parser.add_argument("--count", type=int, default=None, help="total trials of the sweep (default: grid or run_cap)")
+    parser.add_argument("--jobs", type=int, default=1, help="trials run at the same time (child processes)")
+    parser.add_argument("--out", type=Path, default=None, help="folder of the sweep (default: runs/sweeps/<name>)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds random draws and the Bayesian sampler")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``lightning-sfl sweep ...``; arguments after ``--`` are appended to every trial's command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = build_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    try:
+        if not args.sweep.is_file():
+            raise ConfigError(f"sweep={str(args.sweep)!r} does not exist")
+        if args.jobs < 1:
+            raise ConfigError(f"--jobs={args.jobs} must be >= 1")
+        name = (yaml.safe_load(args.sweep.read_text()) or {}).get("name") or args.sweep.stem
+        sweep = Sweep(
+            args.sweep, args.out or Path("runs") / "sweeps" / str(name), args.count, args.seed, extra, args.jobs
+        )
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    sweep.run()
+    table = sweep.table()
+    (sweep.out / "results.md").write_text(f"# Sweep {sweep.name}\n\n{table}\n")
+    print(table)
+    if not any(t["status"] == "finished" for t in sweep.trials.values()):
+        raise SystemExit(1)
