@@ -11,7 +11,9 @@ of the model are filled in from the data module.
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import sys
 
 import lightning as L
@@ -57,6 +59,7 @@ class SFLCLI(LightningCLI):
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
+            parser_kwargs={"exit_on_error": False, **{sub: {"exit_on_error": False} for sub in SUBCOMMANDS}},
             args=args,
             run=run,
         )
@@ -101,15 +104,25 @@ class SFLCLI(LightningCLI):
         )
 
     def _instantiate_trainer(self, config: dict, callbacks: list) -> L.Trainer:
-        """Use the round-level progress bar unless progress bars are off or the user configured one."""
+        """Check the data first: the dataset is loaded and the partition built before the trainer exists, so a
+        missing dataset or an impossible partition is a one-line error and the run creates nothing (no folder,
+        checkpoint or W&B run). Then the round-level progress bar, unless progress bars are off or the user
+        configured one."""
+        if self.datamodule is not None:
+            self.datamodule.check()
         user = config.get("callbacks") or []
         user = user if isinstance(user, list) else [user]
         if config.get("enable_progress_bar", True) is not False and not any(isinstance(c, ProgressBar) for c in user):
             callbacks = [*callbacks, RoundProgressBar()]
+        if config.get("enable_checkpointing") is False:  # --trainer.enable_checkpointing false: no --checkpoint.*
+            callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
         return super()._instantiate_trainer(config, callbacks)
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config)
+        rounds = config.get("trainer", {}).get("max_epochs")
+        if rounds is not None and rounds < 1:
+            raise ConfigError(f"trainer.max_epochs={rounds} must be >= 1 (the number of global rounds)")
         threads = config.get("torch_threads")
         if threads is not None:
             if threads < 1:
@@ -194,9 +207,24 @@ def run(args: list[str] | None = None) -> None:
             SFLCLI()
         else:
             SFLCLI(args=resolve_algorithm_names(list(args)))
+    except argparse.ArgumentError as exc:  # the parser's own messages, without its usage dump
+        print(f"error: {parser_error_line(str(exc))}", file=sys.stderr)
+        raise SystemExit(2) from None
     except Exception as exc:
         cause = reported_cause(exc)
         if cause is None:
             raise
         print(f"error: {cause}", file=sys.stderr)
         raise SystemExit(1 if isinstance(cause, NonFiniteError) else 2) from None
+
+
+def parser_error_line(text: str) -> str:
+    """jsonargparse's (multi-line) message in one line: ``--data.num_clients: Expected a int. Got value: abc``."""
+    keys = re.findall(r'Parser key "([^"]+)":', text)
+    key = ".".join(dict.fromkeys(keys)) if keys else None  # --model: ... Parser key "lr": -> --model.lr
+    rest = re.split(r'Parser key "[^"]+":', text)[-1] if keys else text
+    rest = re.split(r"\n\s*- Expected a <class 'NoneType'>|\n\s*Given value type", rest)[0]
+    rest = " ".join(line.strip().lstrip("- ") for line in rest.splitlines() if line.strip())
+    rest = re.sub(r"<class '(?:[\w]+\.)*(\w+)'>", r"\1", rest)
+    line = f"--{key}: {rest}" if key else rest
+    return line if len(line) <= 300 else line[:297] + "..."

@@ -130,6 +130,8 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
             raise ConfigError(f"local_iters={local_iters} must be >= 1")
         if not lr > 0:
             raise ConfigError(f"lr={lr} must be > 0")
+        if momentum < 0 or weight_decay < 0:
+            raise ConfigError(f"momentum={momentum} and weight_decay={weight_decay} must be >= 0")
         if client_bank not in BANK_KINDS:
             raise ConfigError(f"client_bank={client_bank!r} is not one of: {', '.join(BANK_KINDS)}")
         self.save_hyperparameters()
@@ -140,6 +142,12 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         self.hparams["client_selection"] = self.selection.config()  # a config, so checkpoints load safely
         self.client_bank = client_bank
         self.schedule: Schedule = self.configure_schedule()
+        missing = [k for k in self.schedule.kinds if k not in self.step_handlers]
+        if missing:
+            raise ConfigError(
+                f"{type(self).__name__} has no handler for step kind(s) {missing} of {type(self.schedule).__name__}; "
+                f"it handles: {', '.join(self.step_handlers)}"
+            )
         net = build_model(arch, num_classes, tuple(input_shape))
         client_net, server_net = split_model(net, split_point) if self.split else (net[:], nn.Sequential())
         self.client = ClientModule(client_net)
@@ -167,12 +175,6 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         if stats.num_classes != self.num_classes:
             raise ConfigError(
                 f"num_classes={self.num_classes} does not match the dataset's {stats.num_classes} classes"
-            )
-        missing = [k for k in self.schedule.kinds if k not in self.step_handlers]
-        if missing:
-            raise ConfigError(
-                f"{type(self).__name__} has no handler for step kind(s) {missing} of {type(self.schedule).__name__}; "
-                f"it handles: {', '.join(self.step_handlers)}"
             )
         self.client_stats = stats
         self.register_buffer("client_sizes", stats.sizes.clone(), persistent=False)

@@ -132,8 +132,14 @@ class FederatedDataModule(L.LightningDataModule):
                 f"batch_size={batch_size} is smaller than the {clients_per_round(num_clients, participation)} "
                 "clients per round; each selected client needs at least one row"
             )
-        if partition == "dirichlet" and not beta > 0:
+        if not beta > 0:
             raise ConfigError(f"beta={beta} must be > 0")
+        if alpha < 1:
+            raise ConfigError(f"alpha={alpha} must be >= 1 (classes per client)")
+        if shards_per_client < 1:
+            raise ConfigError(f"shards_per_client={shards_per_client} must be >= 1")
+        if test_batch_size < 1:
+            raise ConfigError(f"test_batch_size={test_batch_size} must be >= 1")
         self.save_hyperparameters()
         self.dataset, self.root, self.download = dataset, Path(root), download
         self.num_clients, self.partition, self.alpha, self.beta = num_clients, partition, alpha, beta
@@ -246,7 +252,17 @@ class FederatedDataModule(L.LightningDataModule):
         self.schedule.load_state_dict(state_dict.get("schedule", {}))
 
     def setup(self, stage: str) -> None:
-        _ = self.client_indices  # build the partition now: bad settings fail before training starts
+        self.check()
+
+    def check(self) -> None:
+        """Load the data and build the partition: a missing dataset or an impossible partition (α above the number
+        of classes, more clients than samples) fails here, before a run creates anything."""
+        if self.num_clients > len(self.splits.train_y):
+            raise ConfigError(
+                f"num_clients={self.num_clients} is more than the {len(self.splits.train_y)} training samples of "
+                f"{self.dataset}"
+            )
+        _ = self.client_indices
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(_RoundStream(self), batch_size=None, num_workers=0)

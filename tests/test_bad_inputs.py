@@ -1,0 +1,127 @@
+"""Every bad input through the real console script: exit code 2, one ``error:`` line naming the option, no traceback,
+and nothing left behind (no run folder, checkpoint or W&B run). Valid but unusual settings simply work."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = str(REPO / "configs" / "digits" / "scala.yaml")
+
+# (arguments after `fit --config CONFIG`, text the error line must contain)
+BAD: list[tuple[list[str], str]] = [
+    # wrongly typed numeric options
+    (["--data.num_clients=abc"], "--data.num_clients"),
+    (["--data.alpha=two"], "--data.alpha"),
+    (["--data.beta=x"], "--data.beta"),
+    (["--data.participation=most"], "--data.participation"),
+    (["--data.batch_size=1.5"], "--data.batch_size"),
+    (["--data.seed=x"], "--data.seed"),
+    (["--data.shards_per_client=x"], "--data.shards_per_client"),
+    (["--model.local_iters=x"], "--model.local_iters"),
+    (["--model.lr=fast"], "--model.lr"),
+    (["--model.momentum=x"], "--model.momentum"),
+    (["--trainer.max_epochs=x"], "--trainer.max_epochs"),
+    # zero and negative counts
+    (["--data.num_clients=0"], "num_clients=0 must be >= 1"),
+    (["--data.num_clients=-3"], "num_clients=-3 must be >= 1"),
+    (["--data.batch_size=0"], "batch_size=0"),
+    (["--model.local_iters=0"], "local_iters=0 must be >= 1"),
+    (["--trainer.max_epochs=0"], "trainer.max_epochs=0 must be >= 1"),
+    (["--trainer.max_epochs=-1"], "trainer.max_epochs=-1 must be >= 1"),
+    (["--data.alpha=0"], "alpha=0 must be >= 1"),
+    (["--data.shards_per_client=0"], "shards_per_client=0 must be >= 1"),
+    (["--data.beta=0"], "beta=0.0 must be > 0"),
+    (["--data.beta=-1"], "beta=-1.0 must be > 0"),
+    (["--data.participation=0"], "participation=0.0 must be in (0, 1]"),
+    (["--data.participation=1.5"], "participation=1.5 must be in (0, 1]"),
+    (["--model.lr=0"], "lr=0.0 must be > 0"),
+    # unknown names
+    (["--data.dataset=mnist"], "dataset='mnist' is not one of: digits"),
+    (["--model.arch=resnet50"], "'resnet50' is not one of"),
+    (["--model=scalable"], "model='scalable' is not one of: scala"),
+    (["--data.partition=random"], "partition='random' is not one of: iid, quantity, dirichlet, shards"),
+    (["--model.client_selection=best"], "client_selection='best' is not one of: uniform, fedcbs, class_balanced"),
+    (["--model.split_point=s9"], "split_point='s9' is not a cut point"),
+    (["--model.client_bank=vmap"], "client_bank='vmap' is not one of: auto, sequential, stacked"),
+    (["--data.colour=red"], "unrecognized arguments: --data.colour"),
+    # impossible combinations
+    (["--data.alpha=11"], "alpha=11 must be a whole number of classes per client in [1, 10]"),
+    (["--data.num_clients=5000", "--data.participation=0.001"], "num_clients=5000 is more than the"),
+    (["--data.batch_size=4"], "batch_size=4 is smaller than the 5 clients per round"),
+    # checkpoints and data
+    (["--ckpt_path=missing.ckpt"], "does not exist"),
+    (["--ckpt_path=truncated.ckpt"], "cannot be loaded safely"),
+    (["--ckpt_path=foreign.ckpt"], "not a lightning_sfl checkpoint"),
+    (["--ckpt_path=fedavg.ckpt"], "was written by lightning_sfl.algorithms.FedAvg, not lightning_sfl.algorithms.SCALA"),
+    (["--data.dataset=cifar10"], "cifar10 not found"),
+]
+
+GOOD: list[list[str]] = [
+    ["--trainer.enable_checkpointing=false"],
+    ["--trainer.logger=false"],
+    ["--trainer.logger=lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir=csv_only"],
+    ["--trainer.max_epochs=1"],
+]
+
+
+def _env() -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "PYTHONWARNINGS": "ignore"}
+
+
+def _console(folder: Path, args: list[str]) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", CONFIG, "--trainer.max_epochs=1", *args]
+    return subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=600, env=_env())
+
+
+def _checkpoints(folder: Path) -> None:
+    """The checkpoint files the checkpoint cases point at (and nothing else in the folder)."""
+    good = {"state_dict": {"client.net.0.weight": torch.zeros(1)}, "lightning_sfl": {}}
+    torch.save({**good, "lightning_sfl": {"algorithm": "lightning_sfl.algorithms.FedAvg"}}, folder / "fedavg.ckpt")
+    torch.save({"state_dict": {"fc.weight": torch.zeros(1)}}, folder / "foreign.ckpt")
+    torch.save(good, folder / "full.ckpt")
+    (folder / "truncated.ckpt").write_bytes((folder / "full.ckpt").read_bytes()[:100])
+    (folder / "full.ckpt").unlink()
+
+
+def test_every_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(tmp_path):
+    assert len(BAD) >= 30
+    folders = []
+    for i, _ in enumerate(BAD):
+        folder = tmp_path / f"case{i}"
+        folder.mkdir()
+        _checkpoints(folder)
+        folders.append(folder)
+    before = {f: sorted(p.name for p in f.iterdir()) for f in folders}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda fa: _console(fa[0], fa[1][0]), zip(folders, BAD)))
+    failures = []
+    for folder, (args, expected), proc in zip(folders, BAD, results):
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        problems = []
+        if proc.returncode != 2:
+            problems.append(f"exit {proc.returncode}")
+        if len(errors) != 1 or expected not in errors[0]:
+            problems.append(f"error lines {errors}")
+        if "Traceback" in proc.stderr:
+            problems.append("traceback")
+        left = sorted(p.name for p in folder.iterdir())
+        if left != before[folder]:
+            problems.append(f"left behind {sorted(set(left) - set(before[folder]))}")
+        if problems:
+            failures.append(f"{' '.join(args)}: {'; '.join(problems)}\n{proc.stderr[-600:]}")
+    assert not failures, "\n\n".join(failures)
+
+
+@pytest.mark.parametrize("args", GOOD, ids=lambda a: " ".join(a))
+def test_valid_unusual_settings_simply_work(args, tmp_path):
+    proc = _console(tmp_path, args)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "final test accuracy:" in proc.stdout
