@@ -244,3 +244,12 @@ def test_help_lists_exactly_the_working_subcommands_and_predict_is_refused():
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr == "error: unknown subcommand 'predict'; choose from: fit, validate, test, compare, sweep\n"
     assert "predict" not in SFLCLI.subcommands() and set(SFLCLI.subcommands()) == {"fit", "validate", "test"}
+
+
+def test_model_summary_counts_flops_on_the_example_input():
+    from lightning.pytorch.utilities.model_summary import ModelSummary
+
+    from lightning_sfl.algorithms import SCALA
+
+    summary = ModelSummary(SCALA(), max_depth=1)
+    assert summary.total_flops > 1e6  # forward of the global model on one 1x8x8 digit

@@ -157,6 +157,7 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         self.ledger = CommLedger()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_acc_per_class = MulticlassAccuracy(num_classes, average="none")
+        self.example_input_array = torch.zeros(1, *input_shape)  # the model summary counts FLOPs on it
 
     def configure_schedule(self) -> Schedule:
         """How a round unfolds (executed by the data module): synchronous rounds of ``T`` local iterations."""

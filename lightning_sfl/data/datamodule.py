@@ -288,6 +288,8 @@ class FederatedDataModule(L.LightningDataModule):
         ``{"x", "y"}``."""
         if isinstance(batch, Step):
             return batch.replace(x=self.model_input(batch.x))
+        if isinstance(batch, torch.Tensor):  # the model's example input (model summary): already model input
+            return batch
         if isinstance(batch, (list, tuple)):
             batch = {"x": batch[0], "y": batch[1]}
         batch["x"] = self.model_input(batch["x"])
