@@ -12,9 +12,12 @@ of the model are filled in from the data module.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import sys
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -120,6 +123,7 @@ class SFLCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config)
+        key = run_key(config)
         rounds = config.get("trainer", {}).get("max_epochs")
         if rounds is not None and rounds < 1:
             raise ConfigError(f"trainer.max_epochs={rounds} must be >= 1 (the number of global rounds)")
@@ -137,6 +141,28 @@ class SFLCLI(LightningCLI):
         if wandb_loggers and wandb_switch() is None:  # nothing says otherwise: no account needed
             for lg in wandb_loggers:
                 lg.init_args.offline = True
+        if self.subcommand == "fit" and wandb_loggers:
+            self._resume_where_the_same_command_left_off(config, key, wandb_loggers)
+
+    def _resume_where_the_same_command_left_off(self, config, key: str, wandb_loggers: list) -> None:
+        """A cluster job re-runs the same command with ``--ckpt_path last``. Without ``--checkpoint.dirpath`` a run
+        logged to W&B (whose run folder changes at every start) keeps its checkpoints in
+        ``<default_root_dir>/checkpoints/<key>`` (``key``: a hash of the config without ``ckpt_path`` and
+        ``max_epochs``), so ``last`` is found again; a resumed run continues the W&B run its checkpoint records."""
+        checkpoint = config.get("checkpoint")
+        if checkpoint is None:
+            return
+        if not checkpoint.get("dirpath"):
+            root = config.get("trainer", {}).get("default_root_dir") or "."
+            checkpoint.dirpath = str(Path(root) / "checkpoints" / key)
+        ckpt = config.get("ckpt_path")
+        path = Path(checkpoint.dirpath) / "last.ckpt" if ckpt == "last" else Path(ckpt) if ckpt else None
+        if path is None or str(ckpt) in SPECIAL[1:] or not path.is_file():
+            return
+        run_id = (torch.load(path, map_location="cpu", weights_only=True).get("lightning_sfl") or {}).get("wandb_id")
+        for lg in wandb_loggers:
+            if run_id and not lg.init_args.get("id") and not lg.init_args.get("version"):
+                lg.init_args.id = run_id  # Lightning's WandbLogger resumes a given id ("allow")
 
     def _parse_ckpt_path(self) -> None:
         """Check a given checkpoint safely before Lightning reads its hyperparameters (one-line errors for
@@ -157,6 +183,17 @@ class SFLCLI(LightningCLI):
         if "test/acc" not in metrics or int(metrics.get("round", -1)) != self.trainer.current_epoch:
             metrics = self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)[0]
         print(f"final test accuracy: {float(metrics['test/acc']):.4f} after {self.trainer.current_epoch} rounds")
+
+
+def run_key(config) -> str:
+    """A short hash naming a run by its configuration, the same when the same command is run again (what may change
+    between a start and its resumption is left out: ``ckpt_path``, ``trainer.max_epochs``, ``torch_threads``)."""
+    values = config.clone().as_dict() if hasattr(config, "clone") else dict(config)
+    values.pop("ckpt_path", None)
+    values.pop("torch_threads", None)
+    values.pop("checkpoint", None)
+    values.get("trainer", {}).pop("max_epochs", None)
+    return hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 def wandb_switch() -> str | None:

@@ -118,3 +118,39 @@ def test_kill_minus_9_then_resume_gives_the_uninterrupted_metrics(tmp_path):
     full, resumed = _csv_rounds(tmp_path / "full"), _csv_rounds(part)
     assert sorted(resumed) == list(range(1, 31))
     assert resumed == full
+
+
+def test_cluster_resume_finds_last_and_continues_the_same_wandb_run_after_kill_minus_9(tmp_path):
+    """A preempted job re-runs the same command with ``--ckpt_path last`` (no hand-chosen checkpoint folder): it
+    finds the run's latest checkpoint and continues the same W&B run, so the round axis is unbroken."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from lightning_sfl.wandb_offline import find_offline_runs, read_offline_run
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}}
+    args = _cli("--trainer.default_root_dir=root")  # the CLI's default loggers: W&B (offline) and CSV under runs/
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        ckpts = list(tmp_path.glob("root/checkpoints/*/epoch=*.ckpt"))
+        if ckpts and max(int(p.name.split("=")[1].split("-")[0]) for p in ckpts) >= 4:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    (folder,) = tmp_path.glob("root/checkpoints/*")  # named by the command's config, not by the W&B run
+    saved = torch.load(folder / "last.ckpt", weights_only=True)
+    done = saved["epoch"] + 1
+    assert 4 <= done < 30, "the kill must land mid-run"
+    again = subprocess.run([*args, "--ckpt_path=last"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    first, resumed = (read_offline_run(d) for d in find_offline_runs(tmp_path / "runs"))
+    ids = [[r.run.run_id for r in run.records if r.WhichOneof("record_type") == "run"][0] for run in (first, resumed)]
+    assert ids[0] == ids[1] == saved["lightning_sfl"]["wandb_id"]  # one W&B run
+    rounds = [[int(r["round"]) for r in run.rows_with("test/acc")] for run in (first, resumed)]
+    # W&B's writer is asynchronous: a SIGKILLed process loses the rounds it had not yet written (not so on SIGTERM)
+    assert rounds[0] == list(range(1, len(rounds[0]) + 1)) and len(rounds[0]) <= done + 1
+    assert rounds[1] == list(range(done + 1, 31))  # continues right after the checkpoint's round

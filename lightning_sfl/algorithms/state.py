@@ -71,6 +71,12 @@ class MethodState:
         drop = self._banks_left_out()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith(drop)}
         checkpoint["lightning_sfl"] = {"algorithm": algorithm_path(type(self))}
+        trainer = getattr(self, "_trainer", None)
+        runs = [
+            lg.version for lg in (trainer.loggers if trainer is not None else []) if type(lg).__name__ == "WandbLogger"
+        ]
+        if runs and runs[0]:  # the W&B run a resumed run continues
+            checkpoint["lightning_sfl"]["wandb_id"] = str(runs[0])
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Fill the banks that were left out with their current values (strict loading), and create declared states
