@@ -54,7 +54,7 @@ BAD: list[tuple[list[str], str]] = [
     (["--data.colour=red"], "unrecognized arguments: --data.colour"),
     # impossible combinations
     (["--data.alpha=11"], "alpha=11 must be a whole number of classes per client in [1, 10]"),
-    (["--data.num_clients=5000", "--data.participation=0.001"], "num_clients=5000 is more than the"),
+    (["--data.num_clients=5000", "--data.participation=0.001"], "num_clients=5000 is larger than the number"),
     (["--data.batch_size=4"], "batch_size=4 is smaller than the 5 clients per round"),
     # checkpoints and data
     (["--ckpt_path=missing.ckpt"], "does not exist"),

@@ -257,11 +257,6 @@ class FederatedDataModule(L.LightningDataModule):
     def check(self) -> None:
         """Load the data and build the partition: a missing dataset or an impossible partition (α above the number
         of classes, more clients than samples) fails here, before a run creates anything."""
-        if self.num_clients > len(self.splits.train_y):
-            raise ConfigError(
-                f"num_clients={self.num_clients} is more than the {len(self.splits.train_y)} training samples of "
-                f"{self.dataset}"
-            )
         _ = self.client_indices
 
     def train_dataloader(self) -> DataLoader:
