@@ -48,7 +48,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots, slot_list
+from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
 from lightning_sfl.algorithms.stacked_bank import BANK_KINDS, StackedBank, make_bank
 from lightning_sfl.algorithms.state import MethodState
@@ -475,4 +475,4 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         self._eval_epoch_end("test")
 
 
-__all__ = ["ClientModule", "ServerModule", "SplitFedAlgorithm", "slot_list"]
+__all__ = ["ClientModule", "ServerModule", "SplitFedAlgorithm"]
