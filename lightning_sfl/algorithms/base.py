@@ -225,20 +225,20 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         if step.round_start:
             self._emit("on_round_start", step)
             self.ledger.start(len(self.bank))
-            self._round_samples = torch.zeros(len(self.bank), dtype=torch.long)
-            self._slot_clients = torch.full((len(self.bank),), -1, dtype=torch.long)
+            self._round_samples = step.sizes.new_zeros(len(self.bank))  # on the step's device: no sync per step
+            self._slot_clients = step.clients.new_full((len(self.bank),), -1)
             self.start_round(step)
         if len(step.clients):
-            slots = step.bank_slots.cpu()
-            self._round_samples.index_add_(0, slots, step.sizes.cpu())
-            self._slot_clients[slots] = step.clients.cpu()
+            slots = step.bank_slots
+            self._round_samples.index_add_(0, slots, step.sizes)
+            self._slot_clients[slots] = step.clients
         losses = getattr(self, self.step_handlers[step.kind])(step)
         if losses is not None:
             self._log_losses(step, *losses)
         if step.round_end:
             self.aggregate(step)
             self._check_global_weights(step)
-            event = RoundEnd(step.round, self._slot_clients, self._round_samples, self.ledger, step.time)
+            event = RoundEnd(step.round, self._slot_clients.cpu(), self._round_samples.cpu(), self.ledger, step.time)
             self._emit("on_round_end", event)
 
     def _log_losses(self, step: Step, server_loss: torch.Tensor, client_loss: torch.Tensor) -> None:
