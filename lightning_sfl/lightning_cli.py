@@ -185,6 +185,33 @@ class SFLCLI(LightningCLI):
         print(f"final test accuracy: {float(metrics['test/acc']):.4f} after {self.trainer.current_epoch} rounds")
 
 
+class _ParseOnly(SFLCLI):
+    """The CLI's parser and parsing, nothing instantiated (see :func:`resolved_config`)."""
+
+    def _set_seed(self) -> None:
+        pass
+
+    def before_instantiate_classes(self) -> None:
+        pass
+
+    def instantiate_classes(self) -> None:
+        pass
+
+
+def resolved_config(args: list[str], skip_default: bool = False) -> dict:
+    """The configuration ``lightning-sfl fit ARGS`` would run, as jsonargparse resolves it (what ``--print_config``
+    prints: configs merged in order, a new ``--model`` class keeps only the ``init_args`` it accepts), as a plain
+    dict without the ``fit`` level; ``skip_default``: only what differs from the defaults. Nothing is instantiated.
+    A bad setting raises :class:`~lightning_sfl.errors.ConfigError` with the parser's message in one line."""
+    import yaml
+
+    try:
+        cli = _ParseOnly(args=resolve_algorithm_names(list(args)), run=False)
+    except argparse.ArgumentError as exc:
+        raise ConfigError(parser_error_line(str(exc))) from None
+    return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False, skip_default=skip_default)) or {}
+
+
 def run_key(config) -> str:
     """A short hash naming a run by its configuration, the same when the same command is run again (what may change
     between a start and its resumption is left out: ``ckpt_path``, ``trainer.max_epochs``, ``torch_threads``)."""

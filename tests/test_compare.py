@@ -198,27 +198,35 @@ def test_init_parameters_follow_kwargs_up_the_mro():
     assert compare.init_parameters(PlainSFL) == base | {"smoothing"}
 
 
-def test_method_config_keeps_only_accepted_init_args():
-    base = compare.load_configs([CONFIG])
+def test_method_config_is_what_the_cli_resolves_and_keeps_only_accepted_init_args():
+    base = compare.resolve_config([CONFIG])
     assert base["model"]["init_args"]["concat_activations"] is True
-    scala_cfg, dropped = compare.method_config(base, SCALA)
+    scala_cfg, dropped = compare.method_config([CONFIG], base, SCALA, [])
     assert dropped == [] and scala_cfg["model"]["init_args"] == base["model"]["init_args"]
-    plain_cfg, dropped = compare.method_config(base, PlainSFL)
-    assert sorted(dropped) == ["client_logit_adjustment", "concat_activations", "server_logit_adjustment"]
-    generic = {k: v for k, v in base["model"]["init_args"].items() if k not in dropped}
-    assert {"arch", "lr", "local_iters", "split_point"} <= set(generic)
-    assert plain_cfg["model"] == {"class_path": PLAIN, "init_args": generic}
-    assert plain_cfg["data"] == base["data"] and base["model"]["class_path"] == "lightning_sfl.algorithms.SCALA"
+    plain_cfg, dropped = compare.method_config([CONFIG], base, PlainSFL, ["--model.lr=0.2", "--data.alpha=1"])
+    scala_only = ["client_logit_adjustment", "concat_activations", "server_logit_adjustment"]
+    assert sorted(dropped) == [f"model.init_args.{k}" for k in scala_only]
+    init = plain_cfg["model"]["init_args"]
+    assert plain_cfg["model"]["class_path"] == PLAIN and not set(scala_only) & set(init)
+    assert init["lr"] == 0.2 and init["smoothing"] == PlainSFL().smoothing  # the override, PlainSFL's default
+    assert {k: init[k] for k in ("arch", "split_point", "local_iters")} == {
+        k: base["model"]["init_args"][k] for k in ("arch", "split_point", "local_iters")
+    }
+    assert plain_cfg["data"] == {**base["data"], "alpha": 1} and base["data"]["alpha"] == 2
 
 
 def test_configs_merge_in_order_and_a_new_class_path_resets_init_args(tmp_path):
     overlay = tmp_path / "o.yaml"
     overlay.write_text("data:\n  partition: dirichlet\n  beta: 0.1\n")
-    merged = compare.load_configs([CONFIG, overlay])
+    merged = compare.resolve_config([CONFIG, overlay])
     assert merged["data"]["partition"] == "dirichlet" and merged["data"]["num_clients"] == 20
     other = tmp_path / "m.yaml"
     other.write_text(f"model:\n  class_path: {PLAIN}\n  init_args:\n    smoothing: 0.1\n")
-    assert compare.load_configs([CONFIG, other])["model"] == {"class_path": PLAIN, "init_args": {"smoothing": 0.1}}
+    model = compare.resolve_config([CONFIG, other])["model"]
+    assert model["class_path"] == PLAIN and model["init_args"]["smoothing"] == 0.1
+    assert "concat_activations" not in model["init_args"] and model["init_args"]["local_iters"] == 5
+    with pytest.raises(ValueError, match="alpha"):
+        compare.resolve_config([CONFIG], ["--data.alpha=abc"])
 
 
 def test_model_overrides_a_class_does_not_accept_are_dropped_for_it():
@@ -464,3 +472,12 @@ def test_reuse_runs_only_missing_runs_and_reports_all(tmp_path, capsys):
     assert "reusing 1 finished runs" in out
     assert (tmp_path / "metrics.csv").read_text() == first
     assert "--reuse" not in (tmp_path / "results.md").read_text()  # it does not change results
+
+
+def test_a_bad_setting_is_one_line_before_any_folder(tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        compare.main(["--config", CONFIG, "--methods", "scala", "--out", str(out), "--overrides", "--data.alpha=two"])
+    assert exc.value.code == 2 and not out.exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --data.alpha") and "Traceback" not in err[0]

@@ -5,10 +5,11 @@
     lightning-sfl compare --config configs/digits/scala.yaml --methods scala fedavg --seeds 0 1 2 \\
         --out docs/results/digits --target_acc 0.9 --overrides --data.alpha=1 --trainer.max_epochs=50
 
-Every method × seed is one ``fit`` run on the same (merged) config. For each run the model section of the config
-is rewritten for that method: ``class_path`` becomes the method's class and only the ``init_args`` its
-constructor accepts (its own parameters plus, through ``**kwargs``, those of its parent classes) are kept, so
-e.g. SCALA's ``concat_activations`` is dropped for FedAvg; the same holds for ``--model.*`` overrides. The seed
+Every method × seed is one ``fit`` run on the same configs. Each run's config is resolved by the CLI's own parser
+(jsonargparse, as ``--print_config`` does) from the configs followed by ``--model <method's class>``: a class
+change keeps only the ``init_args`` the new class accepts, so e.g. SCALA's ``concat_activations`` is dropped for
+FedAvg; ``--model.*`` overrides a class does not accept (its own parameters plus, through ``**kwargs``, those of
+its parent classes) are dropped for it. The seed
 sets both ``--seed_everything`` and ``--data.seed``, so for a given seed all methods train on identical client
 shards and identical per-round client and minibatch draws.
 
@@ -37,14 +38,14 @@ from .config import (
     RunSpec,
     check_overrides,
     class_path,
-    deep_merge,
     fit_args,
     group_overrides,
     init_parameters,
-    load_configs,
     method_config,
     method_overrides,
+    non_model_overrides,
     plan_runs,
+    resolve_config,
     resolve_method,
 )
 from .config import _dir_name as _dir_name  # a run's folder name (used by the tests)
@@ -102,7 +103,6 @@ __all__ = [
     "check_overrides",
     "class_path",
     "command_line",
-    "deep_merge",
     "describe_data",
     "divergence_round",
     "error_from_output",
@@ -116,7 +116,8 @@ __all__ = [
     "format_table",
     "group_overrides",
     "init_parameters",
-    "load_configs",
+    "non_model_overrides",
+    "resolve_config",
     "main",
     "mean_std",
     "method_config",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,8 +18,12 @@ from .summary import MethodSummary, format_table, plural, summarize
 def run_compare(args: argparse.Namespace) -> list[MethodSummary]:
     """Plan, run, and write ``metrics.csv``, ``results.md`` and ``accuracy.png``; return the summary rows."""
     out = Path(args.out)
+    try:
+        plan = plan_runs(args.config, args.methods, args.seeds, out, args.overrides, reuse=args.reuse)
+    except ValueError as exc:  # a setting the CLI's parser rejects: one line, before any run or folder
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     out.mkdir(parents=True, exist_ok=True)
-    plan = plan_runs(args.config, args.methods, args.seeds, out, args.overrides, reuse=args.reuse)
     if args.reuse:
         print(f"[compare] reusing {sum(s.reuse for s in plan.runs)} finished runs with unchanged config and command")
     runs = f"{plural(len(args.methods), 'method')} × {plural(len(args.seeds), 'seed')}"
@@ -36,7 +41,8 @@ def run_compare(args: argparse.Namespace) -> list[MethodSummary]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``lightning-sfl compare ...``; exits with status 1 when no run completed."""
+    """``lightning-sfl compare ...``; exits with status 1 when no run completed, 2 (one ``error:`` line, nothing
+    written) when a configuration is invalid."""
     rows = run_compare(parse_args(argv))
     if not any(r.n_completed for r in rows):
         raise SystemExit(1)

@@ -1,6 +1,7 @@
-"""Configs and the run plan: merging the base configs, rewriting the model section for each method (only the
-``init_args`` its class accepts), checking and filtering the ``fit`` overrides, and laying out one run folder
-(``run_config.yaml``, ``command.txt``, ``fit`` arguments) per method × seed."""
+"""Configs and the run plan: each method's config as the CLI's own parser resolves it (the base configs, then
+``--model <class>``, which keeps only the ``init_args`` that class accepts, then the overrides it accepts),
+checking the overrides, and laying out one run folder (``run_config.yaml``, ``command.txt``, ``fit`` arguments)
+per method × seed."""
 
 from __future__ import annotations
 
@@ -66,43 +67,32 @@ def init_parameters(cls: type) -> set[str]:
 
 
 # ====================================================================== configs
-def deep_merge(base: dict, other: dict) -> dict:
-    """``other`` merged into a copy of ``base`` (nested dicts merged, everything else replaced)."""
-    out = dict(base)
-    for key, value in other.items():
-        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
+def resolve_config(configs: Sequence[str | os.PathLike], args: Sequence[str] = ()) -> dict:
+    """What ``lightning-sfl fit --config C1 --config C2 ... ARGS`` would run, resolved by the CLI's own parser
+    (jsonargparse: configs merged in order; a ``--model`` of another class keeps only the ``init_args`` it
+    accepts). A bad setting raises ``ValueError`` with the parser's one-line message."""
+    from lightning_sfl.lightning_cli import resolved_config
+
+    return resolved_config([tok for c in configs for tok in ("--config", str(c))] + list(args))
 
 
-def load_configs(paths: Sequence[str | os.PathLike]) -> dict:
-    """The YAML configs merged in order (later ones win), like repeated ``--config``."""
-    merged: dict = {}
-    for path in paths:
-        with open(path) as f:
-            loaded = yaml.safe_load(f) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"config {path} is not a mapping")
-        if isinstance(loaded.get("model"), str):  # `model: SCALA` short form
-            loaded["model"] = {"class_path": loaded["model"]}
-        if (
-            isinstance(loaded.get("model"), dict)
-            and "class_path" in loaded["model"]
-            and isinstance(merged.get("model"), dict)
-            and merged["model"].get("class_path") != loaded["model"]["class_path"]
-        ):
-            merged["model"] = {}  # a new class: earlier init_args belonged to the old one
-        merged = deep_merge(merged, loaded)
-    return merged
+def non_model_overrides(tokens: Sequence[str]) -> list[str]:
+    """The override tokens that are not ``--model.*`` options (those apply per method)."""
+    return [tok for item in group_overrides(tokens) if not _override_key(item).startswith("model.") for tok in item]
 
 
-def method_config(base: dict, cls: type) -> tuple[dict, list[str]]:
-    """``base`` with its model section rewritten for ``cls``; also the ``init_args`` dropped as not accepted."""
-    model = base.get("model") or {}
-    init_args = dict(model.get("init_args") or {}) if isinstance(model, dict) else {}
-    accepted = init_parameters(cls)
-    kept = {k: v for k, v in init_args.items() if k in accepted}
-    dropped = [k for k in init_args if k not in accepted]
-    return {**base, "model": {"class_path": class_path(cls), "init_args": kept}}, dropped
+def method_config(
+    configs: Sequence[str | os.PathLike], base: dict, cls: type, overrides: Sequence[str]
+) -> tuple[dict, list[str]]:
+    """The resolved config of one method: the configs, ``--model <cls>`` and the overrides ``cls`` accepts; also
+    what was dropped as not accepted by ``cls`` (``model.init_args.*`` of the base config and ``--model.*``
+    overrides)."""
+    kept, dropped_overrides = method_overrides(overrides, cls)
+    config = resolve_config(configs, ["--model", class_path(cls), *kept])
+    accepted = set((config.get("model") or {}).get("init_args") or {})
+    base_args = (base.get("model") or {}).get("init_args") or {}
+    dropped = [f"model.init_args.{k}" for k in base_args if k not in accepted]
+    return config, dropped + dropped_overrides
 
 
 # ====================================================================== overrides
@@ -166,20 +156,20 @@ class Plan:
     runs: list[RunSpec]
     classes: dict[str, str]  # method -> class path
     dropped: dict[str, list[str]]  # method -> dropped config init_args and overrides
-    base: dict
+    base: dict  # the configs (and the non-model overrides) resolved, before any method is set
 
 
 def _dir_name(method: str) -> str:
     return re.sub(r"[^\w.-]", "_", method)
 
 
-def fit_args(run_config: Path, overrides: Sequence[str], seed: int, run_dir: Path) -> list[str]:
-    """Arguments of ``lightning-sfl fit`` for one run (CSV logger into ``run_dir``, no progress bar)."""
+def fit_args(run_config: Path, seed: int, run_dir: Path) -> list[str]:
+    """Arguments of ``lightning-sfl fit`` for one run: its resolved config (overrides included), the seed, a CSV
+    logger into ``run_dir`` and no progress bar."""
     return [
         "fit",
         "--config",
         str(run_config),
-        *overrides,
         f"--seed_everything={seed}",
         f"--data.seed={seed}",
         "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
@@ -227,21 +217,20 @@ def plan_runs(
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"duplicate seeds in {list(seeds)}")
     check_overrides(overrides)
-    base = load_configs(configs)
+    base = resolve_config(configs, non_model_overrides(overrides))
     out = Path(out).absolute()
-    runs, classes, dropped = [], {}, {}
-    for method in methods:
+    runs, classes, dropped, configs_of = [], {}, {}, {}
+    for method in methods:  # every config resolved (and so checked) before any folder is written
         cls = resolve_method(method)
-        config, dropped_args = method_config(base, cls)
-        kept_overrides, dropped_overrides = method_overrides(overrides, cls)
+        configs_of[method], dropped[method] = method_config(configs, base, cls, overrides)
         classes[method] = class_path(cls)
-        dropped[method] = [f"model.init_args.{k}" for k in dropped_args] + dropped_overrides
+    for method in methods:
         header = f"# generated by lightning-sfl compare: method {method}, from {', '.join(map(str, configs))}\n"
         for seed in seeds:
             run_dir = out / "runs" / _dir_name(method) / f"seed{seed}"
             run_config = run_dir / "run_config.yaml"
-            spec = RunSpec(method, seed, run_dir, fit_args(run_config, kept_overrides, seed, run_dir))
+            spec = RunSpec(method, seed, run_dir, fit_args(run_config, seed, run_dir))
             if write:
-                _write_run_dir(spec, run_config, config, header, reuse)
+                _write_run_dir(spec, run_config, configs_of[method], header, reuse)
             runs.append(spec)
     return Plan(runs, classes, dropped, base)
