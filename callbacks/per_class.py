@@ -17,18 +17,20 @@ collects the predictions of that evaluation into a torchmetrics ``MulticlassAccu
     ``per_class/confusion_matrix_table`` with columns ``Actual, Predicted, nPredictions``, ``N²`` rows,
     built from the synchronised matrix);
 
-* when a logger other than W&B is attached: scalars ``per_class/acc_<c>`` through ``pl_module.log`` (they reach
-  every logger, W&B included).
+* to every logger: scalars ``test/acc_class_<c>`` through ``pl_module.log``, next to the coordinator's own
+  ``test/acc`` (the only place per-class accuracy is logged).
 
-Predictions are captured without a second forward pass: a forward hook on ``pl_module`` records the logits
-the evaluation step computes (``[B, N]`` for the batch's ``B`` rows); when that is not unambiguous (an
-algorithm that evaluates differently) the callback runs ``pl_module(batch["x"])`` itself. A standalone
-``trainer.validate``/``trainer.test`` always reports. Outside reporting rounds, during the sanity check and
-without loggers it does nothing: no hook, no metric update. No state beyond its setting.
+Predictions reach the callback through the evaluation step's outputs, without a second forward pass: the
+coordinator's ``validation_step``/``test_step`` return ``{"preds": [B]}`` (the global model's predicted classes
+for the batch's ``B`` rows). A module whose evaluation step returns no ``preds`` is evaluated by the callback
+itself (``pl_module(batch["x"]).argmax(1)``). A standalone ``trainer.validate``/``trainer.test`` always reports.
+Outside reporting rounds, during the sanity check and without loggers it does nothing. No state beyond its
+setting.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
@@ -70,8 +72,6 @@ class PerClassAccuracy(L.Callback):
         self.accuracy: MulticlassAccuracy | None = None
         self.confusion: MulticlassConfusionMatrix | None = None
         self._active = False
-        self._hook = None
-        self._captured: list[torch.Tensor] = []
 
     def should_log(self, round_idx: int, last_round: bool = False) -> bool:
         """Whether round ``round_idx`` (1-based) is a reporting round."""
@@ -93,44 +93,27 @@ class PerClassAccuracy(L.Callback):
         self.confusion = self.confusion.to(pl_module.device)
         self.accuracy.reset()
         self.confusion.reset()
-        self._captured.clear()
-        self._hook = pl_module.register_forward_hook(self._capture)
         self._active = True
 
-    def _capture(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if isinstance(output, torch.Tensor):
-            self._captured.append(output.detach())
-
-    def _update(self, pl_module: L.LightningModule, batch: dict[str, torch.Tensor]) -> None:
+    def _update(self, pl_module: L.LightningModule, outputs: Any, batch: dict[str, torch.Tensor]) -> None:
         if not self._active:
             return
-        y = batch["y"]
-        shape = (len(y), self.accuracy.num_classes)
-        logits = [t for t in self._captured if t.shape == shape]
-        self._captured.clear()
-        if len(logits) == 1:
-            preds = logits[0].argmax(dim=1)
-        else:  # the evaluation step did not compute one [B, N] output through pl_module(...): do it here
+        preds = outputs.get("preds") if isinstance(outputs, Mapping) else None
+        if preds is None:  # a module whose evaluation step returns no predictions: evaluate it here
             with torch.no_grad():
                 preds = pl_module(batch["x"]).argmax(dim=1)
-            self._captured.clear()
-        self.accuracy.update(preds, y)
-        self.confusion.update(preds, y)
+        self.accuracy.update(preds, batch["y"])
+        self.confusion.update(preds, batch["y"])
 
     def _end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
-        self._captured.clear()
         if not self._active:
             return
         self._active = False
         accuracy = self.accuracy.compute().float().cpu()  # all ranks: synchronised under DDP
         confusion = self.confusion.compute().long().cpu()
         round_idx = rounds_completed(trainer, pl_module)
-        if any(not isinstance(lg, WandbLogger) for lg in trainer.loggers):
-            values = {f"per_class/acc_{c}": float(a) for c, a in enumerate(accuracy)}
-            pl_module.log_dict(values, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+        values = {f"test/acc_class_{c}": float(a) for c, a in enumerate(accuracy)}
+        pl_module.log_dict(values, on_step=False, on_epoch=True, batch_size=1)  # already synchronised
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 if isinstance(logger, WandbLogger):
@@ -141,7 +124,7 @@ class PerClassAccuracy(L.Callback):
         self._start(trainer, pl_module)
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._update(pl_module, batch)
+        self._update(pl_module, outputs, batch)
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         self._end(trainer, pl_module)
@@ -150,15 +133,12 @@ class PerClassAccuracy(L.Callback):
         self._start(trainer, pl_module)
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._update(pl_module, batch)
+        self._update(pl_module, outputs, batch)
 
     def on_test_epoch_end(self, trainer, pl_module) -> None:
         self._end(trainer, pl_module)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
         self._active = False
 
 

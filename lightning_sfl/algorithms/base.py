@@ -156,7 +156,6 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         self.server_bank: ClientBank | None = None
         self.ledger = CommLedger()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.val_acc_per_class = MulticlassAccuracy(num_classes, average="none")
         self.example_input_array = torch.zeros(1, *input_shape)  # the model summary counts FLOPs on it
 
     def configure_schedule(self) -> Schedule:
@@ -433,18 +432,17 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         """The global model ``[w_c, w_s]``: logits ``[B, N]``."""
         return self.server(self.client(x))
 
-    def _eval_step(self, batch: dict[str, torch.Tensor]) -> None:
+    def _eval_step(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Accuracy of the global model on one test batch; returns ``{"preds": [B]}`` for callbacks
+        (:class:`~lightning_sfl.callbacks.PerClassAccuracy` logs ``test/acc_class_<c>`` from them)."""
         preds = self(batch["x"]).argmax(dim=1)
         self.val_acc.update(preds, batch["y"])
-        self.val_acc_per_class.update(preds, batch["y"])
+        return {"preds": preds}
 
     def _eval_epoch_end(self, prefix: str) -> None:
-        per_class = self.val_acc_per_class.compute()
         self.log(f"{prefix}/acc", self.val_acc.compute())
-        self.log_dict({f"{prefix}/acc_class_{c}": v for c, v in enumerate(per_class)})
         self.log("round", float(self.rounds_completed))
         self.val_acc.reset()
-        self.val_acc_per_class.reset()
 
     @property
     def rounds_completed(self) -> int:
@@ -462,14 +460,14 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
     def on_train_start(self) -> None:
         self._checkpoint_rounds = None  # from now on the rounds are this fit's
 
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch)
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        return self._eval_step(batch)
 
     def on_validation_epoch_end(self) -> None:
         self._eval_epoch_end("test")
 
-    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch)
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        return self._eval_step(batch)
 
     def on_test_epoch_end(self) -> None:
         self._eval_epoch_end("test")
