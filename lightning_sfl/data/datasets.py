@@ -5,18 +5,20 @@ pixels for image files, ``float32`` in ``[0, 1]`` for ``digits`` and ``synthetic
 ``[N]`` ``int64`` labels. Clients later index these tensors, so the data is held once. Normalisation is deferred to
 :meth:`DatasetSplits.to_float`, which can run on the accelerator.
 
-On-disk layouts under ``root`` (the same as torchvision's, so ``download=True`` uses torchvision's downloaders; the
-files are then read by this module, without torchvision's md5 checks):
+Files under ``root`` are read by torchvision's own dataset classes (``.data``/``.targets``), in torchvision's layouts;
+``download=True`` uses torchvision's downloaders (which verify what they fetch). Files already on disk are read as
+they are, without torchvision's md5 checks (a re-packed copy or a subset has other sums):
 
-- ``cifar10``: ``cifar-10-batches-py/data_batch_1`` .. ``data_batch_5`` and ``test_batch``, Python pickles with
-  ``b"data"`` (``uint8 [N, 3072]``, channel-major) and ``b"labels"``.
-- ``cifar100``: ``cifar-100-python/train`` and ``test``, pickles with ``b"data"`` and ``b"fine_labels"``.
-- ``fashion_mnist``: ``FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte`` (IDX format, or the same
-  names with ``.gz``).
-- ``svhn``: ``train_32x32.mat`` and ``test_32x32.mat`` (MATLAB v5, ``X`` ``uint8 [32, 32, 3, N]``, ``y`` ``[N, 1]``
-  where label 10 means digit 0).
-- ``cinic10``: ``cinic10/{train,test}/<class>/*.png`` (``valid`` is ignored); not downloadable.
-- ``imagenette``: ``imagenette2-160/{train,val}/<wnid>/*.JPEG`` (``val`` is the test split); not downloadable.
+- ``cifar10``: ``torchvision.datasets.CIFAR10`` (``cifar-10-batches-py/data_batch_1`` .. ``data_batch_5``,
+  ``test_batch``).
+- ``cifar100``: ``torchvision.datasets.CIFAR100`` (``cifar-100-python/train``, ``test``; the fine labels).
+- ``fashion_mnist``: ``torchvision.datasets.FashionMNIST``
+  (``FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte``).
+- ``svhn``: ``torchvision.datasets.SVHN`` (``train_32x32.mat``, ``test_32x32.mat``; label 10 is the digit 0).
+- ``cinic10``: ``torchvision.datasets.ImageFolder`` over ``cinic10/{train,test}/<class>/*.png`` (``valid`` is
+  ignored); not downloadable.
+- ``imagenette``: ``ImageFolder`` over ``imagenette2-160/{train,val}/<wnid>/*.JPEG`` (``val`` is the test split),
+  downloaded by ``torchvision.datasets.Imagenette(size="160px")``.
   Image-folder datasets are resized (Resize + CenterCrop) to ``image_size`` and the decoded tensors are cached as
   ``<folder>/<split>_<image_size>px.pt``; the cache is rebuilt when the list of image files changes.
 
@@ -25,7 +27,6 @@ files are then read by this module, without torchvision's md5 checks):
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import pickle
 from collections.abc import Callable
@@ -207,84 +208,89 @@ def _load_synthetic(
 # --------------------------------------------------------------------------------------------------- file formats
 
 
-def _unpickle(path: Path) -> dict:
-    """Load a CIFAR pickle; keys are normalised to ``str``."""
-    with open(path, "rb") as f:
-        raw = pickle.load(f, encoding="bytes")
-    return {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}
+def _as_stored(cls: type) -> type:
+    """torchvision's dataset class ``cls`` reading the files as they are on disk: :func:`_ensure_files` has checked
+    that they exist, and their md5 sums are not checked (a re-packed copy, a subset or a test fixture has other sums;
+    torchvision's own download, done with ``cls`` itself, still verifies what it fetches)."""
+
+    class AsStored(cls):
+        def _check_integrity(self) -> bool:
+            return True
+
+        def _load_meta(self) -> None:  # CIFAR's class names (unused here; the meta file is md5-checked too)
+            self.classes = []
+
+    AsStored.__name__ = AsStored.__qualname__ = f"{cls.__name__}AsStored"
+    return AsStored
 
 
-def _read_cifar(name: str, root: Path, download: bool, folder: str, train: list[str], test: str, key: str) -> _Parts:
-    """Read CIFAR pickles ``root/folder/{train..., test}`` -> ``uint8 [N, 3, 32, 32]`` and labels from ``key``."""
+def _read(name: str, make: Callable[[], object]) -> object:
+    """``make()`` (a torchvision dataset) with a file it cannot parse reported in one line."""
+    try:
+        return make()
+    except (OSError, ValueError, KeyError, AssertionError, RuntimeError, pickle.UnpicklingError) as err:
+        raise ConfigError(f"{name}: could not read its files: {type(err).__name__}: {err}") from err
+
+
+def _read_cifar(name: str, root: Path, download: bool) -> _Parts:
+    """torchvision's ``CIFAR10``/``CIFAR100``: ``.data`` ``uint8 [N, 32, 32, 3]`` -> ``[N, 3, 32, 32]``, ``.targets``
+    (CIFAR-100's fine labels)."""
     import torchvision
 
-    base = root / folder
     cls = torchvision.datasets.CIFAR10 if name == "cifar10" else torchvision.datasets.CIFAR100
-    _ensure_files(name, [base / f for f in [*train, test]], download, lambda: cls(str(root), train=True, download=True))
+    files = [f for f, _ in cls.train_list + cls.test_list]
+    paths = [root / cls.base_folder / f for f in files]
+    _ensure_files(name, paths, download, lambda: cls(str(root), train=True, download=True))
 
-    def read(files: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        batches = [_unpickle(base / f) for f in files]
-        x = np.concatenate([np.asarray(b["data"], dtype=np.uint8) for b in batches]).reshape(-1, 3, 32, 32)
-        return _tensors(x, np.concatenate([np.asarray(b[key]) for b in batches]))
+    def read(train: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        ds = _read(name, lambda: _as_stored(cls)(str(root), train=train))
+        return _tensors(np.asarray(ds.data, dtype=np.uint8).transpose(0, 3, 1, 2), np.asarray(ds.targets))
 
-    return *read(train), *read([test]), 10 if name == "cifar10" else 100
+    return *read(True), *read(False), 10 if name == "cifar10" else 100
 
 
 def _load_cifar10(root: Path, download: bool) -> _Parts:
-    train = [f"data_batch_{i}" for i in range(1, 6)]
-    return _read_cifar("cifar10", root, download, "cifar-10-batches-py", train, "test_batch", "labels")
+    return _read_cifar("cifar10", root, download)
 
 
 def _load_cifar100(root: Path, download: bool) -> _Parts:
-    return _read_cifar("cifar100", root, download, "cifar-100-python", ["train"], "test", "fine_labels")
-
-
-def _read_idx(path: Path) -> np.ndarray:
-    """Parse an IDX file of unsigned bytes (plain or ``.gz``): big-endian magic ``0x0000 08 <ndim>``, then dims."""
-    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
-        data = f.read()
-    magic = int.from_bytes(data[:4], "big")
-    ndim = magic & 0xFF
-    if magic >> 8 != 0x08 or ndim == 0:
-        raise ConfigError(f"{path} is not an unsigned-byte IDX file (magic {magic})")
-    dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(bytearray(data), dtype=np.uint8, offset=4 + 4 * ndim, count=int(np.prod(dims))).reshape(dims)
+    return _read_cifar("cifar100", root, download)
 
 
 def _load_fashion_mnist(root: Path, download: bool) -> _Parts:
-    """Fashion-MNIST IDX files -> ``uint8 [N, 1, 28, 28]``."""
+    """torchvision's ``FashionMNIST`` (its IDX files under ``FashionMNIST/raw``): ``.data`` ``uint8 [N, 28, 28]`` ->
+    ``[N, 1, 28, 28]``, ``.targets``."""
     import torchvision
 
-    raw = root / "FashionMNIST" / "raw"
+    cls = torchvision.datasets.FashionMNIST
+    raw = root / cls.__name__ / "raw"
     stems = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
+    _ensure_files("fashion_mnist", [raw / s for s in stems], download, lambda: cls(str(root), download=True))
 
-    def path(stem: str) -> Path:
-        plain = raw / stem
-        return plain if plain.exists() or not (raw / f"{stem}.gz").exists() else raw / f"{stem}.gz"
+    def read(train: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        ds = _read("fashion_mnist", lambda: cls(str(root), train=train))
+        return _tensors(ds.data.numpy()[:, None], ds.targets.numpy())
 
-    fetch = lambda: torchvision.datasets.FashionMNIST(str(root), train=True, download=True)  # noqa: E731
-    _ensure_files("fashion_mnist", [path(s) for s in stems], download, fetch)
-    arrays = [_read_idx(path(s)) for s in stems]
-    train = _tensors(arrays[0][:, None], arrays[1])
-    test = _tensors(arrays[2][:, None], arrays[3])
-    return *train, *test, 10
+    return *read(True), *read(False), 10
 
 
 def _load_svhn(root: Path, download: bool) -> _Parts:
-    """SVHN ``.mat`` files -> ``uint8 [N, 3, 32, 32]``, label 10 mapped to 0."""
-    import scipy.io
+    """torchvision's ``SVHN`` (``{train,test}_32x32.mat``): ``.data`` ``uint8 [N, 3, 32, 32]``, ``.labels`` (with the
+    file's label 10 already mapped to the digit 0)."""
     import torchvision
+
+    cls = torchvision.datasets.SVHN
 
     def fetch() -> None:
         for split in ("train", "test"):
-            if not (root / f"{split}_32x32.mat").exists():
-                torchvision.datasets.SVHN(str(root), split=split, download=True)
+            if not (root / cls.split_list[split][1]).exists():
+                cls(str(root), split=split, download=True)
 
-    _ensure_files("svhn", [root / "train_32x32.mat", root / "test_32x32.mat"], download, fetch)
+    _ensure_files("svhn", [root / cls.split_list[s][1] for s in ("train", "test")], download, fetch)
 
     def read(split: str) -> tuple[torch.Tensor, torch.Tensor]:
-        mat = scipy.io.loadmat(str(root / f"{split}_32x32.mat"))
-        return _tensors(np.asarray(mat["X"], dtype=np.uint8).transpose(3, 2, 0, 1), np.asarray(mat["y"]) % 10)
+        ds = _read("svhn", lambda: _as_stored(cls)(str(root), split=split))
+        return _tensors(np.asarray(ds.data, dtype=np.uint8), np.asarray(ds.labels))
 
     return *read("train"), *read("test"), 10
 
@@ -301,9 +307,13 @@ def _load_image_folder(name: str, root: Path, download: bool, image_size: int) -
     """ImageFolder tree ``root/<folder>/{train,test}/<class>/*`` -> ``uint8 [N, 3, S, S]``; classes sorted by name."""
     folder, train_split, test_split = _FOLDERS[name]
     base = root / folder
+    if name == "imagenette" and download and not (base / train_split).is_dir():
+        from torchvision.datasets import Imagenette
+
+        _ensure_files(name, [base / train_split], True, lambda: Imagenette(str(root), size="160px", download=True))
     for split in (train_split, test_split):
         if not (base / split).is_dir():
-            why = "it cannot be downloaded automatically; " if download else ""
+            why = "it cannot be downloaded automatically; " if download and name != "imagenette" else ""
             raise DatasetNotFoundError(
                 f"{name} not found: expected the folder {base / split} ({split}/<class>/<image files>); "
                 f"{why}download it yourself and place the extracted dataset at {base}"
