@@ -17,8 +17,21 @@ from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 _SHOWN = {"test/acc": "acc", "train/server_loss": "server_loss", "train/client_loss": "client_loss"}
 
 
+def rounds_total(trainer, pl_module) -> int | None:
+    """Rounds the fit will run: ``max_epochs``, or fewer when ``max_steps`` ends it first (rounds of a fixed
+    ``schedule.steps_per_round``); ``None`` when neither bounds it (``max_epochs=-1`` with ``max_time``, or
+    variable-length rounds)."""
+    bounds = []
+    if trainer.max_epochs is not None and trainer.max_epochs >= 0:
+        bounds.append(trainer.max_epochs)
+    per_round = getattr(getattr(pl_module, "schedule", None), "steps_per_round", None)
+    if trainer.max_steps is not None and trainer.max_steps >= 0 and per_round:
+        bounds.append(-(-trainer.max_steps // per_round))
+    return min(bounds) if bounds else None
+
+
 class RoundProgressBar(TQDMProgressBar):
-    """Progress over rounds (``trainer.max_epochs``); validation bars are hidden during ``fit``."""
+    """Progress over rounds (total: :func:`rounds_total`); validation bars are hidden during ``fit``."""
 
     def init_train_tqdm(self) -> Tqdm:
         return Tqdm(
@@ -44,7 +57,7 @@ class RoundProgressBar(TQDMProgressBar):
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.train_progress_bar = self.init_train_tqdm()
-        self.train_progress_bar.reset(total=trainer.max_epochs)
+        self.train_progress_bar.reset(total=rounds_total(trainer, pl_module))
         self.train_progress_bar.update(trainer.current_epoch)  # resumed runs start where they stopped
 
     def on_train_epoch_start(self, trainer, *_) -> None:

@@ -6,13 +6,14 @@ An offline run (``WANDB_MODE=offline`` or ``WandbLogger(offline=True)``) lives i
     run-<id>.wandb       the transaction log: every record the SDK sent to wandb-core, in order
     files/media/...      tables (``*.table.json``), images (``*.png``), ... referenced by history rows
 
-wandb 0.31 no longer ships a Python reader of the transaction log (``wandb.sdk.internal.datastore`` went with the
-Python backend; wandb-core reads it in Go, ``wandb leet inspect`` prints it). Its format is unchanged: a 7-byte
-file header (``":W&B"``, magic ``0xBEE1``, version 0) followed by LevelDB-log framing (32 KiB blocks; each chunk
-has a header ``crc32: u32 LE, length: u16 LE, type: u8`` with type FULL/FIRST/MIDDLE/LAST; block tails shorter
-than a header are zero padding; the CRC is ``zlib.crc32(data, crc32(bytes([type])))``). Each reassembled
-payload is one serialized ``wandb.proto.wandb_internal_pb2.Record``. This module implements that framing
-(:func:`iter_log_payloads`, checksums verified) and decodes the records with wandb's own protobuf classes.
+The transaction log is read by W&B's own reader, ``wandb leet inspect --json`` (wandb-core; one JSON object per
+record, ``{"num", "type", <type>: {...}}``), not by a parser of the file format of our own. What this module relies
+on from that output (pinned by ``tests/test_wandb_offline.py``): a ``run`` record with ``run_id`` and the initial
+``config.update``; ``history`` records whose ``item`` maps each key to its JSON value, a logged object (a table)
+flattened into ``<key>.<field>`` entries (``<key>._type``, ``<key>.path``, ...); ``summary`` records with
+``update``; ``config`` records with ``update`` (a nested key as its dotted path, ``_wandb.visualize.<chart>``);
+``metric`` records (``name`` or ``glob_name``, ``step_metric``, ``options``). A log cut short by a killed process
+reads up to its last complete record.
 
 Example::
 
@@ -29,117 +30,62 @@ Example::
 from __future__ import annotations
 
 import json
-import struct
-import zlib
-from collections.abc import Iterator
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
-from wandb.proto import wandb_internal_pb2 as pb
-
-__all__ = ["OfflineRun", "find_offline_runs", "iter_log_payloads", "read_offline_run", "read_records"]
-
-_FILE_HEADER = struct.Struct("<4sHB")  # ident, magic, version
-_FILE_IDENT, _FILE_MAGIC, _FILE_VERSION = b":W&B", 0xBEE1, 0
-_CHUNK_HEADER = struct.Struct("<IHB")  # crc32, length, type
-_BLOCK = 32768
-_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
-_TYPE_CRC = {t: zlib.crc32(bytes([t])) for t in (_FULL, _FIRST, _MIDDLE, _LAST)}
+__all__ = ["OfflineRun", "find_offline_runs", "inspect_log", "read_offline_run"]
 
 
-def iter_log_payloads(path: str | Path) -> Iterator[bytes]:
-    """The payloads (serialized ``Record`` messages) of a ``.wandb`` transaction log, in order.
+def inspect_log(path: str | Path) -> list[dict[str, Any]]:
+    """Every record of a ``.wandb`` transaction log (or of the run directory holding one) as W&B's own reader,
+    ``wandb leet inspect --json``, prints it: ``[{"num": 1, "type": "header", "header": {...}}, ...]``."""
+    cmd = [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False, timeout=300)
+    if proc.returncode != 0:
+        detail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        raise ValueError(f"wandb leet inspect could not read {path}: {detail}")
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
-    A log cut short by a killed process ends at its last complete record; a bad header, checksum or chunk
-    sequence raises ``ValueError``.
-    """
-    data = Path(path).read_bytes()
-    if len(data) < _FILE_HEADER.size:
-        raise ValueError(f"{path}: too short for a W&B transaction log")
-    ident, magic, version = _FILE_HEADER.unpack_from(data, 0)
-    if (ident, magic, version) != (_FILE_IDENT, _FILE_MAGIC, _FILE_VERSION):
-        raise ValueError(f"{path}: not a W&B transaction log (header {ident!r}, {magic:#x}, {version})")
-    pos, pending = _FILE_HEADER.size, None
-    while True:
-        left_in_block = _BLOCK - pos % _BLOCK
-        if left_in_block < _CHUNK_HEADER.size:  # block trailer: zero padding
-            pos += left_in_block
-        if pos + _CHUNK_HEADER.size > len(data):
-            return
-        crc, length, kind = _CHUNK_HEADER.unpack_from(data, pos)
-        if crc == 0 and length == 0 and kind == 0:  # preallocated / zeroed tail
-            return
-        start = pos + _CHUNK_HEADER.size
-        if start + length > len(data):
-            return  # truncated last record
-        chunk = data[start : start + length]
-        if kind not in _TYPE_CRC:
-            raise ValueError(f"{path}: unknown chunk type {kind} at byte {pos}")
-        if zlib.crc32(chunk, _TYPE_CRC[kind]) != crc:
-            raise ValueError(f"{path}: checksum mismatch at byte {pos}")
-        pos = start + length
-        if kind == _FULL:
-            if pending is not None:
-                raise ValueError(f"{path}: FULL chunk inside a fragmented record at byte {pos}")
-            yield chunk
-        elif kind == _FIRST:
-            pending = bytearray(chunk)
-        elif pending is None:
-            raise ValueError(f"{path}: chunk type {kind} without a FIRST chunk at byte {pos}")
+
+def _nest_objects(flat: dict[str, Any]) -> dict[str, Any]:
+    """A history row or summary as W&B shows it: a logged object's ``<key>.<field>`` entries (those of a key with
+    a ``<key>._type``) gathered into one dict under ``<key>``; every other key (dots included, as in
+    ``dissimilarity/client.0.weight``) kept as it is."""
+    objects = {k[: -len("._type")] for k in flat if k.endswith("._type")}
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        owner = next((o for o in objects if key.startswith(o + ".")), None)
+        if owner is None:
+            out[key] = value
         else:
-            pending += chunk
-            if kind == _LAST:
-                yield bytes(pending)
-                pending = None
+            out.setdefault(owner, {})[key[len(owner) + 1 :]] = value
+    return out
 
 
-def read_records(path: str | Path) -> list[pb.Record]:
-    """Every ``Record`` of a ``.wandb`` transaction log."""
-    records = []
-    for payload in iter_log_payloads(path):
-        record = pb.Record()
-        record.ParseFromString(payload)
-        records.append(record)
-    return records
-
-
-def _json(text: str) -> Any:
-    return json.loads(text) if text else None
-
-
-def _history_value(item: pb.HistoryItem) -> Any:
-    """A history item's value: the typed oneof (wandb >= 0.25) or the legacy ``value_json``."""
-    case = item.WhichOneof("value")
-    if case is None:
-        return _json(item.value_json)
-    if case == "none":
-        return None
-    if case == "json":
-        return _json(item.json)
-    return getattr(item, case)
-
-
-def _path(item) -> list[str]:
-    return [item.key] if item.key else list(item.nested_key)
-
-
-def _set(target: dict, path: list[str], value: Any) -> None:
-    for part in path[:-1]:
-        child = target.get(part)
-        if not isinstance(child, dict):
-            child = target[part] = {}
-        target = child
-    target[path[-1]] = value
-
-
-def _remove(target: dict, path: list[str]) -> None:
-    for part in path[:-1]:
-        target = target.get(part)
-        if not isinstance(target, dict):
-            return
-    target.pop(path[-1], None)
+def _apply(target: dict[str, Any], change: dict[str, Any] | None, nested_paths: bool = False) -> None:
+    """A summary or config change (``update``: values by key; ``remove``: keys) applied to ``target``. With
+    ``nested_paths`` (config) a dotted key is the path of a nested key, as the reader prints one (W&B's
+    ``_wandb.visualize.<chart>``), and dict values merge into dicts."""
+    change = change or {}
+    for key, value in (change.get("update") or {}).items():
+        *parents, leaf = key.split(".") if nested_paths else [key]
+        node = target
+        for part in parents:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        old = node.get(leaf)
+        if isinstance(old, dict) and isinstance(value, dict):
+            _apply(old, {"update": value})
+        else:
+            node[leaf] = value
+    removed = change.get("remove") or []
+    for key in removed if isinstance(removed, list) else list(removed):
+        target.pop(key if isinstance(key, str) else ".".join(key.get("nested_key") or [key.get("key", "")]), None)
 
 
 @dataclass
@@ -148,7 +94,7 @@ class OfflineRun:
 
     Attributes:
         run_dir: the ``offline-run-*`` directory.
-        records: every ``Record`` of the transaction log, in order.
+        records: every record of the transaction log, in order, as ``wandb leet inspect --json`` prints it.
         history: one dict per history row (``run.log`` call), nested keys rebuilt (a table reference is a
             dict with ``_type``, ``path``, ``nrows``, ...).
         summary: the final run summary (all summary updates and removals applied in order).
@@ -158,12 +104,22 @@ class OfflineRun:
     """
 
     run_dir: Path
-    records: list[pb.Record]
+    records: list[dict[str, Any]]
     history: list[dict[str, Any]]
     summary: dict[str, Any]
     config: dict[str, Any]
     metrics: list[dict[str, Any]]
     media_files: list[str] = field(default_factory=list)
+
+    @property
+    def run(self) -> dict[str, Any]:
+        """The first ``run`` record (``run_id``, ``project``, ``tags``, ``run_group``, the initial ``config``, ...)."""
+        return next(r["run"] for r in self.records if r["type"] == "run")
+
+    @property
+    def run_id(self) -> str:
+        """The W&B run id."""
+        return self.run["run_id"]
 
     def keys(self) -> set[str]:
         """Every top-level key that appears in at least one history row."""
@@ -221,36 +177,27 @@ def _resolve(path: Path) -> tuple[Path, Path]:
 
 
 def read_offline_run(path: str | Path) -> OfflineRun:
-    """Decode an offline run: ``path`` is a run directory, its ``.wandb`` file, or a save dir (latest run)."""
+    """Read an offline run: ``path`` is a run directory, its ``.wandb`` file, or a save dir (latest run)."""
     run_dir, log_file = _resolve(Path(path))
-    records = read_records(log_file)
+    records = inspect_log(log_file)
     history: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
     config: dict[str, Any] = {}
     metrics: list[dict[str, Any]] = []
-
-    def apply(target: dict, update, remove) -> None:
-        for item in update:
-            _set(target, _path(item), _json(item.value_json))
-        for item in remove:
-            _remove(target, _path(item))
-
     for record in records:
-        kind = record.WhichOneof("record_type")
+        kind = record.get("type")
+        body = record.get(kind) or {}
         if kind == "history":
-            row: dict[str, Any] = {}
-            for item in record.history.item:
-                _set(row, _path(item), _history_value(item))
-            history.append(row)
+            history.append(_nest_objects(body.get("item") or {}))
         elif kind == "summary":
-            apply(summary, record.summary.update, record.summary.remove)
+            _apply(summary, body)
         elif kind == "config":
-            apply(config, record.config.update, record.config.remove)
+            _apply(config, body, nested_paths=True)
         elif kind == "run":
-            apply(config, record.run.config.update, record.run.config.remove)
-            apply(summary, record.run.summary.update, record.run.summary.remove)
+            _apply(config, body.get("config"), nested_paths=True)
+            _apply(summary, body.get("summary"))
         elif kind == "metric":
-            metrics.append(MessageToDict(record.metric, preserving_proto_field_name=True))
+            metrics.append(body)
     media = run_dir / "files" / "media"
     media_files = sorted(p.relative_to(run_dir / "files").as_posix() for p in media.rglob("*") if p.is_file())
-    return OfflineRun(run_dir, records, history, summary, config, metrics, media_files)
+    return OfflineRun(run_dir, records, history, _nest_objects(summary), config, metrics, media_files)

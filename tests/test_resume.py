@@ -148,7 +148,7 @@ def test_cluster_resume_finds_last_and_continues_the_same_wandb_run_after_kill_m
     again = subprocess.run([*args, "--ckpt_path=last"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-2000:]
     first, resumed = (read_offline_run(d) for d in find_offline_runs(tmp_path / "runs"))
-    ids = [[r.run.run_id for r in run.records if r.WhichOneof("record_type") == "run"][0] for run in (first, resumed)]
+    ids = [run.run_id for run in (first, resumed)]
     assert ids[0] == ids[1] == saved["lightning_sfl"]["wandb_id"]  # one W&B run
     rounds = [[int(r["round"]) for r in run.rows_with("test/acc")] for run in (first, resumed)]
     # W&B's writer is asynchronous: a SIGKILLed process loses the rounds it had not yet written (not so on SIGTERM)

@@ -147,8 +147,7 @@ def test_digits_sweep_runs_offline_prints_its_table_and_resumes(tmp_path):
     for k, trial in state.items():
         (run_dir,) = find_offline_runs(out / f"trial-{k}" / "runs")  # an offline W&B run per trial
         run = read_offline_run(run_dir)
-        (record,) = [r.run for r in run.records if r.WhichOneof("record_type") == "run"]
-        assert list(record.tags) == ["sweep-scala-digits-lr"] and record.run_group == "scala-digits-lr"
+        assert run.run["tags"] == ["sweep-scala-digits-lr"] and run.run["run_group"] == "scala-digits-lr"
         assert trial["metric"] == pytest.approx(run.summary["test/acc"])  # what a W&B sweep would read
         assert 0.003 <= trial["params"]["model.lr"] <= 0.5
         assert f"--model.lr={trial['params']['model.lr']}" in trial["command"]
