@@ -140,6 +140,11 @@ class FedAvg(SplitFedAlgorithm):
     #: Whether :meth:`client_extra_loss` needs the features ``z`` (then the bank's ``forward_features`` is used).
     uses_features: ClassVar[bool] = False
 
+    def client_counts(self, step: Step) -> torch.Tensor:
+        """Local class counts ``n_{k,y}`` of each slot's client, ``[S, N]`` (exact integers, as floats)."""
+        clients = step.clients
+        return (self.client_sizes[clients, None] * self.label_dist[clients]).round()
+
     def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
         """Loss of every row, ``[B]``. Default: plain cross-entropy."""
         return F.cross_entropy(logits, step.y, reduction="none")
@@ -278,11 +283,6 @@ class FedLC(FedAvg):
             raise ConfigError(f"tau={tau} must be >= 0")
         super().__init__(**kwargs)
         self.tau = tau
-
-    def client_counts(self, step: Step) -> torch.Tensor:
-        """Local class counts ``n_{k,y}`` of each slot's client, ``[S, N]`` (exact integers, as floats)."""
-        clients = step.clients
-        return (self.client_sizes[clients, None] * self.label_dist[clients]).round()
 
     def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
         counts = self.client_counts(step)[step.owner]  # [B, N]

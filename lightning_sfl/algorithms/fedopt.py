@@ -1,0 +1,167 @@
+"""Server optimisers on FedAvg's pseudo-gradient: FedAvgM, FedAdagrad, FedAdam, FedYogi.
+
+Each round the clients train as in FedAvg and the server forms the pseudo-gradient ``Δ_t = Σ_k p_k (x_k − x_t)``
+(``p_k = |D_k| / Σ_j |D_j|`` over the round's clients: FedAvg's average minus the global model). FedAvg sets
+``x_{t+1} = x_t + Δ_t``; these methods feed ``Δ_t`` to a server optimiser instead (Reddi et al., ICLR 2021,
+Algorithm 2; Hsu et al., 2019, for FedAvgM). The optimisers act on the parameters; buffers (e.g. BatchNorm
+statistics) take FedAvg's average. Their moments ``m`` and ``v`` are checkpointed states (flattened parameters,
+order of ``client.net.parameters()``); nothing more travels than in FedAvg.
+
+>>> x, delta = torch.tensor([1.0]), torch.tensor([0.5])
+>>> m, v = torch.zeros(1), torch.full((1,), 1e-6)
+>>> new_x, m, v = server_step("adam", x, delta, m, v, lr=0.1, beta1=0.9, beta2=0.99, tau=1e-3)
+>>> [round(float(t), 6) for t in (m, v, new_x)]  # m = 0.05, v = 0.99e-6 + 0.01 * 0.25
+[0.05, 0.00250099, 1.098039]
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from lightning_sfl.algorithms.fedavg import FedAvg, _flat, _zeros
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop import Step
+
+__all__ = ["FedAdagrad", "FedAdam", "FedAvgM", "FedOpt", "FedYogi", "SERVER_OPTIMIZERS", "server_step"]
+
+#: The server optimisers :func:`server_step` knows.
+SERVER_OPTIMIZERS = ("momentum", "adagrad", "adam", "yogi")
+
+
+def server_step(
+    kind: str,
+    x: torch.Tensor,
+    delta: torch.Tensor,
+    m: torch.Tensor,
+    v: torch.Tensor,
+    lr: float,
+    beta1: float,
+    beta2: float = 0.0,
+    tau: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One server step on the pseudo-gradient ``delta`` (``Δ_t``), all ``[P]``; returns ``(x_{t+1}, m_t, v_t)``.
+
+    * ``momentum`` (FedAvgM, Hsu et al. 2019): ``m_t = β1·m_{t−1} + Δ_t``, ``x_{t+1} = x_t + η·m_t`` (``v`` unused);
+    * ``adagrad``: ``v_t = v_{t−1} + Δ_t²``;
+    * ``adam``: ``v_t = β2·v_{t−1} + (1 − β2)·Δ_t²``;
+    * ``yogi``: ``v_t = v_{t−1} − (1 − β2)·Δ_t²·sign(v_{t−1} − Δ_t²)``;
+
+    and for the three adaptive ones (Reddi et al. 2021, Algorithm 2, no bias correction)
+    ``m_t = β1·m_{t−1} + (1 − β1)·Δ_t``, ``x_{t+1} = x_t + η·m_t / (√v_t + τ)``.
+    """
+    if kind == "momentum":
+        m = beta1 * m + delta
+        return x + lr * m, m, v
+    m = beta1 * m + (1 - beta1) * delta
+    square = delta * delta
+    if kind == "adagrad":
+        v = v + square
+    elif kind == "adam":
+        v = beta2 * v + (1 - beta2) * square
+    elif kind == "yogi":
+        v = v - (1 - beta2) * square * torch.sign(v - square)
+    else:
+        raise ConfigError(f"server optimiser {kind!r} is not one of: {', '.join(SERVER_OPTIMIZERS)}")
+    return x + lr * m / (v.sqrt() + tau), m, v
+
+
+class FedOpt(FedAvg):
+    """FedAvg with a server optimiser on the pseudo-gradient (Reddi et al., ICLR 2021, Algorithm 2).
+
+    Subclasses name the optimiser (``server_optimizer``); the aggregation is FedAvg's, then :func:`server_step`.
+
+    Args:
+        server_lr: ``η``, the server learning rate.
+        beta1: ``β1``, the decay of the first moment ``m`` (FedAvgM: the server momentum).
+        beta2: ``β2``, the decay of the second moment ``v`` (Adam, Yogi).
+        tau: ``τ``, the adaptivity (added to ``√v``).
+        **kwargs: see :class:`~lightning_sfl.algorithms.fedavg.FedAvg`.
+
+    The second moment starts at ``v_{−1} = τ²`` (Algorithm 2 asks ``v_{−1} ≥ τ²``); Flower's strategies start at 0,
+    a difference of ``τ² = 10⁻⁶`` that the first ``Δ²`` term outweighs.
+    """
+
+    server_optimizer: ClassVar[str] = "adam"
+
+    def __init__(
+        self, server_lr: float = 0.1, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, **kwargs
+    ) -> None:
+        if not server_lr > 0:
+            raise ConfigError(f"server_lr={server_lr} must be > 0")
+        if not 0 <= beta1 < 1:
+            raise ConfigError(f"beta1={beta1} must be in [0, 1)")
+        if not 0 <= beta2 < 1:
+            raise ConfigError(f"beta2={beta2} must be in [0, 1)")
+        if tau < 0 or (tau == 0 and self.server_optimizer != "momentum"):
+            raise ConfigError(f"tau={tau} must be > 0")
+        super().__init__(**kwargs)
+        self.server_lr, self.beta1, self.beta2, self.tau = server_lr, beta1, beta2, tau
+        self.add_state("server_m", lambda: _zeros(self.client.net))
+        self.add_state("server_v", lambda: _zeros(self.client.net) + self.tau**2)
+
+    @torch.no_grad()
+    def aggregate(self, step: Step) -> None:
+        """FedAvg's average gives ``Δ_t``; the server optimiser sets the parameters (eq. of :func:`server_step`)."""
+        x = _flat(self.client.net).detach().clone()
+        super().aggregate(step)  # client.net ← Σ_k p_k x_k (and the traffic)
+        delta = _flat(self.client.net).detach() - x
+        new_x, m, v = server_step(
+            self.server_optimizer,
+            x,
+            delta,
+            self.server_m,
+            self.server_v,
+            self.server_lr,
+            self.beta1,
+            self.beta2,
+            self.tau,
+        )
+        self.server_m.copy_(m)
+        self.server_v.copy_(v)
+        offset = 0
+        for p in self.client.net.parameters():
+            p.copy_(new_x[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+
+class FedAdam(FedOpt):
+    """FedAdam (Reddi et al., ICLR 2021): Adam on the server. Defaults ``η = 0.1``, ``β1 = 0.9``, ``β2 = 0.99``,
+    ``τ = 10⁻³`` (Flower's ``FedAdam`` defaults; Reddi et al. grid-search ``η`` and ``τ``)."""
+
+    server_optimizer: ClassVar[str] = "adam"
+
+
+class FedYogi(FedOpt):
+    """FedYogi (Reddi et al., ICLR 2021): Yogi on the server. Default ``η = 0.01`` (Flower's ``FedYogi``),
+    ``β1 = 0.9``, ``β2 = 0.99``, ``τ = 10⁻³``."""
+
+    server_optimizer: ClassVar[str] = "yogi"
+
+    def __init__(self, server_lr: float = 0.01, **kwargs) -> None:
+        super().__init__(server_lr=server_lr, **kwargs)
+
+
+class FedAdagrad(FedOpt):
+    """FedAdagrad (Reddi et al., ICLR 2021): Adagrad on the server. Defaults ``η = 0.1``, ``β1 = 0.9``,
+    ``τ = 10⁻³`` (Flower's ``FedAdagrad``; ``β2`` unused)."""
+
+    server_optimizer: ClassVar[str] = "adagrad"
+
+
+class FedAvgM(FedOpt):
+    """FedAvgM (Hsu et al., 2019): server momentum ``m_t = β·m_{t−1} + Δ_t``, ``x_{t+1} = x_t + η·m_t``.
+
+    Args:
+        server_momentum: ``β`` (default 0.9, Hsu et al.'s value). With ``β = 0`` and ``η = 1`` it is FedAvg.
+        server_lr: ``η`` (default 1.0).
+        **kwargs: see :class:`~lightning_sfl.algorithms.fedavg.FedAvg`.
+    """
+
+    server_optimizer: ClassVar[str] = "momentum"
+
+    def __init__(self, server_momentum: float = 0.9, server_lr: float = 1.0, **kwargs) -> None:
+        if not 0 <= server_momentum < 1:
+            raise ConfigError(f"server_momentum={server_momentum} must be in [0, 1)")
+        super().__init__(server_lr=server_lr, beta1=server_momentum, beta2=0.0, tau=0.0, **kwargs)
