@@ -309,9 +309,14 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         client optimiser state starts fresh every round)."""
         self.reset_slots()
 
+    def aggregation_weights(self, step: Step) -> torch.Tensor:
+        """Weights of the step's clients in :meth:`aggregate`, ``[S]``: ``|D_k|`` (eq. 10)."""
+        return self.client_sizes[step.clients]
+
     def aggregate(self, step: Step) -> None:
-        """FL phase (hook 7, eq. 10): global models ← ``|D_k|``-weighted averages of the step's slots."""
-        weights = self.client_sizes[step.clients]
+        """FL phase (hook 7, eq. 10): global models ← weighted averages (:meth:`aggregation_weights`) of the step's
+        slots."""
+        weights = self.aggregation_weights(step)
         for name, module in self.client_models().items():
             self.client_banks[name].aggregate_into(module, weights, step.slots)
             self.ledger.add("up", self.client_kind, module_bytes(module), step.slots)

@@ -20,7 +20,15 @@ import torch
 from torch import nn
 
 DIRECTIONS: tuple[str, ...] = ("up", "down")
-KINDS: tuple[str, ...] = ("activations", "labels", "gradients", "client_half", "server_half", "full_model")
+KINDS: tuple[str, ...] = (
+    "activations",
+    "labels",
+    "gradients",
+    "client_half",
+    "server_half",
+    "full_model",
+    "control_variates",  # SCAFFOLD
+)
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
