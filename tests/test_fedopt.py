@@ -6,9 +6,9 @@ from __future__ import annotations
 import copy
 import math
 
-import lightning as L
 import pytest
 import torch
+from _helpers import quiet_trainer
 
 from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.fedopt import FedAdagrad, FedAdam, FedAvgM, FedYogi, server_step
@@ -22,14 +22,7 @@ def _fit(cls, rounds: int, **kwargs):
     model = cls(local_iters=2, lr=0.1, **kwargs)
     model0 = copy.deepcopy(model)
     dm = FederatedDataModule(dataset="digits", num_clients=8, alpha=2, participation=0.5, batch_size=24, seed=1)
-    trainer = L.Trainer(
-        max_epochs=rounds,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-    )
+    trainer = quiet_trainer(rounds, limit_val_batches=0)
     trainer.fit(model, dm)
     return model0, model
 

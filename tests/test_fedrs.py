@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import copy
 
-import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from _helpers import round_steps
+from _helpers import quiet_trainer, round_steps
 
 from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.fedrs import FedRS, fedrs_scale
@@ -25,14 +24,7 @@ def _fit(cls, **kwargs):
     torch.manual_seed(0)
     model = cls(local_iters=2, lr=0.1, **kwargs)
     model0 = copy.deepcopy(model)
-    L.Trainer(
-        max_epochs=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-    ).fit(model, _dm())
+    quiet_trainer(2, limit_val_batches=0).fit(model, _dm())
     return model0, model
 
 

@@ -9,7 +9,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from _helpers import round_steps
+from _helpers import quiet_trainer, round_steps
 from torch.func import functional_call
 
 from lightning_sfl.algorithms.fedavg import FedAvg
@@ -42,15 +42,7 @@ def _fit(cls, rounds: int, local_iters: int, **kwargs):
     model = cls(local_iters=local_iters, lr=LR, **kwargs)
     model0 = copy.deepcopy(model)
     seen = _Globals()
-    L.Trainer(
-        max_epochs=rounds,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        callbacks=[seen, CommunicationBytes()],
-    ).fit(model, _dm())
+    quiet_trainer(rounds, limit_val_batches=0, callbacks=[seen, CommunicationBytes()]).fit(model, _dm())
     return model0, model, seen.seen
 
 
