@@ -25,8 +25,9 @@ Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SF
                                                                     FedDyn, FedDecorr (regularisers)
  6     server + client step    :meth:`take_step`                    one SGD step over the server and every slot
                                                                     (SplitFedV2: after each client)
- 7     aggregate (round end)   :meth:`aggregate`                    ``|D_k|``-weighted average of every bank
-                                                                    (eq. 10); FedDyn, SplitFedV3 their own
+ 7     aggregate (round end)   :meth:`aggregate`                    average of every bank (eq. 10), weights
+                                                                    :meth:`aggregation_weights` (``|D_k|``);
+                                                                    FedDyn, SplitFedV3, FedOpt, SCAFFOLD their own
 =====  ======================  ===================================  ==============================================
 
 :meth:`local_iteration` (handler of ``"local"`` steps) runs 1-6 in that order; plain FL methods (FedAvg family)
