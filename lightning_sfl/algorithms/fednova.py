@@ -1,0 +1,37 @@
+"""FedNova (Wang et al., NeurIPS 2020): normalised averaging for clients that take different numbers of local steps.
+
+Client ``i`` takes ``τ_i`` local SGD steps from ``x``; its normalised update is ``d_i = (x − y_i)/‖a_i‖₁``, where
+``‖a_i‖₁ = τ_i`` for plain SGD and ``[τ_i − ρ(1 − ρ^{τ_i})/(1 − ρ)]/(1 − ρ)`` with momentum ``ρ``. The server sets
+``x ← x − τ_eff·Σ_i p_i d_i`` with ``τ_eff = Σ_i p_i ‖a_i‖₁`` (``p_i = |D_i| / Σ_j |D_j|`` over the round's
+clients; the paper's eq. 7 with ``τ_eff = Σ_i p_i τ_i`` for SGD). With equal ``τ_i`` (and ``ρ``) this is FedAvg.
+
+>>> x, ys = torch.tensor([1.0]), torch.tensor([[0.0], [0.5]])
+>>> fednova_average(x, ys, torch.tensor([4, 1]), torch.tensor([0.5, 0.5])).tolist()  # τ_eff = 2.5
+[0.0625]
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["fednova_average", "momentum_norm"]
+
+
+def momentum_norm(local_steps: torch.Tensor, rho: float = 0.0) -> torch.Tensor:
+    """``‖a_i‖₁`` of ``τ_i`` local steps of SGD with momentum ``ρ`` (``τ_i`` itself without momentum), ``[S]``."""
+    tau = local_steps.to(torch.float64)
+    if rho == 0:
+        return tau
+    return (tau - rho * (1 - rho**tau) / (1 - rho)) / (1 - rho)
+
+
+def fednova_average(
+    x: torch.Tensor, ys: torch.Tensor, local_steps: torch.Tensor, weights: torch.Tensor, rho: float = 0.0
+) -> torch.Tensor:
+    """FedNova's new global model from ``x`` ``[P]``, the clients' models ``ys`` ``[S, P]``, their ``τ_i`` ``[S]`` and
+    weights ``[S]`` (normalised here); computed in float64, returned in ``x``'s dtype."""
+    p = weights.to(torch.float64) / weights.to(torch.float64).sum()
+    norms = momentum_norm(local_steps, rho)
+    d = (x.to(torch.float64) - ys.to(torch.float64)) / norms[:, None]
+    tau_eff = (p * norms).sum()
+    return (x.to(torch.float64) - tau_eff * (p[:, None] * d).sum(0)).to(x.dtype)
