@@ -11,7 +11,7 @@ order of ``client.net.parameters()``); nothing more travels than in FedAvg.
 >>> m, v = torch.zeros(1), torch.full((1,), 1e-6)
 >>> new_x, m, v = server_step("adam", x, delta, m, v, lr=0.1, beta1=0.9, beta2=0.99, tau=1e-3)
 >>> [round(float(t), 6) for t in (m, v, new_x)]  # m = 0.05, v = 0.99e-6 + 0.01 * 0.25
-[0.05, 0.00250099, 1.098039]
+[0.05, 0.002501, 1.09802]
 """
 
 from __future__ import annotations
