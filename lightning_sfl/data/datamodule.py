@@ -87,7 +87,7 @@ class FederatedDataModule(L.LightningDataModule):
     """Client shards of one dataset under label skew.
 
     Args:
-        dataset: one of ``digits, synthetic, cifar10, cifar100, fashion_mnist, svhn, cinic10, imagenette``.
+        dataset: one of ``digits, synthetic, mnist5k, cifar10, cifar100, fashion_mnist, svhn, cinic10, imagenette``.
         root: folder holding the dataset files.
         download: let torchvision download missing files (cifar10, cifar100, fashion_mnist, svhn).
         num_clients: ``K``, the number of clients.

