@@ -111,7 +111,7 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
     #: each round (SplitFedV1); False: one server half trained on the concatenated activations (eq. 5-7).
     server_copies: bool = False
     #: Step kind -> name of the method that runs a step of that kind.
-    step_handlers: ClassVar[dict[str, str]] = {"local": "local_iteration"}
+    step_handlers: ClassVar[dict[str, str]] = {"local": "local_iteration", "aggregate": "no_training"}
 
     def __init__(
         self,
@@ -309,6 +309,11 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         """Round start (hook 0): every client of the round gets the global halves in its slot (FL-style: the
         client optimiser state starts fresh every round)."""
         self.reset_slots()
+
+    def no_training(self, step: Step) -> None:
+        """Handler of ``"aggregate"`` steps (a round's closing step listing all its clients, no rows): nothing to
+        train; the base then aggregates (the step ends the round)."""
+        return None
 
     def aggregation_weights(self, step: Step) -> torch.Tensor:
         """Weights of the step's clients in :meth:`aggregate`, ``[S]``: ``|D_k|`` (eq. 10)."""

@@ -33,7 +33,7 @@ from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
 from lightning_sfl.data.selection import FedCBSSelection
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.loop import Step
+from lightning_sfl.loop import LocalEpochs, Schedule, Step
 from lightning_sfl.system.comm import module_bytes
 
 __all__ = [
@@ -114,6 +114,15 @@ def _flat(module: nn.Module) -> torch.Tensor:
     return torch.cat([p.reshape(-1) for p in module.parameters()])
 
 
+@torch.no_grad()
+def _load_flat(module: nn.Module, vector: torch.Tensor) -> None:
+    """Write ``vector`` ``[P]`` (order of ``module.parameters()``) into the parameters of ``module``."""
+    offset = 0
+    for p in module.parameters():
+        p.copy_(vector[offset : offset + p.numel()].view_as(p))
+        offset += p.numel()
+
+
 def _zeros(module: nn.Module, *lead: int) -> torch.Tensor:
     """Zeros ``[*lead, P]`` in the dtype and device of ``module``'s parameters."""
     flat = _flat(module).detach()
@@ -131,7 +140,14 @@ class FedAvg(SplitFedAlgorithm):
     and :meth:`client_extra_loss` (hook 5 of the base: a regulariser, none here). Set ``uses_features = True`` to
     receive the features ``z`` (input of the last layer) in :meth:`client_extra_loss`.
 
+    Every FL method can also train each client for ``E`` local epochs over its own shard instead of ``T`` steps
+    (``local_epochs``; :class:`~lightning_sfl.loop.LocalEpochs`): clients with more data then take more steps
+    (``τ_k = ⌈E·|D_k| / b⌉``), the setting in which FedNova differs from FedAvg.
+
     Args:
+        local_epochs: ``E > 0`` local epochs per round (``local_iters`` is then unused); ``None``: ``T`` local
+            iterations with SCALA's batch split (eq. 3), the default.
+        local_batch_size: rows per client and step with ``local_epochs``; ``None``: ``⌊B / S⌋``.
         **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm` (``split_point`` has no
             effect: there is no server half).
     """
@@ -139,6 +155,30 @@ class FedAvg(SplitFedAlgorithm):
     split: ClassVar[bool] = False
     #: Whether :meth:`client_extra_loss` needs the features ``z`` (then the bank's ``forward_features`` is used).
     uses_features: ClassVar[bool] = False
+
+    def __init__(self, local_epochs: float | None = None, local_batch_size: int | None = None, **kwargs) -> None:
+        self._local_epochs = (local_epochs, local_batch_size)  # read by configure_schedule inside the base's init
+        super().__init__(**kwargs)
+        self.local_epochs, self.local_batch_size = local_epochs, local_batch_size
+        if local_epochs is not None:
+            if self.client_bank == "auto":
+                self.client_bank = "sequential"  # a client that has finished must not move: SGD skips its slot
+            elif self.client_bank == "stacked" and (self.momentum or self.weight_decay):
+                raise ConfigError(
+                    "client_bank='stacked' with local_epochs and momentum or weight_decay would move the clients "
+                    "that have finished their epochs; use client_bank=sequential (or auto)"
+                )
+
+    def configure_schedule(self) -> Schedule:
+        """``T`` local iterations (the base's), or ``E`` local epochs per client with ``local_epochs``."""
+        epochs, batch = self._local_epochs
+        if epochs is None:
+            return super().configure_schedule()
+        return LocalEpochs(epochs, batch, self.selection)
+
+    def local_steps(self, clients: torch.Tensor) -> torch.Tensor:
+        """``τ_k``: local steps each of ``clients`` ``[S]`` takes in a round (from the schedule), ``[S]``."""
+        return self.schedule.local_steps(self.client_sizes[clients].cpu(), self.client_stats)
 
     def client_counts(self, step: Step) -> torch.Tensor:
         """Local class counts ``n_{k,y}`` of each slot's client, ``[S, N]`` (exact integers, as floats)."""
@@ -187,10 +227,10 @@ class FedProx(FedAvg):
         self.mu = mu
 
     def client_extra_loss(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
-        """``Σ_k (μ/2)‖w_k − w_g‖²`` over the slots."""
+        """``Σ_k (μ/2)‖w_k − w_g‖²`` over the step's slots."""
         global_params = [p.detach() for p in self.client.net.parameters()]
         total = logits.new_zeros(())
-        for slot in self.bank.slots:
+        for slot in (self.bank.slots[k] for k in step.bank_slots.tolist()):
             total = total + sum((p - g).pow(2).sum() for p, g in zip(slot.parameters(), global_params))
         return 0.5 * self.mu * total
 
@@ -235,8 +275,8 @@ class FedDyn(FedAvg):
         """``Σ_k [−⟨∇L_k(θ_k^{t−1}), θ_k⟩ + (α/2)‖θ_k − θ^{t−1}‖²]`` over the slots."""
         theta_prev = _flat(self.client.net).detach()
         total = logits.new_zeros(())
-        for slot, client in zip(self.bank.slots, step.clients.tolist()):
-            theta = _flat(slot)
+        for k, client in zip(step.bank_slots.tolist(), step.clients.tolist()):
+            theta = _flat(self.bank.slots[k])
             total = total - torch.dot(self.feddyn_client_grads[client], theta)
             total = total + 0.5 * self.alpha * (theta - theta_prev).pow(2).sum()
         return total
@@ -251,11 +291,7 @@ class FedDyn(FedAvg):
         self.feddyn_client_grads[clients] -= self.alpha * delta
         self.feddyn_h -= self.alpha * delta.sum(dim=0) / self.feddyn_client_grads.shape[0]
         self.bank.aggregate_into(self.client.net, torch.ones(len(self.bank)))  # uniform; also the buffers
-        theta = thetas.double().mean(dim=0) - self.feddyn_h.double() / self.alpha
-        offset = 0
-        for p in self.client.net.parameters():
-            p.copy_(theta[offset : offset + p.numel()].view_as(p))
-            offset += p.numel()
+        _load_flat(self.client.net, thetas.double().mean(dim=0) - self.feddyn_h.double() / self.alpha)
         self.ledger.add("up", self.client_kind, module_bytes(self.client.net))
 
 

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["fednova_average", "momentum_norm"]
+from lightning_sfl.algorithms.fedavg import FedAvg, _flat, _load_flat
+from lightning_sfl.loop import Step
+
+__all__ = ["FedNova", "fednova_average", "momentum_norm"]
 
 
 def momentum_norm(local_steps: torch.Tensor, rho: float = 0.0) -> torch.Tensor:
@@ -35,3 +38,25 @@ def fednova_average(
     d = (x.to(torch.float64) - ys.to(torch.float64)) / norms[:, None]
     tau_eff = (p * norms).sum()
     return (x.to(torch.float64) - tau_eff * (p[:, None] * d).sum(0)).to(x.dtype)
+
+
+class FedNova(FedAvg):
+    """FedNova (Wang et al., NeurIPS 2020, eq. 7): FedAvg whose server step normalises each client's update by its
+    number of local steps (:func:`fednova_average`; ``ρ`` = the client optimiser's ``momentum``). Buffers (e.g.
+    BatchNorm statistics) take FedAvg's average.
+
+    It differs from FedAvg only when clients take different numbers of steps: train with ``local_epochs`` (each client
+    ``E`` epochs over its shard, ``τ_k = ⌈E·|D_k|/b⌉``). With ``T`` local iterations for every client it is FedAvg.
+
+    Args:
+        **kwargs: see :class:`~lightning_sfl.algorithms.fedavg.FedAvg` (``local_epochs``, ``local_batch_size``).
+    """
+
+    @torch.no_grad()
+    def aggregate(self, step: Step) -> None:
+        x = _flat(self.client.net).detach().clone()
+        ys = torch.stack([_flat(self.bank.slots[k]).detach() for k in step.bank_slots.tolist()])  # [S, P]
+        taus = self.local_steps(step.clients).to(ys.device)
+        new_x = fednova_average(x, ys, taus, self.aggregation_weights(step).to(ys.device), self.momentum)
+        super().aggregate(step)  # buffers and traffic as FedAvg
+        _load_flat(self.client.net, new_x)

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 import torch
 
-from lightning_sfl.algorithms.fedavg import FedAvg, _flat, _zeros
+from lightning_sfl.algorithms.fedavg import FedAvg, _flat, _load_flat, _zeros
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 
@@ -120,10 +120,7 @@ class FedOpt(FedAvg):
         )
         self.server_m.copy_(m)
         self.server_v.copy_(v)
-        offset = 0
-        for p in self.client.net.parameters():
-            p.copy_(new_x[offset : offset + p.numel()].view_as(p))
-            offset += p.numel()
+        _load_flat(self.client.net, new_x)
 
 
 class FedAdam(FedOpt):

@@ -82,14 +82,10 @@ class Scaffold(FedAvg):
         x = _flat(self.client.net).detach()
         clients = step.clients
         ys = torch.stack([_flat(self.bank.slots[k]).detach() for k in step.bank_slots.tolist()])  # [S, P]
-        steps = self.local_steps_of(step).to(ys.dtype)[:, None]  # K of each client, [S, 1]
+        steps = self.local_steps(clients).to(ys)[:, None]  # K of each client, [S, 1]
         old = self.scaffold_client_c[clients]
         new = control_variate_update(old, self.scaffold_c, x, ys, steps, self.lr)
         self.scaffold_client_c[clients] = new
         self.scaffold_c += (new - old).sum(dim=0) / self.scaffold_client_c.shape[0]
         super().aggregate(step)
         self.ledger.add("up", "control_variates", self.parameter_bytes(), step.slots)
-
-    def local_steps_of(self, step: Step) -> torch.Tensor:
-        """``K`` of each client of the round, ``[S]``: the local iterations every client took."""
-        return torch.full((len(step.clients),), self.local_iters, dtype=torch.long)

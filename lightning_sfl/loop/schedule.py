@@ -101,6 +101,10 @@ class SyncRounds(Schedule):
     def steps_per_round(self) -> int:
         return self.local_iters
 
+    def local_steps(self, sizes: torch.Tensor, stats: ClientStats) -> torch.Tensor:
+        """Local steps ``τ_k`` each client of sizes ``sizes`` ``[S]`` takes in a round: ``T`` for all."""
+        return torch.full((len(sizes),), self.local_iters, dtype=torch.long)
+
     def select_clients(self, round_idx: int, stats: ClientStats) -> torch.Tensor:
         """``C^i``: the sorted ids of the clients of round ``round_idx``, ``[S]``."""
         g = round_generator(stats.seed, round_idx)
