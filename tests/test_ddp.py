@@ -70,6 +70,8 @@ FLOAT64 = ("--trainer.precision=64-true",)
         ("scala", TINY_CLIENTS),
         ("fedprox", FLOAT64),
         ("feddyn", FLOAT64),
+        ("scaffold", FLOAT64),
+        ("fednova", ()),
     ],
     ids=[
         "scala",
@@ -79,6 +81,8 @@ FLOAT64 = ("--trainer.precision=64-true",)
         "scala-clients-with-no-rows-on-a-process",
         "fedprox-float64",
         "feddyn-float64",
+        "scaffold-float64",
+        "fednova-local-epochs-unequal-steps",
     ],
 )
 def test_two_processes_equal_one(method, extra, tmp_path):

@@ -9,19 +9,14 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from _helpers import all_methods
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
-from lightning_sfl.algorithms import ALGORITHMS
-from lightning_sfl.algorithms.fedopt import FedAdam, FedAvgM
-from lightning_sfl.algorithms.fedrs import FedRS
-from lightning_sfl.algorithms.scaffold import Scaffold
 from lightning_sfl.callbacks import CommunicationBytes
 from lightning_sfl.data import FederatedDataModule
 
-#: Methods with state of their own that are not registered yet (they join ALGORITHMS with the re-run digits study).
-UNREGISTERED = {"fedadam": FedAdam, "fedavgm": FedAvgM, "fedrs": FedRS, "scaffold": Scaffold}
-METHODS = {**ALGORITHMS, **UNREGISTERED}
+METHODS = all_methods()  # the registry and the methods waiting for their registration
 
 
 def _dm() -> FederatedDataModule:
