@@ -159,7 +159,7 @@ class SFLCLI(LightningCLI):
         path = Path(checkpoint.dirpath) / "last.ckpt" if ckpt == "last" else Path(ckpt) if ckpt else None
         if path is None or str(ckpt) in SPECIAL[1:] or not path.is_file():
             return
-        run_id = (torch.load(path, map_location="cpu", weights_only=True).get("lightning_sfl") or {}).get("wandb_id")
+        run_id = (check_checkpoint(path).get("lightning_sfl") or {}).get("wandb_id")  # loaded safely, one-line errors
         for lg in wandb_loggers:
             if run_id and not lg.init_args.get("id") and not lg.init_args.get("version"):
                 lg.init_args.id = run_id  # Lightning's WandbLogger resumes a given id ("allow")
@@ -198,10 +198,10 @@ class _ParseOnly(SFLCLI):
         pass
 
 
-def resolved_config(args: list[str], skip_default: bool = False) -> dict:
+def resolved_config(args: list[str]) -> dict:
     """The configuration ``lightning-sfl fit ARGS`` would run, as jsonargparse resolves it (what ``--print_config``
     prints: configs merged in order, a new ``--model`` class keeps only the ``init_args`` it accepts), as a plain
-    dict without the ``fit`` level; ``skip_default``: only what differs from the defaults. Nothing is instantiated.
+    dict without the ``fit`` level. Nothing is instantiated.
     A bad setting raises :class:`~lightning_sfl.errors.ConfigError` with the parser's message in one line."""
     import yaml
 
@@ -209,7 +209,7 @@ def resolved_config(args: list[str], skip_default: bool = False) -> dict:
         cli = _ParseOnly(args=resolve_algorithm_names(list(args)), run=False)
     except argparse.ArgumentError as exc:
         raise ConfigError(parser_error_line(str(exc))) from None
-    return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False, skip_default=skip_default)) or {}
+    return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False)) or {}
 
 
 def run_key(config) -> str:

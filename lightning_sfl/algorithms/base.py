@@ -143,6 +143,14 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         self.hparams["client_selection"] = self.selection.config()  # a config, so checkpoints load safely
         self.client_bank = client_bank
         self.schedule: Schedule = self.configure_schedule()
+        if self.schedule.partial_steps:  # a slot left out of a step must not move: SGD skips it on its own modules
+            if client_bank == "auto":
+                self.client_bank = "sequential"
+            elif client_bank == "stacked" and (momentum or weight_decay):
+                raise ConfigError(
+                    "client_bank='stacked' with local_epochs (or another schedule whose steps leave clients out) and "
+                    "momentum or weight_decay would move the clients a step leaves out; use client_bank=sequential"
+                )
         missing = [k for k in self.schedule.kinds if k not in self.step_handlers]
         if missing:
             raise ConfigError(

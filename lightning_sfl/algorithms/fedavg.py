@@ -114,6 +114,11 @@ def _flat(module: nn.Module) -> torch.Tensor:
     return torch.cat([p.reshape(-1) for p in module.parameters()])
 
 
+def _slot_flats(bank, slots: list[int]) -> torch.Tensor:
+    """The flattened parameters of the bank's ``slots``, detached, ``[len(slots), P]``."""
+    return torch.stack([_flat(bank.slots[k]).detach() for k in slots])
+
+
 @torch.no_grad()
 def _load_flat(module: nn.Module, vector: torch.Tensor) -> None:
     """Write ``vector`` ``[P]`` (order of ``module.parameters()``) into the parameters of ``module``."""
@@ -157,24 +162,13 @@ class FedAvg(SplitFedAlgorithm):
     uses_features: ClassVar[bool] = False
 
     def __init__(self, local_epochs: float | None = None, local_batch_size: int | None = None, **kwargs) -> None:
-        self._local_epochs = (local_epochs, local_batch_size)  # read by configure_schedule inside the base's init
-        super().__init__(**kwargs)
-        self.local_epochs, self.local_batch_size = local_epochs, local_batch_size
-        if local_epochs is not None:
-            if self.client_bank == "auto":
-                self.client_bank = "sequential"  # a client that has finished must not move: SGD skips its slot
-            elif self.client_bank == "stacked" and (self.momentum or self.weight_decay):
-                raise ConfigError(
-                    "client_bank='stacked' with local_epochs and momentum or weight_decay would move the clients "
-                    "that have finished their epochs; use client_bank=sequential (or auto)"
-                )
+        super().__init__(**kwargs)  # the schedule (configure_schedule) reads both from the hyperparameters
 
     def configure_schedule(self) -> Schedule:
         """``T`` local iterations (the base's), or ``E`` local epochs per client with ``local_epochs``."""
-        epochs, batch = self._local_epochs
-        if epochs is None:
+        if self.hparams.get("local_epochs") is None:
             return super().configure_schedule()
-        return LocalEpochs(epochs, batch, self.selection)
+        return LocalEpochs(self.hparams["local_epochs"], self.hparams.get("local_batch_size"), self.selection)
 
     def local_steps(self, clients: torch.Tensor) -> torch.Tensor:
         """``τ_k``: local steps each of ``clients`` ``[S]`` takes in a round (from the schedule), ``[S]``."""
@@ -230,7 +224,7 @@ class FedProx(FedAvg):
         """``Σ_k (μ/2)‖w_k − w_g‖²`` over the step's slots."""
         global_params = [p.detach() for p in self.client.net.parameters()]
         total = logits.new_zeros(())
-        for slot in (self.bank.slots[k] for k in step.bank_slots.tolist()):
+        for slot in (self.bank.slots[k] for k in step.slot_list()):
             total = total + sum((p - g).pow(2).sum() for p, g in zip(slot.parameters(), global_params))
         return 0.5 * self.mu * total
 
@@ -275,7 +269,7 @@ class FedDyn(FedAvg):
         """``Σ_k [−⟨∇L_k(θ_k^{t−1}), θ_k⟩ + (α/2)‖θ_k − θ^{t−1}‖²]`` over the slots."""
         theta_prev = _flat(self.client.net).detach()
         total = logits.new_zeros(())
-        for k, client in zip(step.bank_slots.tolist(), step.clients.tolist()):
+        for k, client in zip(step.slot_list(), step.clients.tolist()):
             theta = _flat(self.bank.slots[k])
             total = total - torch.dot(self.feddyn_client_grads[client], theta)
             total = total + 0.5 * self.alpha * (theta - theta_prev).pow(2).sum()
@@ -286,7 +280,7 @@ class FedDyn(FedAvg):
         """Client states, server state ``h`` and ``θ^t`` (uniform over participants); traffic as the base."""
         clients = step.clients
         theta_prev = _flat(self.client.net).clone()
-        thetas = torch.stack([_flat(slot) for slot in self.bank.slots])  # [S, P]
+        thetas = _slot_flats(self.bank, step.slot_list())  # [S, P]
         delta = thetas - theta_prev
         self.feddyn_client_grads[clients] -= self.alpha * delta
         self.feddyn_h -= self.alpha * delta.sum(dim=0) / self.feddyn_client_grads.shape[0]

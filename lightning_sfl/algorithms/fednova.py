@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from lightning_sfl.algorithms.fedavg import FedAvg, _flat, _load_flat
+from lightning_sfl.algorithms.aggregate import normalized_weights
+from lightning_sfl.algorithms.fedavg import FedAvg, _flat, _load_flat, _slot_flats
 from lightning_sfl.loop import Step
 
 __all__ = ["FedNova", "fednova_average", "momentum_norm"]
@@ -33,7 +34,7 @@ def fednova_average(
 ) -> torch.Tensor:
     """FedNova's new global model from ``x`` ``[P]``, the clients' models ``ys`` ``[S, P]``, their ``τ_i`` ``[S]`` and
     weights ``[S]`` (normalised here); computed in float64, returned in ``x``'s dtype."""
-    p = weights.to(torch.float64) / weights.to(torch.float64).sum()
+    p = normalized_weights(weights)
     norms = momentum_norm(local_steps, rho)
     d = (x.to(torch.float64) - ys.to(torch.float64)) / norms[:, None]
     tau_eff = (p * norms).sum()
@@ -54,8 +55,8 @@ class FedNova(FedAvg):
 
     @torch.no_grad()
     def aggregate(self, step: Step) -> None:
-        x = _flat(self.client.net).detach().clone()
-        ys = torch.stack([_flat(self.bank.slots[k]).detach() for k in step.bank_slots.tolist()])  # [S, P]
+        x = _flat(self.client.net).detach()
+        ys = _slot_flats(self.bank, step.slot_list())  # [S, P]
         taus = self.local_steps(step.clients).to(ys.device)
         new_x = fednova_average(x, ys, taus, self.aggregation_weights(step).to(ys.device), self.momentum)
         super().aggregate(step)  # buffers and traffic as FedAvg

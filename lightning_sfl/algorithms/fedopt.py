@@ -104,7 +104,7 @@ class FedOpt(FedAvg):
     @torch.no_grad()
     def aggregate(self, step: Step) -> None:
         """FedAvg's average gives ``Δ_t``; the server optimiser sets the parameters (eq. of :func:`server_step`)."""
-        x = _flat(self.client.net).detach().clone()
+        x = _flat(self.client.net).detach()
         super().aggregate(step)  # client.net ← Σ_k p_k x_k (and the traffic)
         delta = _flat(self.client.net).detach() - x
         new_x, m, v = server_step(

@@ -60,9 +60,10 @@ class FedRS(FedAvg):
 
     def classifier_bias(self, step: Step) -> torch.Tensor | None:
         """``b`` of every slot's classifier (the last layer), ``[S, N]``; ``None`` without a bias."""
+        if getattr(self.client.net[-1], "bias", None) is None:
+            return None
         name = f"{len(self.client.net) - 1}.bias"
-        biases = [dict(slot.named_parameters()).get(name) for slot in self.bank.slots]
-        return None if biases[0] is None else torch.stack([biases[k] for k in step.bank_slots.tolist()])
+        return torch.stack([dict(self.bank.slots[k].named_parameters())[name] for k in step.slot_list()])
 
     def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
         scale = fedrs_scale(self.client_counts(step), self.rs_alpha, self.scaling).to(logits.dtype)[step.owner]

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import torch
 
-from lightning_sfl.algorithms.fedavg import FedAvg, _flat, _zeros
+from lightning_sfl.algorithms.fedavg import FedAvg, _flat, _slot_flats, _zeros
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
+from lightning_sfl.system.comm import tensor_bytes
 
 __all__ = ["AVERAGES", "Scaffold", "control_variate_update"]
 
@@ -56,20 +57,16 @@ class Scaffold(FedAvg):
         self.add_state("scaffold_c", lambda: _zeros(self.client.net))
         self.add_state("scaffold_client_c", lambda: _zeros(self.client.net, self.client_stats.num_clients))
 
-    def parameter_bytes(self) -> int:
-        """Bytes of one control variate (the size of the model's parameters)."""
-        return sum(p.numel() * p.element_size() for p in self.client.net.parameters())
-
     def start_round(self, step: Step) -> None:
         """The clients download the global model and ``c``."""
         super().start_round(step)
-        self.ledger.add("down", "control_variates", self.parameter_bytes(), step.slots)
+        self.ledger.add("down", "control_variates", tensor_bytes(self.scaffold_c), step.slots)
 
     def client_extra_loss(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """``Σ_k ⟨c − c_k, y_k⟩`` over the slots: its gradient is the correction ``c − c_k`` of eq. (3)."""
+        corrections = (self.scaffold_c - self.scaffold_client_c[step.clients]).to(logits.dtype)  # [S, P]
         total = logits.new_zeros(())
-        for slot, client in zip(step.bank_slots.tolist(), step.clients.tolist()):
-            correction = (self.scaffold_c - self.scaffold_client_c[client]).to(logits.dtype)
+        for correction, slot in zip(corrections, step.slot_list()):
             total = total + torch.dot(correction, _flat(self.bank.slots[slot]))
         return total
 
@@ -81,11 +78,11 @@ class Scaffold(FedAvg):
         """Control variates (option II), then the average of the clients' models; ``Δc_i`` travel up."""
         x = _flat(self.client.net).detach()
         clients = step.clients
-        ys = torch.stack([_flat(self.bank.slots[k]).detach() for k in step.bank_slots.tolist()])  # [S, P]
+        ys = _slot_flats(self.bank, step.slot_list())  # [S, P]
         steps = self.local_steps(clients).to(ys)[:, None]  # K of each client, [S, 1]
         old = self.scaffold_client_c[clients]
         new = control_variate_update(old, self.scaffold_c, x, ys, steps, self.lr)
         self.scaffold_client_c[clients] = new
         self.scaffold_c += (new - old).sum(dim=0) / self.scaffold_client_c.shape[0]
         super().aggregate(step)
-        self.ledger.add("up", "control_variates", self.parameter_bytes(), step.slots)
+        self.ledger.add("up", "control_variates", tensor_bytes(self.scaffold_c), step.slots)

@@ -231,6 +231,7 @@ def _load_synthetic(
 # --------------------------------------------------------------------------------------------------- file formats
 
 
+@functools.cache
 def _as_stored(cls: type) -> type:
     """torchvision's dataset class ``cls`` reading the files as they are on disk: :func:`_ensure_files` has checked
     that they exist, and their md5 sums are not checked (a re-packed copy, a subset or a test fixture has other sums;

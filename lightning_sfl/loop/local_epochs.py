@@ -43,6 +43,7 @@ class LocalEpochs(SyncRounds):
     """
 
     kinds = ("local", "aggregate")
+    partial_steps = True
 
     def __init__(self, local_epochs: float, local_batch_size: int | None, selection: ClientSelection) -> None:
         if not local_epochs > 0:

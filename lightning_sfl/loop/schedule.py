@@ -43,15 +43,18 @@ class Schedule:
     """Protocol of every schedule (subclass it and implement :meth:`plan_round`).
 
     Class attributes:
-        kinds: the step kinds this schedule produces; the method must have a handler for each (checked when a
-            fit starts, with a one-line error naming the missing ones).
+        kinds: the step kinds this schedule produces; the method must have a handler for each (checked when the
+            method is constructed, with a one-line error naming the missing ones).
         persistent_slots: ``True`` when a client keeps its bank slot across rounds (asynchronous clients hold a
             slot across several server updates): the method then checkpoints its banks. ``False``: slots are
             rebuilt from the global model every round and not saved.
+        partial_steps: ``True`` when a step may leave some of the round's clients out (their slots must not move):
+            the method then runs a sequential bank, whose optimiser skips slots without gradient.
     """
 
     kinds: ClassVar[tuple[str, ...]] = ()
     persistent_slots: ClassVar[bool] = False
+    partial_steps: ClassVar[bool] = False
 
     @property
     def steps_per_round(self) -> int | None:

@@ -105,6 +105,10 @@ class Step:
         """``[S]`` the bank slot of each client of the step."""
         return self.slots if self.slots is not None else torch.arange(len(self.clients), device=self.clients.device)
 
+    def slot_list(self) -> list[int]:
+        """:attr:`bank_slots` as a Python list (no device sync when the slots are implicit, ``slots is None``)."""
+        return list(range(len(self.clients))) if self.slots is None else self.slots.tolist()
+
     @property
     def num_rows(self) -> int:
         """Rows of this step on this process."""
