@@ -186,7 +186,7 @@ def test_fedcbs_is_fedavg_plus_fedcbs_selection():
     assert c.selection.counts.sum() == 2 * 4  # its state moved with the 2 rounds of 4 clients
 
 
-@pytest.mark.parametrize("name", sorted(METHODS))
+@pytest.mark.parametrize("name", sorted(ALGORITHMS) + ["fedrs", "scaffold"])  # of the others, those reading slots
 def test_stacked_client_bank_equals_sequential(name):
     """Every method gives the same global model with the batched (vmap) bank as with the reference loop."""
     a, _ = train(name, client_bank="sequential", momentum=0.5)

@@ -70,7 +70,6 @@ FLOAT64 = ("--trainer.precision=64-true",)
         ("scala", TINY_CLIENTS),
         ("fedprox", FLOAT64),
         ("feddyn", FLOAT64),
-        ("scaffold", FLOAT64),
         ("fednova", ()),
     ],
     ids=[
@@ -81,7 +80,6 @@ FLOAT64 = ("--trainer.precision=64-true",)
         "scala-clients-with-no-rows-on-a-process",
         "fedprox-float64",
         "feddyn-float64",
-        "scaffold-float64",
         "fednova-local-epochs-unequal-steps",
     ],
 )
