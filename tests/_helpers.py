@@ -29,31 +29,3 @@ def make_step(clients, sizes, **fields):
     clients, sizes = torch.as_tensor(clients), torch.as_tensor(sizes)
     fields.setdefault("local_sizes", sizes)
     return Step("local", 0, 0, False, clients, sizes, torch.zeros(0, dtype=torch.long), **fields)
-
-
-def unregistered_methods() -> dict:
-    """Methods not in ``ALGORITHMS`` yet (they are registered together with the re-run committed digits study, which
-    must cover every registered method); the registry-driven smoke, config, resume and DDP tests take them too."""
-    from lightning_sfl.algorithms.fedconcat import FedConcat
-    from lightning_sfl.algorithms.fednova import FedNova
-    from lightning_sfl.algorithms.fedopt import FedAdagrad, FedAdam, FedAvgM, FedYogi
-    from lightning_sfl.algorithms.fedrs import FedRS
-    from lightning_sfl.algorithms.scaffold import Scaffold
-
-    return {
-        "fedavgm": FedAvgM,
-        "fedadagrad": FedAdagrad,
-        "fedadam": FedAdam,
-        "fedyogi": FedYogi,
-        "fedrs": FedRS,
-        "scaffold": Scaffold,
-        "fednova": FedNova,
-        "fedconcat": FedConcat,
-    }
-
-
-def all_methods() -> dict:
-    """``ALGORITHMS`` and :func:`unregistered_methods`."""
-    from lightning_sfl.algorithms import ALGORITHMS
-
-    return {**ALGORITHMS, **unregistered_methods()}

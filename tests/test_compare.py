@@ -482,3 +482,45 @@ def test_a_bad_setting_is_one_line_before_any_folder(tmp_path, capsys):
     assert exc.value.code == 2 and not out.exists()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --data.alpha") and "Traceback" not in err[0]
+
+
+def test_add_runs_only_the_new_method_and_reports_the_whole_comparison(tmp_path, capsys):
+    def argv(*methods, extra=()):
+        return ["--config", CONFIG, "--methods", *methods, "--seeds", "0", "--out", str(tmp_path), *extra,
+                "--overrides", "--trainer.max_epochs=1"]  # fmt: skip
+
+    first, second = _two_methods()
+    compare.main(argv(first, second))  # the reference: both methods in one command
+    both = compare.read_metrics_csv(tmp_path / "metrics.csv")
+    both_md = (tmp_path / "results.md").read_text()
+    compare.main(argv(first))  # only the first, then the second added
+    capsys.readouterr()
+    compare.main(argv(second, extra=["--add", "--jobs", "2"]))
+    out = capsys.readouterr().out
+    assert "keeping the runs of 1 method" in out and "1 runs (1 method × 1 seed)" in out
+    added = compare.read_metrics_csv(tmp_path / "metrics.csv")
+    assert [(r.method, r.seed) for r in added] == [(r.method, r.seed) for r in both]
+    for a, b in zip(added, both):  # runs are deterministic per seed: adding = running both at once
+        assert [x["test/acc"] for x in a.acc_records] == [x["test/acc"] for x in b.acc_records]
+    md = (tmp_path / "results.md").read_text().replace(" --jobs 2", "")
+    assert md.split("## Results")[0] == both_md.split("## Results")[0]  # same command, settings, method lines
+    assert "--add" not in md
+
+
+def test_add_refuses_another_command_or_missing_runs(tmp_path, capsys):
+    base = ["--config", CONFIG, "--seeds", "0", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit) as exc:
+        compare.main([*base, "--methods", "fedavg", "--add"])
+    assert exc.value.code == 2 and "--add: no comparison" in capsys.readouterr().err
+    compare.main([*base, "--methods", "fedavg", "--overrides", "--trainer.max_epochs=1"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        compare.main([*base, "--methods", "fedprox", "--add", "--overrides", "--trainer.max_epochs=2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and "produced by another command" in err[0]
+    compare.main([*base, "--methods", "fedavg", BROKEN, "--overrides", "--trainer.max_epochs=1"])
+    capsys.readouterr()  # the broken method's run failed before logging a row: it cannot be kept
+    with pytest.raises(SystemExit) as exc:
+        compare.main([*base, "--methods", "fedprox", "--add", "--overrides", "--trainer.max_epochs=1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"lacks runs ({BROKEN} seed 0)" in err

@@ -9,14 +9,14 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from _helpers import all_methods
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
+from lightning_sfl.algorithms import ALGORITHMS
 from lightning_sfl.callbacks import CommunicationBytes
 from lightning_sfl.data import FederatedDataModule
 
-METHODS = all_methods()  # the registry and the methods waiting for their registration
+METHODS = ALGORITHMS
 #: Settings that otherwise follow max_epochs (FedConcat's stage split: half of max_epochs), fixed so that the
 #: interrupted run (max_epochs=2) and the full one (4) are the same run; the resume lands on the head stage.
 FIXED = {"fedconcat": {"encoder_rounds": 2}}

@@ -19,6 +19,11 @@ Outputs in ``--out``: ``metrics.csv`` (per-round metrics of every run), ``result
 ``lightning-sfl fit`` command), ``log.txt`` (output, ``--jobs > 1`` only) and ``logs/`` (Lightning's
 ``metrics.csv`` and resolved ``config.yaml``; checkpoints are deleted unless ``--keep_checkpoints``).
 
+``--reuse`` skips runs whose folder holds a finished run of the same config; ``--add`` adds ``--methods`` to the
+comparison already in ``--out`` (produced by the same command but for its methods): the other methods' runs are
+read back from its ``metrics.csv``, not run again, and the report (whose command lists every method) covers all.
+Runs are independent processes seeded by their seed, so adding a method gives what the full command would.
+
 The aggregation (:func:`read_lightning_metrics`, :func:`summarize`, :func:`format_table`,
 :func:`accuracy_curves`) is pure and works on plain per-round records, without training.
 

@@ -3,35 +3,66 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from .config import plan_runs
-from .options import parse_args
-from .records import write_metrics_csv
+from .options import command_line, methods_of, parse_args, without_methods
+from .records import RunResult, read_metrics_csv, write_metrics_csv
 from .report import write_report
 from .runner import execute
 from .summary import MethodSummary, format_table, plural, summarize
+
+
+def kept_runs(args: argparse.Namespace) -> tuple[list[str], list[RunResult]]:
+    """``--add``: the methods of the comparison in ``--out`` that ``--methods`` does not name, and their runs.
+
+    The comparison must have been produced by the same command up to ``--methods`` and ``--jobs`` (read from its
+    ``results.md``) and hold every seed of every kept method; otherwise ``ValueError``."""
+    out = Path(args.out)
+    csv_path, md_path = out / "metrics.csv", out / "results.md"
+    if not (csv_path.is_file() and md_path.is_file()):
+        raise ValueError(f"--add: no comparison in {out} (its metrics.csv and results.md) to add to")
+    found = re.search(r"```bash\n(lightning-sfl compare .*)\n```", md_path.read_text())
+    previous = found.group(1) if found else "(no command found)"
+    if not found or without_methods(previous) != without_methods(command_line(args)):
+        raise ValueError(f"--add: {md_path} was produced by another command than this one: {previous}")
+    methods = [m for m in methods_of(previous) if m not in args.methods]
+    kept = [r for r in read_metrics_csv(csv_path) if r.method in methods]
+    missing = sorted({(m, s) for m in methods for s in args.seeds} - {(r.method, r.seed) for r in kept})
+    if missing:
+        runs = ", ".join(f"{m} seed {s}" for m, s in missing)
+        raise ValueError(f"--add: {csv_path} lacks runs ({runs}): name their methods in --methods to run them again")
+    return methods, kept
 
 
 def run_compare(args: argparse.Namespace) -> list[MethodSummary]:
     """Plan, run, and write ``metrics.csv``, ``results.md`` and ``accuracy.png``; return the summary rows."""
     out = Path(args.out)
     try:
+        kept_methods, kept = kept_runs(args) if args.add else ([], [])
         plan = plan_runs(args.config, args.methods, args.seeds, out, args.overrides, reuse=args.reuse)
+        if kept_methods:
+            kept_plan = plan_runs(args.config, kept_methods, args.seeds, out, args.overrides, write=False)
+            plan = kept_plan + plan
     except ValueError as exc:  # a setting the CLI's parser rejects: one line, before any run or folder
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     out.mkdir(parents=True, exist_ok=True)
     if args.reuse:
         print(f"[compare] reusing {sum(s.reuse for s in plan.runs)} finished runs with unchanged config and command")
+    if kept_methods:
+        print(f"[compare] keeping the runs of {plural(len(kept_methods), 'method')} already in {out}")
     runs = f"{plural(len(args.methods), 'method')} × {plural(len(args.seeds), 'seed')}"
-    print(f"[compare] {len(plan.runs)} runs ({runs}) -> {out}")
+    print(f"[compare] {len(plan.runs) - len(kept)} runs ({runs}) -> {out}")
     for method, dropped in plan.dropped.items():
-        if dropped:
+        if dropped and method in args.methods:
             print(f"[compare] {method}: not accepted by {plan.classes[method]}, dropped: {', '.join(dropped)}")
-    results = execute(plan.runs, args.jobs, args.keep_checkpoints)
+    new = [spec for spec in plan.runs if spec.method in args.methods]
+    results = kept + execute(new, args.jobs, args.keep_checkpoints)
+    args.methods = [*kept_methods, *args.methods]  # the report's command reproduces the whole comparison
     rows = summarize(results, args.target_acc)
     write_metrics_csv(results, out / "metrics.csv")
     write_report(args, plan, results, rows, out)

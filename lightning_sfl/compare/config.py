@@ -13,7 +13,7 @@ import re
 import shlex
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -157,6 +157,17 @@ class Plan:
     classes: dict[str, str]  # method -> class path
     dropped: dict[str, list[str]]  # method -> dropped config init_args and overrides
     base: dict  # the configs (and the non-model overrides) resolved, before any method is set
+    configs: dict[str, dict] = field(default_factory=dict)  # method -> its resolved run config
+
+    def __add__(self, other: Plan) -> Plan:
+        """Both plans' methods and runs (this one's first); they share ``base``."""
+        return Plan(
+            self.runs + other.runs,
+            {**self.classes, **other.classes},
+            {**self.dropped, **other.dropped},
+            self.base,
+            {**self.configs, **other.configs},
+        )
 
 
 def _dir_name(method: str) -> str:
@@ -233,4 +244,4 @@ def plan_runs(
             if write:
                 _write_run_dir(spec, run_config, configs_of[method], header, reuse)
             runs.append(spec)
-    return Plan(runs, classes, dropped, base)
+    return Plan(runs, classes, dropped, base, configs_of)

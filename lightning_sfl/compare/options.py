@@ -22,6 +22,7 @@ OPTIONS = (
     "--overrides",
     "--keep_checkpoints",
     "--reuse",
+    "--add",
 )
 
 
@@ -59,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not run again the runs of --out that finished with the same config and command "
         "(delete a run's folder to redo it); the report covers all runs",
+    )
+    parser.add_argument(
+        "--add",
+        action="store_true",
+        help="add --methods to the comparison already in --out (made by the same command but for the methods): "
+        "the other methods' runs in its metrics.csv are kept, not run again, and the report covers all",
     )
     parser.add_argument(
         "--overrides", nargs="*", default=[], metavar="ARG", help='fit options, e.g. --overrides "--data.alpha=1"'
@@ -113,6 +120,39 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     except ValueError as exc:
         parser.error(str(exc))
     return args
+
+
+def methods_of(command: str) -> list[str]:
+    """The ``--methods`` of a ``lightning-sfl compare`` command.
+
+    >>> methods_of("lightning-sfl compare --methods a b --seeds 0")
+    ['a', 'b']
+    """
+    tokens = shlex.split(command)
+    start = tokens.index("--methods") + 1 if "--methods" in tokens else len(tokens)
+    end = next((i for i in range(start, len(tokens)) if tokens[i].startswith("--")), len(tokens))
+    return tokens[start:end]
+
+
+def without_methods(command: str) -> list[str]:
+    """The tokens of a ``lightning-sfl compare`` command minus ``--methods ...`` and ``--jobs N`` (which change
+    no run's results).
+
+    >>> without_methods("lightning-sfl compare --methods a b --seeds 0 --jobs 2 --out x")
+    ['lightning-sfl', 'compare', '--seeds', '0', '--out', 'x']
+    """
+    tokens, kept, i = shlex.split(command), [], 0
+    while i < len(tokens):
+        if tokens[i] == "--jobs":
+            i += 2
+        elif tokens[i] == "--methods":
+            i += 1
+            while i < len(tokens) and not tokens[i].startswith("--"):
+                i += 1
+        else:
+            kept.append(tokens[i])
+            i += 1
+    return kept
 
 
 def command_line(args: argparse.Namespace) -> str:

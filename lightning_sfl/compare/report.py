@@ -69,8 +69,8 @@ def _settings(plan: Plan, results: Sequence[RunResult]) -> tuple[dict, dict, dic
     status = {(r.method, r.seed): r.completed for r in results}
     specs = sorted(plan.runs, key=lambda s: not status.get((s.method, s.seed), False))  # stable: completed first
     data, trainer, models = {}, {}, {}
-    for spec in specs:
-        cfg = _resolved_config(spec.run_dir)
+    for spec in specs:  # a run without a folder (kept by --add): the config it was planned with
+        cfg = _resolved_config(spec.run_dir) or plan.configs.get(spec.method, {})
         if not cfg:
             continue
         if not data and cfg.get("data"):
