@@ -251,3 +251,17 @@ def test_model_summary_counts_flops_on_the_example_input():
 
     summary = ModelSummary(SCALA(), max_depth=1)
     assert summary.total_flops > 1e6  # forward of the global model on one 1x8x8 digit
+
+
+@pytest.mark.parametrize("method", ["scala", "fedlc", "fedconcat"])
+def test_mnist5k_configs_resolve_to_alexnet_or_the_cnn_overlay(method):
+    from lightning_sfl.lightning_cli import resolved_config
+
+    base = ["--config", str(REPO / "configs/mnist5k/scala.yaml"), "--model", method]
+    overlay = ["--config", str(REPO / "configs/mnist5k/cnn_small.yaml")]
+    for extra, arch in (([], "alexnet_mnist"), (overlay, "cnn_small")):
+        cfg = resolved_config(base + extra)
+        assert cfg["data"]["dataset"] == "mnist5k" and cfg["model"]["init_args"]["arch"] == arch
+        assert cfg["model"]["class_path"] == f"lightning_sfl.algorithms.{ALGORITHMS[method].__name__}"
+    fedavg = resolved_config(["--config", str(REPO / "configs/mnist5k/fedavg.yaml")])
+    assert fedavg["model"]["init_args"]["arch"] == "alexnet_mnist" and fedavg["data"]["dataset"] == "mnist5k"

