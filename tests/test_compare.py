@@ -173,6 +173,9 @@ def test_accuracy_curves_mean_min_max_over_seeds():
 
 def test_metrics_csv_round_trip(tmp_path):
     results = [_run("a", 0, [0.25, 0.5], cum_bytes=10.0, **{"test/acc_class_0": [0.0, 1.0]}), _run("b", 3, [0.75])]
+    crashed = _run("c", 1, [0.5])  # crashed after logging a round: failed, also when read back
+    crashed.error = "error: non-finite logits"
+    results.append(crashed)
     compare.write_metrics_csv(results, tmp_path / "m.csv")
     with open(tmp_path / "m.csv") as f:
         rows = list(csv.DictReader(f))
@@ -180,10 +183,12 @@ def test_metrics_csv_round_trip(tmp_path):
         ("a", "0", "1", "0.25"),
         ("a", "0", "2", "0.5"),
         ("b", "3", "1", "0.75"),
+        ("c", "1", "1", "0.5"),
     ]
     assert rows[1]["cumulative_bytes"] == "20.0" and rows[2]["cumulative_bytes"] == ""
     back = compare.read_metrics_csv(tmp_path / "m.csv")
     assert [r.records for r in back] == [r.records for r in results]
+    assert [r.status for r in back] == ["ok", "ok", "failed"]
 
 
 # ====================================================================== config rewrite and command line

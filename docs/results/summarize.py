@@ -25,8 +25,17 @@ SETTINGS = {
 #: Fidelity experiments (``docs/results/fidelity/<folder>``, each produced by the command in its ``results.md``):
 #: one change against the committed α=2, K=20 runs (same seeds, shards and client draws).
 FIDELITY = {
-    "digits_a2_k20_fedlc_floor1e-8": "missing class counted as n = 1e-8 (public FedLC code)",
-    "digits_a2_k20_floor1e-12": "log(P_k + 1e-12) instead of log 0 = −∞ (the SCALA authors' GAS code)",
+    "digits_a2_k20_fedlc_floor1e-8": "(a) missing class counted as n = 1e-8 (public FedLC code)",
+    "digits_a2_k20_floor1e-12": "(a) log(P_k + 1e-12) instead of log 0 = −∞ (the SCALA authors' GAS code)",
+    "digits_a2_k20_floor0.01": "(a) log(P_k + 0.01): absent classes stay in the softmax",
+    "digits_a2_k20_floor0.1": "(a) log(P_k + 0.1): absent classes stay in the softmax",
+    "digits_a2_k20_fedlc_floor0.01": "(a) FedLC, a missing class counted as n = 0.01 (margin 3.2)",
+    "digits_a2_k20_fedlc_floor1": "(a) FedLC, a missing class counted as n = 1 (margin 1)",
+    "digits_a2_k20_fedlc_tau0.1": "(b) FedLC τ = 0.1 instead of 1",
+    "digits_a2_k20_fedlc_tau0.01": "(b) FedLC τ = 0.01 instead of 1",
+    "digits_a2_k20_local_epochs5": "(c) 5 local epochs with 16-row minibatches instead of T = 5 steps",
+    "digits_a2_k20_lr0.01": "(c) the papers' lr 0.01 instead of 0.05",
+    "digits_a2_k20_fedadam_server_lr0.01": "FedAdam server lr 0.01 instead of 0.1 (not a fidelity candidate)",
 }
 
 
@@ -54,7 +63,10 @@ def main() -> None:
         for row in summarize(runs, target_acc=0.9):
             if row.method not in order:
                 order.append(row.method)
-            table.setdefault(row.method, {})[setting] = format_acc(row.final_acc)
+            cell = format_acc(row.final_acc)
+            if row.failures:  # statistics over the completed runs only
+                cell += f" ({row.n_completed}/{row.n_completed + len(row.failures)} runs)"
+            table.setdefault(row.method, {})[setting] = cell
             reached = [r for r in row.rounds_to_target if r is not None]
             rounds.setdefault(row.method, {})[setting] = (
                 f"{sum(reached) / len(reached):.0f} ({len(reached)}/{len(row.rounds_to_target)})" if reached else "—"
@@ -68,13 +80,18 @@ Every registered method, 3 seeds (0, 1, 2; identical client shards and client dr
 50 global rounds, scikit-learn's 8×8 digits (1437 training / 360 test images), B=64, T=5, plain SGD lr 0.05,
 `cnn_small` cut at s2 for the split methods; 20 clients with participation 0.25 or 50 clients with
 participation 0.1 (5 clients per round in both, as in the SCALA paper's §5.4). Each method runs with its
-class defaults (FedProx μ=0.01, FedDyn α=0.01, FedLC τ=1, FedDecorr β=0.1, Fed-CBS β_m=m, λ=10).
+class defaults (FedProx μ=0.01, FedDyn α=0.01, FedLC τ=1, FedDecorr β=0.1, Fed-CBS β_m=m, λ=10, FedAvgM β=0.9 and
+η_g=1, FedAdagrad/FedAdam η_g=0.1 and FedYogi η_g=0.01 with β1=0.9, β2=0.99, τ=1e-3, FedRS α=0.5 (binary scaling),
+SCAFFOLD option II with a uniform average, FedConcat 5 clusters and 25 encoder + 25 head rounds): none is tuned here.
 
-Produced by (from the repository root, with the package installed; about an hour on 2 CPU cores):
+Produced by (from the repository root, with the package installed; about three hours on 2 CPU cores):
 
 ```bash
 bash docs/results/run_digits.sh && python docs/results/summarize.py
 ```
+
+(`bash docs/results/run_digits.sh --add --methods NAME...` adds methods to the committed comparisons without running
+the others again: runs are independent and seeded, so the tables are those the full command gives.)
 
 Per setting, `digits/<setting>/` holds `results.md` (final and best accuracy, rounds to 90%, total traffic),
 `accuracy.png` and the raw per-round `metrics.csv` of every run.

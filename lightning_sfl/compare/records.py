@@ -152,6 +152,10 @@ def write_metrics_csv(results: Sequence[RunResult], path: Path) -> None:
                 )
 
 
+#: The error of a failed run read back from a ``metrics.csv`` (which keeps its status, not its message).
+FAILED_IN_CSV = "failed (status read back from metrics.csv, which does not keep the message)"
+
+
 def read_metrics_csv(path: Path) -> list[RunResult]:
     """The runs of a ``metrics.csv`` written by :func:`write_metrics_csv` (failed runs without rows are lost)."""
     runs: dict[tuple[str, int], RunResult] = {}
@@ -159,6 +163,8 @@ def read_metrics_csv(path: Path) -> list[RunResult]:
         for row in csv.DictReader(f):
             key = (row["method"], int(row["seed"]))
             res = runs.setdefault(key, RunResult(*key))
+            if row["status"] == "failed":  # a run that crashed after logging rows stays failed
+                res.error = FAILED_IN_CSV
             rec = {"round": float(row["round"])}
             for k, v in row.items():
                 if k not in _ID_COLUMNS and (value := _to_float(v)) is not None:
