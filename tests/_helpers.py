@@ -29,3 +29,17 @@ def make_step(clients, sizes, **fields):
     clients, sizes = torch.as_tensor(clients), torch.as_tensor(sizes)
     fields.setdefault("local_sizes", sizes)
     return Step("local", 0, 0, False, clients, sizes, torch.zeros(0, dtype=torch.long), **fields)
+
+
+def small_digits():
+    """The digits setting of the FL-baseline tests: 8 clients, α=2, participation 0.5, B=24, data seed 1."""
+    from lightning_sfl.data import FederatedDataModule
+
+    return FederatedDataModule(dataset="digits", num_clients=8, alpha=2, participation=0.5, batch_size=24, seed=1)
+
+
+def flat_params(module):
+    """A module's parameters, detached and concatenated: ``[P]``."""
+    import torch
+
+    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])

@@ -9,23 +9,14 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from _helpers import quiet_trainer
+from _helpers import flat_params, quiet_trainer, small_digits
 
 from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.fedconcat import FedConcat, cluster_clients
-from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.system.comm import module_bytes
 
 LR = 0.05
-
-
-def _dm() -> FederatedDataModule:
-    return FederatedDataModule(dataset="digits", num_clients=8, alpha=2, participation=0.5, batch_size=24, seed=1)
-
-
-def _flat(module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
 
 
 class _Record(L.Callback):
@@ -47,7 +38,7 @@ class _Record(L.Callback):
 def _fit(cls, rounds: int, callbacks=(), **kwargs):
     torch.manual_seed(0)
     model = cls(lr=LR, local_iters=2, **kwargs)
-    quiet_trainer(rounds, limit_val_batches=0, callbacks=list(callbacks)).fit(model, _dm())
+    quiet_trainer(rounds, limit_val_batches=0, callbacks=list(callbacks)).fit(model, small_digits())
     return model
 
 
@@ -67,7 +58,9 @@ def test_cluster_clients_groups_clients_with_the_same_label_distribution():
 def test_one_cluster_in_the_encoder_stage_is_fedavg():
     ref = _fit(FedAvg, 2)
     concat = _fit(FedConcat, 2, clusters=1, encoder_rounds=2)
-    torch.testing.assert_close(_flat(concat.client.net.clusters[0]), _flat(ref.client.net), rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        flat_params(concat.client.net.clusters[0]), flat_params(ref.client.net), rtol=0, atol=1e-6
+    )
 
 
 def test_each_cluster_averages_its_own_clients():
@@ -76,15 +69,15 @@ def test_each_cluster_averages_its_own_clients():
     start, (clients, _, _) = rec.starts[0], rec.ends[0]
     of = model.fedconcat_cluster[clients]
     sizes = model.client_sizes[clients].double()
-    slots = torch.stack([_flat(s) for s in model.bank.slots]).double()  # the clients' trained models
+    slots = torch.stack([flat_params(s) for s in model.bank.slots]).double()  # the clients' trained models
     for c in range(3):
-        got = _flat(model.client.net.clusters[c])
+        got = flat_params(model.client.net.clusters[c])
         members = of == c
         if members.any():
             want = (sizes[members, None] * slots[members]).sum(0) / sizes[members].sum()
             torch.testing.assert_close(got.double(), want, rtol=0, atol=1e-6)
         else:
-            assert torch.equal(got, _flat(start.clusters[c]))  # no client of that cluster this round
+            assert torch.equal(got, flat_params(start.clusters[c]))  # no client of that cluster this round
     assert len(torch.unique(of)) > 1  # several clusters trained (else this test would show little)
 
 
@@ -93,7 +86,7 @@ def test_head_stage_trains_a_fedavg_head_on_the_frozen_concatenated_encoders():
     model = _fit(FedConcat, 2, callbacks=[rec], clusters=3, encoder_rounds=1)
     before = rec.starts[1]  # global model when the head stage starts
     for c in range(3):
-        assert torch.equal(_flat(model.client.net.clusters[c]), _flat(before.clusters[c]))  # frozen
+        assert torch.equal(flat_params(model.client.net.clusters[c]), flat_params(before.clusters[c]))  # frozen
     clients = rec.ends[1][0]
     steps = [s for s in rec.steps if s.round == 1]
     assert [s.kind for s in steps] == ["local", "local"]
@@ -111,7 +104,7 @@ def test_head_stage_trains_a_fedavg_head_on_the_frozen_concatenated_encoders():
         heads.append(torch.cat([w.reshape(-1), b]))
     sizes = model.client_sizes[clients].double()
     want = (sizes[:, None] * torch.stack(heads).double()).sum(0) / sizes.sum()
-    torch.testing.assert_close(_flat(model.client.net.head).double(), want, rtol=0, atol=1e-5)
+    torch.testing.assert_close(flat_params(model.client.net.head).double(), want, rtol=0, atol=1e-5)
 
 
 def test_traffic_encoders_travel_once_then_only_the_head():
@@ -145,4 +138,4 @@ def test_bad_settings_are_refused():
     torch.manual_seed(0)
     trainer = quiet_trainer(-1, max_steps=4, limit_val_batches=0)
     with pytest.raises(ConfigError, match="FedConcat needs encoder_rounds when the trainer's max_epochs is -1"):
-        trainer.fit(FedConcat(lr=LR), _dm())
+        trainer.fit(FedConcat(lr=LR), small_digits())

@@ -7,11 +7,10 @@ import copy
 import lightning as L
 import pytest
 import torch
-from _helpers import quiet_trainer
+from _helpers import flat_params, quiet_trainer, small_digits
 
 from lightning_sfl.algorithms.fedavg import FedAvg, FedProx
 from lightning_sfl.algorithms.fednova import FedNova, fednova_average, momentum_norm
-from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
 
 
@@ -43,14 +42,6 @@ def test_momentum_norm_is_the_sum_of_the_momentum_coefficients():
 EPOCHS = {"local_epochs": 1.0, "local_batch_size": 16}  # digits, 8 clients: |D_k| from ~60 to ~300, τ_k 4..19
 
 
-def _dm() -> FederatedDataModule:
-    return FederatedDataModule(dataset="digits", num_clients=8, alpha=2, participation=0.5, batch_size=24, seed=1)
-
-
-def _flat(module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
-
-
 class _SlotTrace(L.Callback):
     """Every slot's parameters after every training step: ``[steps, S, P]``."""
 
@@ -58,27 +49,27 @@ class _SlotTrace(L.Callback):
         self.trace: list[torch.Tensor] = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.trace.append(torch.stack([_flat(slot) for slot in pl_module.bank.slots]))
+        self.trace.append(torch.stack([flat_params(slot) for slot in pl_module.bank.slots]))
 
 
 def _fit(cls, rounds: int = 1, callbacks=None, **kwargs):
     torch.manual_seed(0)
     model = cls(lr=0.05, **kwargs)
     model0 = copy.deepcopy(model)
-    quiet_trainer(rounds, limit_val_batches=0, callbacks=callbacks).fit(model, _dm())
+    quiet_trainer(rounds, limit_val_batches=0, callbacks=callbacks).fit(model, small_digits())
     return model0, model
 
 
 def test_fednova_with_equal_step_counts_is_fedavg():
     _, ref = _fit(FedAvg, 2, local_iters=3)
     _, nova = _fit(FedNova, 2, local_iters=3)
-    torch.testing.assert_close(_flat(nova.client.net), _flat(ref.client.net), rtol=0, atol=1e-6)
+    torch.testing.assert_close(flat_params(nova.client.net), flat_params(ref.client.net), rtol=0, atol=1e-6)
 
 
 def test_local_epochs_give_unequal_steps_and_a_finished_client_does_not_move():
     trace = _SlotTrace()
     _, model = _fit(FedProx, callbacks=[trace], momentum=0.9, weight_decay=1e-3, **EPOCHS)  # all three would drift
-    step = _dm().plan(0, model.schedule)[-1]  # the closing "aggregate" step lists the round's clients
+    step = small_digits().plan(0, model.schedule)[-1]  # the closing "aggregate" step lists the round's clients
     assert step.kind == "aggregate" and step.round_end and int(step.sizes.sum()) == 0
     taus = model.local_steps(step.clients)
     sizes = model.client_sizes[step.clients]
@@ -94,12 +85,12 @@ def test_local_epochs_give_unequal_steps_and_a_finished_client_does_not_move():
 def test_one_round_of_fednova_is_its_average_of_fedavgs_client_models():
     x0, fedavg = _fit(FedAvg, **EPOCHS)  # same local training: the rounds differ only in the server step
     _, nova = _fit(FedNova, **EPOCHS)
-    step = _dm().plan(0, fedavg.schedule)[-1]
-    ys = torch.stack([_flat(fedavg.bank.slots[k]) for k in step.bank_slots.tolist()])
+    step = small_digits().plan(0, fedavg.schedule)[-1]
+    ys = torch.stack([flat_params(fedavg.bank.slots[k]) for k in step.bank_slots.tolist()])
     taus, sizes = fedavg.local_steps(step.clients), fedavg.client_sizes[step.clients]
-    want = fednova_average(_flat(x0.client.net), ys, taus, sizes)
-    torch.testing.assert_close(_flat(nova.client.net), want, rtol=0, atol=1e-6)
-    assert (_flat(nova.client.net) - _flat(fedavg.client.net)).abs().max() > 1e-5  # unequal τ: not FedAvg
+    want = fednova_average(flat_params(x0.client.net), ys, taus, sizes)
+    torch.testing.assert_close(flat_params(nova.client.net), want, rtol=0, atol=1e-6)
+    assert (flat_params(nova.client.net) - flat_params(fedavg.client.net)).abs().max() > 1e-5  # unequal τ: not FedAvg
 
 
 def test_local_epoch_settings_are_checked():

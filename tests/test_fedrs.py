@@ -8,23 +8,18 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from _helpers import quiet_trainer, round_steps
+from _helpers import quiet_trainer, round_steps, small_digits
 
 from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.fedrs import FedRS, fedrs_scale
-from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
-
-
-def _dm() -> FederatedDataModule:
-    return FederatedDataModule(dataset="digits", num_clients=8, alpha=2, participation=0.5, batch_size=24, seed=1)
 
 
 def _fit(cls, **kwargs):
     torch.manual_seed(0)
     model = cls(local_iters=2, lr=0.1, **kwargs)
     model0 = copy.deepcopy(model)
-    quiet_trainer(2, limit_val_batches=0).fit(model, _dm())
+    quiet_trainer(2, limit_val_batches=0).fit(model, small_digits())
     return model0, model
 
 
@@ -43,7 +38,7 @@ def test_scalings_by_hand():
 def test_row_loss_is_the_restricted_softmax_of_the_paper():
     """``CE(α_c·w_cᵀh + b_c)`` computed from the classifier's weights on the features, by hand."""
     _, model = _fit(FedRS, rs_alpha=0.3)  # bound to the federation, with trained weights
-    dm = _dm()
+    dm = small_digits()
     step = round_steps(dm, 0)[0]
     step = step.replace(x=dm.splits.to_float(step.x))
     feats, logits = model.bank.forward_features(step.x, step.local_sizes, step.slots)

@@ -9,20 +9,15 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from _helpers import quiet_trainer, round_steps
+from _helpers import flat_params, quiet_trainer, round_steps, small_digits
 from torch.func import functional_call
 
 from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.scaffold import Scaffold
 from lightning_sfl.callbacks import CommunicationBytes
-from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
 
 LR = 0.1
-
-
-def _dm() -> FederatedDataModule:
-    return FederatedDataModule(dataset="digits", num_clients=8, alpha=2, participation=0.5, batch_size=24, seed=1)
 
 
 class _Globals(L.Callback):
@@ -42,39 +37,35 @@ def _fit(cls, rounds: int, local_iters: int, **kwargs):
     model = cls(local_iters=local_iters, lr=LR, **kwargs)
     model0 = copy.deepcopy(model)
     seen = _Globals()
-    quiet_trainer(rounds, limit_val_batches=0, callbacks=[seen, CommunicationBytes()]).fit(model, _dm())
+    quiet_trainer(rounds, limit_val_batches=0, callbacks=[seen, CommunicationBytes()]).fit(model, small_digits())
     return model0, model, seen.seen
-
-
-def _flat(module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
 
 
 def test_zero_control_variates_and_one_local_step_equal_fedavg():
     _, ref, _ = _fit(FedAvg, 1, 1)
     _, same, _ = _fit(Scaffold, 1, 1, average="size")
-    torch.testing.assert_close(_flat(same.client.net), _flat(ref.client.net), rtol=0, atol=1e-7)
+    torch.testing.assert_close(flat_params(same.client.net), flat_params(ref.client.net), rtol=0, atol=1e-7)
 
 
 def test_control_variates_after_a_round_by_hand():
     model0, model, _ = _fit(Scaffold, 1, 2)
-    (step,) = round_steps(_dm(), 0, local_iters=2)[:1]
-    x = _flat(model0.client.net)
+    (step,) = round_steps(small_digits(), 0, local_iters=2)[:1]
+    x = flat_params(model0.client.net)
     expected_ci = torch.zeros_like(model.scaffold_client_c)
     for k, client in enumerate(step.clients.tolist()):
-        y = _flat(model.bank.slots[int(step.bank_slots[k])])  # the client's model after its K = 2 steps
+        y = flat_params(model.bank.slots[int(step.bank_slots[k])])  # the client's model after its K = 2 steps
         expected_ci[client] = (x - y) / (2 * LR)
     torch.testing.assert_close(model.scaffold_client_c, expected_ci, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(model.scaffold_c, expected_ci.sum(0) / 8, rtol=1e-5, atol=1e-7)
-    mean = torch.stack([_flat(model.bank.slots[int(s)]) for s in step.bank_slots]).mean(0)  # uniform average
-    torch.testing.assert_close(_flat(model.client.net), mean, rtol=0, atol=1e-6)
+    mean = torch.stack([flat_params(model.bank.slots[int(s)]) for s in step.bank_slots]).mean(0)  # uniform average
+    torch.testing.assert_close(flat_params(model.client.net), mean, rtol=0, atol=1e-6)
 
 
 def test_the_next_round_steps_with_the_correction_by_hand():
     """Round 2, one local step: ``y_k = x − η(∇F_k(x) + c − c_k)`` with the state left by round 1."""
     _, model, seen = _fit(Scaffold, 2, 1)
     x1, c, c_client = seen[1]
-    dm = _dm()
+    dm = small_digits()
     step = round_steps(dm, 1, local_iters=1)[0]
     net = model.client.net
     names = [n for n, _ in net.named_parameters()]
@@ -86,7 +77,7 @@ def test_the_next_round_steps_with_the_correction_by_hand():
         loss = F.cross_entropy(functional_call(net, params, (xs[k],)), ys[k])
         grad = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(params.values()))])
         want = x1 - LR * (grad + c - c_client[client])
-        got = _flat(model.bank.slots[int(step.bank_slots[k])])
+        got = flat_params(model.bank.slots[int(step.bank_slots[k])])
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert (c_client[step.clients] != 0).any() or (c != 0).any(), "round 1 left non-zero control variates"
 
