@@ -3,13 +3,22 @@
 # against the committed digits runs at alpha=2, K=20 (docs/results/digits/quantity_a2_k20: same seeds, shards and
 # client draws), 3 seeds, 50 rounds; then docs/results/README.md.
 #   bash docs/results/run_fidelity.sh                 (from the repository root, with the package installed)
-#   bash docs/results/run_fidelity.sh NAME...          (only these experiments, e.g. fedlc_tau0.1)
+#   bash docs/results/run_fidelity.sh NAME...          (only these experiments, e.g. fedlc_tau0.1 mnist5k_alexnet)
+# The mnist5k_* experiments run the papers' 28x28 AlexNet on MNIST-5k (configs/mnist5k/scala.yaml) against the
+# cnn_small runs of docs/results/mnist5k/quantity_a2_k20 (same data setting, seeds, shards and client draws).
 set -euo pipefail
+only() { [ ${#ONLY[@]} -eq 0 ] || [[ " ${ONLY[*]} " == *" $1 "* ]]; }
 run() {
   name=$1; shift
-  if [ ${#ONLY[@]} -gt 0 ] && [[ ! " ${ONLY[*]} " == *" $name "* ]]; then return; fi
+  only "$name" || return 0
   lightning-sfl compare --config configs/digits/scala.yaml --seeds 0 1 2 --jobs 2 --target_acc 0.9 \
     --out "docs/results/fidelity/digits_a2_k20_$name" "$@"
+}
+run_mnist() {
+  name=$1; shift
+  only "mnist5k_$name" || return 0
+  lightning-sfl compare --config configs/mnist5k/scala.yaml --seeds 0 1 2 --jobs 2 --target_acc 0.9 \
+    --out "docs/results/fidelity/mnist5k_a2_k20_$name" "$@"
 }
 ONLY=("$@")
 R=--trainer.max_epochs=50
@@ -33,4 +42,9 @@ run local_epochs5 --methods fedavg fedlc fedlogit --overrides $R --model.local_e
 run lr0.01 --methods fedavg fedlc fedlogit scaffold --overrides $R --model.lr=0.01
 # a server learning rate of 0.01 for FedAdam (its default 0.1, Flower's, collapses on digits)
 run fedadam_server_lr0.01 --methods fedadam --overrides $R --model.server_lr=0.01
+# (d) model size: the papers' AlexNet (3.9M parameters) instead of cnn_small (0.46M at 28x28; 0.09M on 8x8 digits),
+# on MNIST-5k; then (a)'s floors with it
+run_mnist alexnet --methods fedavg fedlc fedlogit --overrides $R
+run_mnist alexnet_floor0.1 --methods fedlogit --overrides $R --model.missing_class_floor=0.1
+run_mnist alexnet_fedlc_floor1 --methods fedlc --overrides $R --model.missing_class_floor=1
 python docs/results/summarize.py
