@@ -265,3 +265,12 @@ def test_mnist5k_configs_resolve_to_alexnet_or_the_cnn_overlay(method):
         assert cfg["model"]["class_path"] == f"lightning_sfl.algorithms.{ALGORITHMS[method].__name__}"
     fedavg = resolved_config(["--config", str(REPO / "configs/mnist5k/fedavg.yaml")])
     assert fedavg["model"]["init_args"]["arch"] == "alexnet_mnist" and fedavg["data"]["dataset"] == "mnist5k"
+
+
+def test_double_precision_trains_with_the_model_summary_on(run_dir):
+    """``--trainer.precision 64-true``: the summary's example input and every batch reach the model in float64."""
+    rows = _rows(_fit(run_dir, "--trainer.precision=64-true", "--trainer.enable_model_summary=true", rounds=1))
+    assert [float(r["round"]) for r in rows if r.get("test/acc")] == [1.0]
+    (ckpt,) = run_dir.rglob("last.ckpt")
+    weights = torch.load(ckpt, weights_only=True)["state_dict"]
+    assert {v.dtype for v in weights.values() if v.is_floating_point()} == {torch.float64}

@@ -42,6 +42,7 @@ def _run(method: str, devices: int, folder: Path, rounds: int = 3, extra=()) -> 
         "--trainer.enable_progress_bar=false",
         "--model.momentum=0.5",
         "--dissimilarity.every_n_rounds=1",
+        *extra,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=folder.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -71,6 +72,9 @@ FLOAT64 = ("--trainer.precision=64-true",)
         ("fedprox", FLOAT64),
         ("feddyn", FLOAT64),
         ("fednova", ()),
+        ("scaffold", FLOAT64),
+        ("fedadam", ()),
+        ("fedconcat", ()),
     ],
     ids=[
         "scala",
@@ -81,6 +85,9 @@ FLOAT64 = ("--trainer.precision=64-true",)
         "fedprox-float64",
         "feddyn-float64",
         "fednova-local-epochs-unequal-steps",
+        "scaffold-float64-control-variates",
+        "fedadam-server-moments",
+        "fedconcat-clusters-then-head-rounds",
     ],
 )
 def test_two_processes_equal_one(method, extra, tmp_path):

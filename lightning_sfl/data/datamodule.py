@@ -283,8 +283,8 @@ class FederatedDataModule(L.LightningDataModule):
         ``{"x", "y"}``."""
         if isinstance(batch, Step):
             return batch.replace(x=self.model_input(batch.x))
-        if isinstance(batch, torch.Tensor):  # the model's example input (model summary): already model input
-            return batch
+        if isinstance(batch, torch.Tensor):  # the model's example input (model summary): normalised, not yet in
+            return self._in_precision(batch)  # the trainer's precision (float64 with 64-true)
         if isinstance(batch, (list, tuple)):
             batch = {"x": batch[0], "y": batch[1]}
         batch["x"] = self.model_input(batch["x"])
@@ -292,5 +292,7 @@ class FederatedDataModule(L.LightningDataModule):
 
     def model_input(self, x: torch.Tensor) -> torch.Tensor:
         """Stored pixels → normalised floats in the trainer's input precision (what the model consumes)."""
-        x = self.splits.to_float(x)
+        return self._in_precision(self.splits.to_float(x))
+
+    def _in_precision(self, x: torch.Tensor) -> torch.Tensor:
         return self.trainer.precision_plugin.convert_input(x) if self.trainer is not None else x
