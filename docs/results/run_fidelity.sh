@@ -4,22 +4,19 @@
 # client draws), 3 seeds, 50 rounds; then docs/results/README.md.
 #   bash docs/results/run_fidelity.sh                 (from the repository root, with the package installed)
 #   bash docs/results/run_fidelity.sh NAME...          (only these experiments, e.g. fedlc_tau0.1 mnist5k_alexnet)
-# The mnist5k_* experiments run the papers' 28x28 AlexNet on MNIST-5k (configs/mnist5k/scala.yaml) against the
-# cnn_small runs of docs/results/mnist5k/quantity_a2_k20 (same data setting, seeds, shards and client draws).
+# The mnist5k_* experiments run the papers' 28x28 AlexNet on MNIST-5k (configs/mnist5k/scala.yaml, lr 0.05) against
+# the cnn_small runs of docs/results/mnist5k/attempt_lr0.05_quantity_a2_k20 (same data setting, lr, seeds, shards and
+# client draws).
 set -euo pipefail
 only() { [ ${#ONLY[@]} -eq 0 ] || [[ " ${ONLY[*]} " == *" $1 "* ]]; }
-run() {
-  name=$1; shift
-  only "$name" || return 0
-  lightning-sfl compare --config configs/digits/scala.yaml --seeds 0 1 2 --jobs 2 --target_acc 0.9 \
-    --out "docs/results/fidelity/digits_a2_k20_$name" "$@"
+experiment() {  # DATASET NAME COMPARE-ARGS...: one experiment into docs/results/fidelity/<DATASET>_a2_k20_<NAME>
+  dataset=$1 name=$2; shift 2
+  if [ "$dataset" = digits ]; then only "$name" || return 0; else only "${dataset}_$name" || return 0; fi
+  lightning-sfl compare --config "configs/$dataset/scala.yaml" --seeds 0 1 2 --jobs 2 --target_acc 0.9 \
+    --out "docs/results/fidelity/${dataset}_a2_k20_$name" "$@"
 }
-run_mnist() {
-  name=$1; shift
-  only "mnist5k_$name" || return 0
-  lightning-sfl compare --config configs/mnist5k/scala.yaml --seeds 0 1 2 --jobs 2 --target_acc 0.9 \
-    --out "docs/results/fidelity/mnist5k_a2_k20_$name" "$@"
-}
+run() { experiment digits "$@"; }
+run_mnist() { experiment mnist5k "$@"; }
 ONLY=("$@")
 R=--trainer.max_epochs=50
 # (a) missing classes: the public codes' finite versions instead of the equations' limit (-inf logits)
