@@ -1,0 +1,216 @@
+"""Asynchronous clients on a simulated clock (GAS, Alg. 1; FedBuff, CA²FL): which event happens next, and when.
+
+``C`` clients are in flight at once, each in its own slot with its own clock. A client of a split method (GAS)
+runs ``E`` local iterations; iteration ``e`` costs a forward pass of the client half, then the upload of its
+activations, which *arrive* at the server at that time; the gradient comes back at once (no downlink or server
+time) and the backward pass follows. After the ``E``-th iteration the client uploads its half; when it *arrives*,
+a new client, drawn uniformly from the clients not in flight (not the one that just finished), takes over the
+slot and that clock. A client of a plain FL method (FedBuff, CA²FL) trains ``E`` iterations of the whole model
+locally, then uploads it. The server counts arrivals: every ``Q_s``-th activation arrival *flushes* the activation
+buffer (a server update), every ``Q_c``-th model arrival *aggregates* (one global iteration ``t``).
+
+Events come in time order (ties: lower slot first). Everything here depends on the system model only, never on
+the training, so a schedule plans the events ahead and the state (:meth:`AsyncClock.state_dict`) resumes them
+exactly.
+
+>>> times = ClientTimes.split(forward=[1.0, 2.0], backward=[0.5, 0.5], activation_upload=[1.0, 1.0],
+...     model_upload=[3.0, 3.0])
+>>> clock = AsyncClock(times, concurrency=1, local_iters=2, flush_every=1, aggregate_every=1, seed=0)
+>>> [(type(e).__name__, e.client, e.time) for e in (clock.next_event() for _ in range(3))]
+[('Arrival', 1, 3.0), ('Arrival', 1, 6.5), ('Upload', 1, 10.0)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from lightning_sfl.data.sampling import round_generator
+from lightning_sfl.errors import ConfigError
+
+__all__ = ["Arrival", "AsyncClock", "ClientTimes", "Upload"]
+
+
+@dataclass(frozen=True)
+class ClientTimes:
+    """Seconds per local iteration and per upload of every client, ``[K]`` float64 each.
+
+    Attributes:
+        forward: client-half forward of one minibatch (split); a whole local iteration of the model (FL).
+        backward: client-half backward of one minibatch (split); 0 (FL: counted in ``forward``).
+        activation_upload: one minibatch's activations and labels, up (split); ``None`` for FL methods.
+        model_upload: the client half (split) or the whole model (FL), up.
+    """
+
+    forward: torch.Tensor
+    backward: torch.Tensor
+    activation_upload: torch.Tensor | None
+    model_upload: torch.Tensor
+
+    @staticmethod
+    def split(forward, backward, activation_upload, model_upload) -> ClientTimes:
+        """Times of a split method (values or lists, one per client)."""
+        f64 = lambda v: torch.as_tensor(v, dtype=torch.float64)  # noqa: E731
+        return ClientTimes(f64(forward), f64(backward), f64(activation_upload), f64(model_upload))
+
+    @staticmethod
+    def local(iteration, model_upload) -> ClientTimes:
+        """Times of an FL method: a local iteration of the whole model and the model's upload."""
+        it = torch.as_tensor(iteration, dtype=torch.float64)
+        return ClientTimes(it, torch.zeros_like(it), None, torch.as_tensor(model_upload, dtype=torch.float64))
+
+    @property
+    def is_split(self) -> bool:
+        return self.activation_upload is not None
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.forward)
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """Client ``client`` (in ``slot``) uploaded the activations of its local iteration ``iteration`` (1-based) of its
+    ``participation``-th participation (0-based); they arrive at ``time``. ``progress`` is GAS's ``n = t·E + e``
+    (``t``: global iterations done when the client started). ``flush``: this arrival fills the activation buffer."""
+
+    slot: int
+    client: int
+    time: float
+    iteration: int
+    participation: int
+    progress: int
+    flush: bool
+
+
+@dataclass(frozen=True)
+class Upload:
+    """Client ``client``'s model (trained ``E`` iterations in ``slot`` from the global model of version ``version``)
+    arrives at ``time``; ``aggregate``: it fills the model buffer (global iteration ``t`` ends). ``next_client``
+    takes over the slot (and the clock) with the global model as it is after this upload."""
+
+    slot: int
+    client: int
+    time: float
+    participation: int
+    version: int
+    aggregate: bool
+    next_client: int
+
+
+class AsyncClock:
+    """The event simulator (state: one clock per slot, the clients in flight, their progress, the buffers' counts).
+
+    Args:
+        times: per-client seconds (:class:`ClientTimes`).
+        concurrency: ``C``, clients in flight (``1 <= C <= K``).
+        local_iters: ``E``, local iterations per participation.
+        flush_every: ``Q_s``, activation arrivals per server update (split methods; ignored for FL).
+        aggregate_every: ``Q_c``, model arrivals per aggregation.
+        seed: seeds the draws of clients (the ``d``-th draw uses its own generator: resumable).
+    """
+
+    def __init__(
+        self,
+        times: ClientTimes,
+        concurrency: int,
+        local_iters: int,
+        flush_every: int,
+        aggregate_every: int,
+        seed: int,
+    ) -> None:
+        k = times.num_clients
+        for name, value, low in (
+            ("concurrency", concurrency, 1),
+            ("local_iters", local_iters, 1),
+            ("flush_every", flush_every, 1),
+            ("aggregate_every", aggregate_every, 1),
+        ):
+            if int(value) != value or value < low:
+                raise ConfigError(f"{name}={value!r} must be a whole number >= {low}")
+        if concurrency > k:
+            raise ConfigError(f"concurrency={concurrency} must be <= the number of clients ({k})")
+        self.times, self.concurrency, self.local_iters = times, int(concurrency), int(local_iters)
+        self.flush_every, self.aggregate_every, self.seed = int(flush_every), int(aggregate_every), seed
+        self.draws = 0
+        first = torch.randperm(k, generator=round_generator(seed, 0, stream=7))[: self.concurrency]
+        self.slot_client = first.sort().values.clone()  # [C]
+        self.clock = torch.zeros(self.concurrency, dtype=torch.float64)  # [C] time of each slot's next event
+        self.iteration = torch.zeros(self.concurrency, dtype=torch.long)  # [C] local iterations done
+        self.version = torch.zeros(self.concurrency, dtype=torch.long)  # [C] global iteration at the client's start
+        self.participations = torch.zeros(k, dtype=torch.long)  # [K] participations started
+        self.activations_buffered = 0
+        self.models_buffered = 0
+        self.aggregations = 0
+        for slot in range(self.concurrency):
+            self._start(slot, int(self.slot_client[slot]), 0.0)
+
+    def _start(self, slot: int, client: int, time: float) -> None:
+        """``client`` takes ``slot`` at ``time``: its first event is its first arrival (split) or its upload (FL)."""
+        t = self.times
+        self.slot_client[slot] = client
+        self.iteration[slot] = 0
+        self.version[slot] = self.aggregations
+        self.participations[client] += 1
+        if t.is_split:
+            self.clock[slot] = time + t.forward[client] + t.activation_upload[client]
+        else:
+            self.iteration[slot] = self.local_iters
+            self.clock[slot] = time + self.local_iters * t.forward[client] + t.model_upload[client]
+
+    def _draw(self, finished: int) -> int:
+        """A client not in flight, uniformly, not ``finished`` (unless it is the only one left)."""
+        busy = torch.zeros(self.times.num_clients, dtype=torch.bool)
+        busy[self.slot_client[self.slot_client >= 0]] = True
+        busy[finished] = True
+        candidates = torch.nonzero(~busy).flatten()
+        g = round_generator(self.seed, self.draws, stream=8)
+        self.draws += 1
+        if len(candidates) == 0:
+            return finished
+        return int(candidates[torch.randint(len(candidates), (1,), generator=g)])
+
+    def next_event(self) -> Arrival | Upload:
+        """The next event in time order; moves the state past it."""
+        slot = int(torch.argmin(self.clock))  # the first minimum: ties go to the lower slot
+        client, time, t = int(self.slot_client[slot]), float(self.clock[slot]), self.times
+        participation = int(self.participations[client]) - 1
+        if int(self.iteration[slot]) < self.local_iters:  # an activation arrival (split methods only)
+            self.iteration[slot] += 1
+            e = int(self.iteration[slot])
+            self.activations_buffered += 1
+            flush = self.activations_buffered == self.flush_every
+            if flush:
+                self.activations_buffered = 0
+            progress = int(self.version[slot]) * self.local_iters + e
+            if e < self.local_iters:
+                self.clock[slot] = time + t.backward[client] + t.forward[client] + t.activation_upload[client]
+            else:
+                self.clock[slot] = time + t.backward[client] + t.model_upload[client]
+            return Arrival(slot, client, time, e, participation, progress, flush)
+        version = int(self.version[slot])
+        self.models_buffered += 1
+        aggregate = self.models_buffered == self.aggregate_every
+        if aggregate:
+            self.models_buffered = 0
+            self.aggregations += 1
+        self.slot_client[slot] = -1  # not in flight while the next client is drawn
+        nxt = self._draw(client)
+        self._start(slot, nxt, time)
+        return Upload(slot, client, time, participation, version, aggregate, nxt)
+
+    _STATE = ("slot_client", "clock", "iteration", "version", "participations")
+    _COUNTS = ("draws", "activations_buffered", "models_buffered", "aggregations")
+
+    def state_dict(self) -> dict:
+        return {
+            **{name: getattr(self, name).clone() for name in self._STATE},
+            **{name: getattr(self, name) for name in self._COUNTS},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in self._STATE:
+            getattr(self, name).copy_(state[name])
+        for name in self._COUNTS:
+            setattr(self, name, int(state[name]))
