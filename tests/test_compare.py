@@ -405,9 +405,15 @@ def test_identical_shards_and_draws_per_seed_across_methods(compared):
     assert per_seed[0][0][0] != per_seed[1][0][0]  # and another seed gives other shards
 
 
-def test_subprocess_jobs_reproduce_the_in_process_runs(compared, tmp_path):
+def test_subprocess_jobs_reproduce_the_in_process_runs(compared, tmp_path, monkeypatch):
     out, methods = compared
     other = tmp_path / "jobs"
+    # a lightning_sfl/ folder in the working directory (as at the repository root with a non-editable install,
+    # where it lacks lightning_sfl.callbacks) must not shadow the installed package in the child processes
+    decoy = tmp_path / "cwd" / "lightning_sfl"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("raise ImportError('the working directory shadowed the package')\n")
+    monkeypatch.chdir(decoy.parent)
     compare.main(
         [
             "--config",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import os
 import re
 import shutil
 import subprocess
@@ -79,12 +80,20 @@ def run_in_process(spec: RunSpec, keep_checkpoints: bool = False) -> RunResult:
 
 
 def run_subprocess(spec: RunSpec, keep_checkpoints: bool = False) -> RunResult:
-    """Train one run as ``lightning-sfl fit ... --torch_threads 1`` in a child process (output in ``log.txt``)."""
+    """Train one run as ``lightning-sfl fit ... --torch_threads 1`` in a child process (output in ``log.txt``).
+
+    The child imports the package this process runs, not a ``lightning_sfl/`` folder in the working directory:
+    ``python -m`` would put the working directory first on ``sys.path`` (``PYTHONSAFEPATH``, Python 3.11+), and
+    from the repository root with a non-editable install that folder lacks ``lightning_sfl.callbacks`` (mapped
+    from the top-level ``callbacks/`` at install time), so every run would fail."""
     cmd = [sys.executable, "-m", "lightning_sfl.cli", *spec.fit_args, "--torch_threads=1"]
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}
     start = time.perf_counter()
     log_path = spec.run_dir / "log.txt"
     with open(log_path, "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False)
+        proc = subprocess.run(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, check=False
+        )
     error = None
     if proc.returncode != 0:
         detail = error_from_output(log_path.read_text(errors="replace"))
