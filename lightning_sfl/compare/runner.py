@@ -91,9 +91,7 @@ def run_subprocess(spec: RunSpec, keep_checkpoints: bool = False) -> RunResult:
     start = time.perf_counter()
     log_path = spec.run_dir / "log.txt"
     with open(log_path, "w") as log:
-        proc = subprocess.run(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, check=False
-        )
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, check=False)
     error = None
     if proc.returncode != 0:
         detail = error_from_output(log_path.read_text(errors="replace"))
