@@ -1,0 +1,239 @@
+"""``AsyncEvents``: the asynchronous schedule of GAS (Alg. 1), FedBuff and CA²FL, as typed steps for the loop.
+
+The events come from :class:`~lightning_sfl.loop.async_clock.AsyncClock` in simulated-time order; this schedule
+gives them rows and groups them into steps:
+
+* ``"arrivals"`` (:class:`ArrivalStep`): activation arrivals of *distinct* clients with no server update between
+  them, processed as one batched step. The server weights ``w_s`` are the same for every arrival of the group
+  (the buffer flushes at most at its last arrival, :attr:`ArrivalStep.flush`), and each client's half moves only
+  through its own arrivals, so the group's gradients are those of processing the arrivals one at a time. A group
+  ends at a flush, before a client that is already in it, and before an upload.
+* ``"upload"`` (:class:`UploadStep`): one client's model arrives (into the model buffer; ``aggregate``: the
+  buffer is full and the global half is replaced, eq. 10); ``next_client`` then takes the slot with the global
+  model as it is after this upload. For plain FL methods (FedBuff, CA²FL: no activation arrivals) the step also
+  carries the client's ``E`` local minibatches (``E·b_k`` rows), trained in its slot before the upload.
+
+One round (Lightning epoch, the x-axis) is one global iteration ``t``: it ends with the upload that aggregates.
+Client ``k``'s ``p``-th participation draws its ``E`` minibatches of ``b_k = min(b, |D_k|)`` rows from a generator
+seeded by ``(seed, k, p)``; with the clock's state in :meth:`state_dict`, a resumed run plans the same steps.
+
+>>> import torch
+>>> from lightning_sfl.loop.async_clock import ClientTimes
+>>> stats = ClientStats(sizes=torch.tensor([4, 4]), label_counts=torch.tensor([[4, 0], [0, 4]]),
+...     label_distribution=torch.tensor([[1.0, 0.0], [0.0, 1.0]]), shards=[torch.arange(0, 4), torch.arange(4, 8)],
+...     clients_per_round=2, batch_size=2, seed=0)
+>>> times = ClientTimes.split(forward=[1.0, 1.0], backward=[0.0, 0.0], activation_upload=[1.0, 1.5],
+...     model_upload=[1.0, 1.0])
+>>> schedule = AsyncEvents(concurrency=2, local_iters=2, flush_every=2, aggregate_every=1, times=times)
+>>> [(s.kind, s.clients.tolist(), s.time, s.round_end) for s in schedule.plan_round(0, stats)]
+[('arrivals', [0, 1], 2.5, False), ('arrivals', [0], 4.0, False), ('upload', [0], 5.0, True)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from lightning_sfl.data.sampling import minibatch_indices, round_generator
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop.async_clock import Arrival, AsyncClock, ClientTimes, Upload
+from lightning_sfl.loop.schedule import Schedule
+from lightning_sfl.loop.step import ClientStats, Step
+
+__all__ = ["ArrivalStep", "AsyncEvents", "UploadStep"]
+
+_ROWS_STREAM = 9  # generator stream of the participations' minibatches (AsyncClock uses 7 and 8)
+
+
+@dataclass
+class ArrivalStep(Step):
+    """Activation arrivals of distinct clients (``clients`` ``[S]``, in arrival order, each ``b_k`` rows; ``time``:
+    the last arrival's).
+
+    Attributes:
+        flush: the last arrival fills the activation buffer (``Q_s`` arrivals): the server updates after it.
+        progress: ``[S]`` GAS's progress ``n = t·E + e`` of each arrival (the weight ``s(n)`` of eqs. 11-12).
+        iterations: ``[S]`` local iteration ``e`` (1-based) of each arrival.
+        times: ``[S]`` arrival time (s) of each arrival.
+    """
+
+    flush: bool = False
+    progress: torch.Tensor | None = None
+    iterations: torch.Tensor | None = None
+    times: torch.Tensor | None = None
+
+
+@dataclass
+class UploadStep(Step):
+    """Client ``clients[0]``'s model arrives at ``time`` from slot ``slots[0]``.
+
+    Attributes:
+        aggregate: the model buffer is full (``Q_c`` uploads): the global half is replaced (eq. 10).
+        version: the global iteration ``t`` the client started from (its staleness is ``round − version``).
+        next_client: the client that takes the slot next, from the global model after this upload.
+        local_iters: ``E``; for plain FL clocks ``rows`` hold ``E`` minibatches of ``sizes[0]`` rows, in order.
+    """
+
+    aggregate: bool = False
+    version: int = 0
+    next_client: int = 0
+    local_iters: int = 0
+
+
+class AsyncEvents(Schedule):
+    """Asynchronous clients on a simulated clock (see the module docstring).
+
+    Args:
+        concurrency: ``C``, clients in flight (the method's bank has ``C`` persistent slots).
+        local_iters: ``E``, local iterations per participation.
+        flush_every: ``Q_s``, activation arrivals per server update.
+        aggregate_every: ``Q_c``, uploads per aggregation (global iteration).
+        batch_size: ``b``, rows per client minibatch (GAS's ``B``); ``None``: the data module's ``batch_size``.
+        times: per-client seconds (:class:`~lightning_sfl.loop.async_clock.ClientTimes`); may be given later with
+            :meth:`bind_times` (they depend on the model's FLOPs and the channel), before the first round.
+    """
+
+    kinds: ClassVar[tuple[str, ...]] = ("arrivals", "upload")
+    persistent_slots = True
+    partial_steps = True
+
+    def __init__(
+        self,
+        concurrency: int,
+        local_iters: int,
+        flush_every: int,
+        aggregate_every: int,
+        batch_size: int | None = None,
+        times: ClientTimes | None = None,
+    ) -> None:
+        for name, value in (
+            ("concurrency", concurrency),
+            ("local_iters", local_iters),
+            ("flush_every", flush_every),
+            ("aggregate_every", aggregate_every),
+            ("batch_size", 1 if batch_size is None else batch_size),
+        ):
+            if int(value) != value or value < 1:
+                raise ConfigError(f"{name}={value!r} must be a whole number >= 1")
+        self.concurrency, self.local_iters = int(concurrency), int(local_iters)
+        self.flush_every, self.aggregate_every = int(flush_every), int(aggregate_every)
+        self.batch_size = None if batch_size is None else int(batch_size)
+        self.times = times
+        self.clock: AsyncClock | None = None
+        self._pending_state: dict | None = None
+
+    def bind_times(self, times: ClientTimes) -> None:
+        """Set the per-client times (before the first round is planned)."""
+        if self.clock is not None:
+            raise RuntimeError("the clock has started: its times can no longer change")
+        self.times = times
+
+    def num_slots(self, stats: ClientStats) -> int:
+        if self.concurrency > stats.num_clients:
+            raise ConfigError(f"concurrency={self.concurrency} must be <= the number of clients ({stats.num_clients})")
+        return self.concurrency
+
+    def _clock(self, stats: ClientStats) -> AsyncClock:
+        if self.clock is None:
+            if self.times is None:
+                raise RuntimeError("AsyncEvents has no client times: call bind_times(...) before planning")
+            if self.times.num_clients != stats.num_clients:
+                raise ConfigError(
+                    f"times are given for {self.times.num_clients} clients, the data has {stats.num_clients}"
+                )
+            self.clock = AsyncClock(
+                self.times, self.concurrency, self.local_iters, self.flush_every, self.aggregate_every, stats.seed
+            )
+            if self._pending_state is not None:
+                self.clock.load_state_dict(self._pending_state)
+                self._pending_state = None
+        return self.clock
+
+    def rows_per_batch(self, client: int, stats: ClientStats) -> int:
+        """``b_k = min(b, |D_k|)``."""
+        return min(self.batch_size or stats.batch_size, int(stats.sizes[client]))
+
+    def participation_rows(self, client: int, participation: int, stats: ClientStats) -> torch.Tensor:
+        """The ``E`` minibatches of client ``client``'s ``participation``-th participation, ``[E, b_k]``."""
+        g = round_generator(stats.seed, client * 1_000_003 + participation, stream=_ROWS_STREAM)
+        return minibatch_indices(stats.shards[client], self.rows_per_batch(client, stats), self.local_iters, g)
+
+    def plan_round(self, round_idx: int, stats: ClientStats) -> list[Step]:
+        clock = self._clock(stats)
+        steps: list[Step] = []
+        group: list[Arrival] = []
+
+        def close_group() -> None:
+            if group:
+                steps.append(self._arrival_step(round_idx, len(steps), group, stats))
+                group.clear()
+
+        while True:
+            event = clock.next_event()
+            if isinstance(event, Upload):
+                close_group()
+                steps.append(self._upload_step(round_idx, len(steps), event, stats, split=clock.times.is_split))
+                if event.aggregate:
+                    return steps
+                continue
+            if any(a.client == event.client for a in group):
+                close_group()
+            group.append(event)
+            if event.flush:
+                close_group()
+
+    def _arrival_step(self, round_idx: int, index: int, group: list[Arrival], stats: ClientStats) -> ArrivalStep:
+        rows = [self.participation_rows(a.client, a.participation, stats)[a.iteration - 1] for a in group]
+        long = lambda values: torch.tensor(values, dtype=torch.long)  # noqa: E731
+        return ArrivalStep(
+            "arrivals",
+            round_idx,
+            index,
+            False,
+            clients=long([a.client for a in group]),
+            sizes=long([len(r) for r in rows]),
+            rows=torch.cat(rows),
+            slots=long([a.slot for a in group]),
+            time=group[-1].time,
+            flush=group[-1].flush,
+            progress=long([a.progress for a in group]),
+            iterations=long([a.iteration for a in group]),
+            times=torch.tensor([a.time for a in group], dtype=torch.float64),
+        )
+
+    def _upload_step(self, round_idx: int, index: int, event: Upload, stats: ClientStats, split: bool) -> UploadStep:
+        if split:  # the client trained through its arrivals: the upload carries no rows
+            rows, b = torch.zeros(0, dtype=torch.long), 0
+        else:
+            batches = self.participation_rows(event.client, event.participation, stats)
+            rows, b = batches.reshape(-1), batches.shape[1]
+        return UploadStep(
+            "upload",
+            round_idx,
+            index,
+            event.aggregate,
+            clients=torch.tensor([event.client]),
+            sizes=torch.tensor([b]),
+            rows=rows,
+            slots=torch.tensor([event.slot]),
+            time=event.time,
+            aggregate=event.aggregate,
+            version=event.version,
+            next_client=event.next_client,
+            local_iters=self.local_iters,
+        )
+
+    def state_dict(self) -> dict:
+        if self.clock is not None:
+            return {"clock": self.clock.state_dict()}
+        return {} if self._pending_state is None else {"clock": self._pending_state}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "clock" not in state:
+            return
+        if self.clock is None:
+            self._pending_state = state["clock"]
+        else:
+            self.clock.load_state_dict(state["clock"])

@@ -1,0 +1,149 @@
+"""The asynchronous schedule (GAS, FedBuff, CA²FL): events of the clock grouped into batched steps with rows,
+against the clock's own event sequence and sequences worked out by hand; resumable from its state."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop.async_clock import Arrival, AsyncClock, ClientTimes
+from lightning_sfl.loop.async_events import ArrivalStep, AsyncEvents, UploadStep
+from lightning_sfl.loop.step import ClientStats
+
+
+def stats(num_clients: int = 6, per_client: int = 10, batch_size: int = 4, seed: int = 3) -> ClientStats:
+    sizes = torch.tensor([per_client + k for k in range(num_clients)])
+    ends = sizes.cumsum(0)
+    shards = [torch.arange(int(e - n), int(e)) for n, e in zip(sizes, ends)]
+    counts = torch.stack([torch.tensor([int(n) // 2, int(n) - int(n) // 2]) for n in sizes])
+    return ClientStats(sizes, counts, counts / counts.sum(1, keepdim=True), shards, 2, batch_size, seed)
+
+
+def random_times(num_clients: int, split: bool = True, seed: int = 0) -> ClientTimes:
+    g = torch.Generator().manual_seed(seed)
+    draw = lambda: torch.rand(num_clients, generator=g, dtype=torch.float64) + 0.1  # noqa: E731
+    return ClientTimes.split(draw(), draw(), draw(), draw()) if split else ClientTimes.local(draw(), draw())
+
+
+KW = {"concurrency": 3, "local_iters": 4, "flush_every": 3, "aggregate_every": 2}
+
+
+def test_steps_replay_the_clock_event_by_event():
+    st, times = stats(), random_times(6)
+    schedule = AsyncEvents(**KW, times=times)
+    steps = [s for r in range(6) for s in schedule.plan_round(r, st)]
+    clock = AsyncClock(times, KW["concurrency"], KW["local_iters"], KW["flush_every"], KW["aggregate_every"], st.seed)
+    replay = []  # the steps flattened back into events: (kind, client, slot, time, flush / aggregate)
+    for s in steps:
+        if isinstance(s, ArrivalStep):
+            assert s.kind == "arrivals" and len(set(s.clients.tolist())) == len(s.clients)  # distinct clients
+            assert not s.round_end
+            n = len(s.clients)
+            flags = [False] * (n - 1) + [s.flush]
+            replay += [
+                ("a", c, sl, t, f) for c, sl, t, f in zip(s.clients.tolist(), s.slot_list(), s.times.tolist(), flags)
+            ]
+            assert s.time == s.times[-1].item()
+        else:
+            assert isinstance(s, UploadStep) and s.kind == "upload" and s.round_end == s.aggregate
+            replay.append(("u", int(s.clients[0]), s.slot_list()[0], s.time, s.aggregate))
+    want = []
+    for _ in range(len(replay)):
+        e = clock.next_event()
+        kind = "a" if isinstance(e, Arrival) else "u"
+        want.append((kind, e.client, e.slot, e.time, e.flush if isinstance(e, Arrival) else e.aggregate))
+    assert replay == want
+    # every round ends with its (single) aggregation; the steps of a round are numbered 0..n-1
+    for r in range(6):
+        rs = [s for s in steps if s.round == r]
+        assert [s.index for s in rs] == list(range(len(rs)))
+        assert rs[-1].round_end and sum(s.round_end for s in rs) == 1
+    # a group never outlasts a flush: no arrival of a group but its last fills the buffer
+    arrivals = sum(len(s.clients) for s in steps if isinstance(s, ArrivalStep))
+    flushes = sum(s.flush for s in steps if isinstance(s, ArrivalStep))
+    assert flushes == arrivals // KW["flush_every"]
+    assert any(len(s.clients) > 1 for s in steps if isinstance(s, ArrivalStep))  # some arrivals are batched
+
+
+def test_rows_are_each_participation_s_minibatches_in_order():
+    st = stats(per_client=16, batch_size=4)
+    schedule = AsyncEvents(**KW, times=random_times(6))
+    steps = [s for r in range(4) for s in schedule.plan_round(r, st)]
+    seen: dict[tuple[int, int], list[list[int]]] = {}  # (client, participation) -> its minibatches in order
+    participation = {c: 0 for c in range(6)}
+    for s in steps:
+        if isinstance(s, UploadStep):
+            assert s.rows.numel() == 0 and s.sizes.tolist() == [0]  # split clients train through their arrivals
+            participation[int(s.clients[0])] += 1
+            continue
+        for c, block, e in zip(s.clients.tolist(), s.rows.split(s.sizes.tolist()), s.iterations.tolist()):
+            assert len(block) == 4 and set(block.tolist()) <= set(st.shards[c].tolist())  # b rows of its own shard
+            batches = seen.setdefault((c, participation[c]), [])
+            assert e == len(batches) + 1  # iterations 1..E in order
+            batches.append(block.tolist())
+    for (c, p), batches in seen.items():
+        want = schedule.participation_rows(c, p, st)[: len(batches)].tolist()
+        assert batches == want
+        full = [r for b in batches for r in b]
+        assert len(set(full)) == len(full)  # E·b = 16 <= |D_k|: without replacement within a participation
+    assert len(seen) > 6  # clients took part more than once
+
+
+def test_plain_fl_uploads_carry_the_local_minibatches():
+    st = stats(batch_size=4)
+    schedule = AsyncEvents(**KW, times=random_times(6, split=False))
+    steps = schedule.plan_round(0, st)
+    assert all(isinstance(s, UploadStep) for s in steps) and steps[-1].aggregate
+    for s in steps:
+        c = int(s.clients[0])
+        assert s.sizes.tolist() == [4] and s.local_iters == 4 and len(s.rows) == 16
+        assert s.rows.tolist() == schedule.participation_rows(c, 0, st).reshape(-1).tolist() or s.version > 0
+
+
+def test_state_resumes_the_same_steps_and_batch_size_caps_at_the_shard():
+    st = stats(per_client=3, batch_size=5)
+    times = random_times(6)
+    first = AsyncEvents(**KW, times=times)
+    for r in range(3):
+        first.plan_round(r, st)
+    saved = first.state_dict()
+    tail = [first.plan_round(r, st) for r in range(3, 6)]
+    resumed = AsyncEvents(**KW)
+    resumed.load_state_dict(saved)  # before the clock exists (as when a checkpoint is loaded before fit starts)
+    resumed.bind_times(times)
+    again = [resumed.plan_round(r, st) for r in range(3, 6)]
+    flat = lambda rounds: [  # noqa: E731
+        (s.kind, s.clients.tolist(), s.rows.tolist(), s.time, s.slot_list()) for r in rounds for s in r
+    ]
+    assert flat(again) == flat(tail)
+    sizes = {int(c): int(b) for s in flat_steps(tail) for c, b in zip(s.clients, s.sizes) if s.kind == "arrivals"}
+    assert sizes and all(b == min(5, int(st.sizes[c])) for c, b in sizes.items())  # b_k = min(b, |D_k|)
+
+
+def flat_steps(rounds):
+    return [s for r in rounds for s in r]
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"flush_every": 0}, "flush_every=0 must be a whole number >= 1"),
+        ({"aggregate_every": 0}, "aggregate_every=0 must be a whole number >= 1"),
+        ({"local_iters": 0}, "local_iters=0 must be a whole number >= 1"),
+        ({"concurrency": 1.5}, "concurrency=1.5 must be a whole number >= 1"),
+        ({"batch_size": 0}, "batch_size=0 must be a whole number >= 1"),
+    ],
+)
+def test_bad_settings_fail_at_construction(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        AsyncEvents(**{**KW, **kwargs})
+
+
+def test_more_clients_in_flight_than_clients_fails_and_times_must_be_bound():
+    with pytest.raises(ConfigError, match="concurrency=7 must be <= the number of clients"):
+        AsyncEvents(**{**KW, "concurrency": 7}).num_slots(stats())
+    with pytest.raises(RuntimeError, match="bind_times"):
+        AsyncEvents(**KW).plan_round(0, stats())
+    with pytest.raises(ConfigError, match="times are given for 5 clients"):
+        AsyncEvents(**KW, times=random_times(5)).plan_round(0, stats())
