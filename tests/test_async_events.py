@@ -66,6 +66,19 @@ def test_steps_replay_the_clock_event_by_event():
     assert any(len(s.clients) > 1 for s in steps if isinstance(s, ArrivalStep))  # some arrivals are batched
 
 
+def test_unbatched_schedule_plans_one_step_per_arrival_with_the_same_rows():
+    st, times = stats(), random_times(6)
+    batched_schedule, single = AsyncEvents(**KW, times=times), AsyncEvents(**KW, times=times, batch_arrivals=False)
+    batched = [s for r in range(3) for s in batched_schedule.plan_round(r, st)]
+    one_by_one = [s for r in range(3) for s in single.plan_round(r, st)]
+    assert all(len(s.clients) == 1 for s in one_by_one)
+    assert len(one_by_one) > len(batched)
+    flat = lambda steps: [  # noqa: E731
+        (s.kind, c, b.tolist()) for s in steps for c, b in zip(s.clients.tolist(), s.rows.split(s.sizes.tolist()))
+    ]
+    assert flat(one_by_one) == flat(batched)
+
+
 def test_rows_are_each_participation_s_minibatches_in_order():
     st = stats(per_client=16, batch_size=4)
     schedule = AsyncEvents(**KW, times=random_times(6))

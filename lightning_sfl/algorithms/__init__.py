@@ -9,6 +9,7 @@ from lightning_sfl.algorithms.fedconcat import FedConcat
 from lightning_sfl.algorithms.fednova import FedNova
 from lightning_sfl.algorithms.fedopt import FedAdagrad, FedAdam, FedAvgM, FedYogi
 from lightning_sfl.algorithms.fedrs import FedRS
+from lightning_sfl.algorithms.gas import GAS, AsyncSFL
 from lightning_sfl.algorithms.scaffold import Scaffold
 from lightning_sfl.algorithms.scala import SCALA
 from lightning_sfl.algorithms.splitfed import (
@@ -51,6 +52,8 @@ ALGORITHMS: dict[str, type[SplitFedAlgorithm]] = {
 
 __all__ = [
     "ALGORITHMS",
+    "GAS",
+    "AsyncSFL",
     "CASFL",
     "CSSFL",
     "ClientModule",

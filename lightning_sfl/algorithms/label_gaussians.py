@@ -175,27 +175,32 @@ class LabelGaussians:
         for y, n in enumerate(counts.tolist()):
             if n == 0:
                 continue
-            eps = torch.randn(n, self.dim, generator=generator, dtype=self.mean.dtype)
+            eps = self._noise(n, self.dim, generator)
             if self.covariance == "diag":
                 x = self.mean[y] + eps * (self.second[y] + self.ridge).sqrt()
             elif self.covariance == "lowrank":
                 u = self.factor[y]
                 rest = (self.second[y] - (u * u).sum(1)).clamp_min(0) + self.ridge
-                z = torch.randn(n, self.rank, generator=generator, dtype=self.mean.dtype)
+                z = self._noise(n, self.rank, generator)
                 x = self.mean[y] + z @ u.T + eps * rest.sqrt()
             else:
                 x = self.mean[y] + eps @ _psd_sqrt(self.second[y], self.ridge).T
             xs.append(x.clamp_min(0) if self.nonnegative else x)
-            ys.append(torch.full((n,), y, dtype=torch.long))
+            ys.append(torch.full((n,), y, dtype=torch.long, device=self.mean.device))
         if not xs:
-            return self.mean.new_zeros(0, self.dim), torch.zeros(0, dtype=torch.long)
+            return self.mean.new_zeros(0, self.dim), torch.zeros(0, dtype=torch.long, device=self.mean.device)
         return torch.cat(xs), torch.cat(ys)
+
+    def _noise(self, n: int, dim: int, generator: torch.Generator | None) -> torch.Tensor:
+        """Standard normal ``[n, dim]`` drawn on the CPU (a CPU generator gives the same draws on every device),
+        on the statistics' device."""
+        return torch.randn(n, dim, generator=generator, dtype=self.mean.dtype).to(self.mean.device)
 
 
 def _psd_sqrt(cov: torch.Tensor, ridge: float) -> torch.Tensor:
     """``L`` with ``L·Lᵀ = Σ + ridge·I``: Cholesky, or the eigen-decomposition (negative rounding clipped) when the
     covariance is singular (it is until a label has seen more than ``D`` activations)."""
-    eye = torch.eye(len(cov), dtype=cov.dtype)
+    eye = torch.eye(len(cov), dtype=cov.dtype, device=cov.device)
     chol, info = torch.linalg.cholesky_ex(cov + ridge * eye)
     if info == 0:
         return chol

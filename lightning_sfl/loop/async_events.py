@@ -93,6 +93,8 @@ class AsyncEvents(Schedule):
         batch_size: ``b``, rows per client minibatch (GAS's ``B``); ``None``: the data module's ``batch_size``.
         times: per-client seconds (:class:`~lightning_sfl.loop.async_clock.ClientTimes`); may be given later with
             :meth:`bind_times` (they depend on the model's FLOPs and the channel), before the first round.
+        batch_arrivals: group arrivals into batched steps (``False``: one step per arrival, the reference the
+            batched path must equal).
     """
 
     kinds: ClassVar[tuple[str, ...]] = ("arrivals", "upload")
@@ -107,6 +109,7 @@ class AsyncEvents(Schedule):
         aggregate_every: int,
         batch_size: int | None = None,
         times: ClientTimes | None = None,
+        batch_arrivals: bool = True,
     ) -> None:
         for name, value in (
             ("concurrency", concurrency),
@@ -120,7 +123,7 @@ class AsyncEvents(Schedule):
         self.concurrency, self.local_iters = int(concurrency), int(local_iters)
         self.flush_every, self.aggregate_every = int(flush_every), int(aggregate_every)
         self.batch_size = None if batch_size is None else int(batch_size)
-        self.times = times
+        self.times, self.batch_arrivals = times, bool(batch_arrivals)
         self.clock: AsyncClock | None = None
         self._pending_state: dict | None = None
 
@@ -181,7 +184,7 @@ class AsyncEvents(Schedule):
             if any(a.client == event.client for a in group):
                 close_group()
             group.append(event)
-            if event.flush:
+            if event.flush or not self.batch_arrivals:
                 close_group()
 
     def _arrival_step(self, round_idx: int, index: int, group: list[Arrival], stats: ClientStats) -> ArrivalStep:

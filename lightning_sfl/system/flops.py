@@ -9,6 +9,8 @@ input is data) costs 2× its forward and every later layer 3×.
 
 >>> training_flops_per_sample(torch.nn.Linear(10, 5), (10,))  # forward 2·10·5, weight gradient 2·10·5
 200.0
+>>> forward_flops_per_sample(torch.nn.Linear(10, 5), (10,))
+100.0
 """
 
 from __future__ import annotations
@@ -44,4 +46,17 @@ def training_flops_per_sample(module: nn.Module, input_shape: Sequence[int], bat
                 raise TypeError(f"module must return one tensor, got {type(out).__name__}")
             if params and out.requires_grad:
                 torch.autograd.grad(out, params, grad_outputs=torch.ones_like(out), allow_unused=True)
+    return counter.get_total_flops() / batch_size
+
+
+def forward_flops_per_sample(module: nn.Module, input_shape: Sequence[int], batch_size: int = 2) -> float:
+    """FLOPs of one forward pass per sample of ``module`` (training mode, counted as in
+    :func:`training_flops_per_sample`; the backward pass costs the difference of the two)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be >= 1")
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        model = copy.deepcopy(module).cpu().train()
+        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.get_default_dtype())
+        with FlopCounterMode(display=False) as counter:
+            model(torch.zeros(batch_size, *input_shape, dtype=dtype))
     return counter.get_total_flops() / batch_size

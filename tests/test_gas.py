@@ -1,0 +1,210 @@
+"""GAS and AsyncSFL (asynchronous SFL on a simulated clock): the batched arrival path against one arrival at a time,
+the model buffer against eq. (10) by hand, the statistics against eqs. (11)-(12) recomputed from every activation the
+server received, the generation rule against its count identity, exact resume, and one-line errors."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from lightning_sfl.algorithms import GAS, AsyncSFL
+from lightning_sfl.callbacks import SimulatedClock
+from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.errors import ConfigError
+
+#: 8 clients, 3 in flight, a server update every 3 arrivals, an aggregation every 2 uploads, E = 3, b = 8 rows;
+#: cut at s5 (128-dim activations: a full covariance stays small).
+KW = {
+    "concurrency": 3,
+    "flush_every": 3,
+    "aggregate_every": 2,
+    "client_batch_size": 8,
+    "local_iters": 3,
+    "lr": 0.05,
+    "momentum": 0.5,
+    "split_point": "s5",
+}
+
+
+def _dm() -> FederatedDataModule:
+    return FederatedDataModule(dataset="digits", num_clients=8, alpha=2, participation=0.5, batch_size=8, seed=1)
+
+
+def _trainer(rounds: int, precision: str = "64-true", **kwargs) -> L.Trainer:
+    options = {"logger": False, "enable_checkpointing": False, **kwargs}
+    return L.Trainer(
+        max_epochs=rounds,
+        precision=precision,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[SimulatedClock(flops_high=1e10), *options.pop("callbacks", [])],
+        **options,
+    )
+
+
+def _fit(model, rounds: int = 3, **kwargs):
+    _trainer(rounds, **kwargs).fit(model, _dm())
+    return model
+
+
+def _recording(cls):
+    """``cls`` that records what reached the server: every arrival step and every server batch."""
+
+    class Recording(cls):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (acts, labels, s(n)) per step
+            self.batches: list[tuple[int, torch.Tensor]] = []  # (real rows, labels of the server batch)
+            self.groups: list[int] = []
+            self.aggregations: list[tuple[list[dict], list[int], dict]] = []
+
+        def buffer_arrivals(self, acts, step):
+            self.groups.append(len(step.clients))
+            self.seen.append((acts.clone(), step.y.clone(), step.progress[step.owner].clone()))
+            super().buffer_arrivals(acts, step)
+
+        def server_batch(self, acts, labels):
+            out = super().server_batch(acts, labels)
+            self.batches.append((len(acts), out[1].clone()))
+            return out
+
+        def aggregate(self, step):
+            states, clients = zip(*self.uploads)
+            super().aggregate(step)
+            after = {k: v.clone() for k, v in self.client.net.state_dict().items()}
+            self.aggregations.append((list(states), list(clients), after))
+
+    return Recording
+
+
+def _state(model) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in model.state_dict().items() if not k.startswith("val_acc")}
+
+
+CASES = {
+    "async_sfl": (AsyncSFL, {}),
+    "async_sfl_code_order": (AsyncSFL, {"gradient_order": "before_server_step", "aggregation": "uniform"}),
+    "gas_full": (GAS, {}),
+    "gas_diag": (GAS, {"covariance": "diag"}),
+}
+# not "lowrank": its rank-r truncation after every merge depends on how the arrivals are grouped (by design)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_batched_arrivals_equal_one_arrival_at_a_time(case):
+    cls, extra = CASES[case]
+    torch.manual_seed(0)
+    batched = _recording(cls)(**KW, **extra)
+    torch.manual_seed(0)
+    single = _recording(cls)(**KW, **extra, batch_arrivals=False)
+    _fit(batched), _fit(single)
+    assert max(batched.groups) > 1 and max(single.groups) == 1  # the batched run did batch
+    assert len(single.groups) > len(batched.groups)
+    want, got = _state(single), _state(batched)
+    assert want.keys() == got.keys()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-9, atol=1e-10, msg=f"{case}: {k}")
+    assert int(batched.server_updates) == int(single.server_updates) > 0
+
+
+def test_gradient_order_and_aggregation_options_change_the_run():
+    runs = {}
+    for name, extra in [("paper", {}), ("order", {"gradient_order": "before_server_step"}), ("uniform", {})]:
+        torch.manual_seed(0)
+        if name == "uniform":
+            extra = {"aggregation": "uniform"}
+        runs[name] = torch.cat([p.detach().reshape(-1) for p in _fit(AsyncSFL(**KW, **extra)).client.net.parameters()])
+    assert (runs["paper"] - runs["order"]).abs().max() > 1e-6
+    assert (runs["paper"] - runs["uniform"]).abs().max() > 1e-6
+
+
+@pytest.mark.parametrize("aggregation", ["data_size", "uniform"])
+def test_every_aggregation_is_eq_10_over_the_buffered_uploads(aggregation):
+    torch.manual_seed(0)
+    model = _fit(_recording(AsyncSFL)(**KW, aggregation=aggregation))
+    sizes = _dm()
+    sizes.setup("fit")
+    assert len(model.aggregations) == 3  # one per round
+    for states, clients, after in model.aggregations:
+        assert len(states) == KW["aggregate_every"]
+        w = [float(sizes.client_stats.sizes[c]) if aggregation == "data_size" else 1.0 for c in clients]
+        w = torch.tensor(w, dtype=torch.float64)
+        w = w / w.sum()
+        for k, v in after.items():
+            want = sum(wi * s[k].double() for wi, s in zip(w, states))
+            torch.testing.assert_close(v.double(), want, rtol=1e-12, atol=1e-12)
+    if aggregation == "data_size":  # clients of unequal sizes: the weights matter
+        assert any(len({int(sizes.client_stats.sizes[c]) for c in cl}) > 1 for _, cl, _ in model.aggregations)
+
+
+def test_statistics_are_eqs_11_12_over_every_activation_received():
+    torch.manual_seed(0)
+    model = _fit(_recording(GAS)(**KW, covariance="diag"))
+    acts = torch.cat([a for a, _, _ in model.seen]).reshape(-1, 128).double()
+    labels = torch.cat([y for _, y, _ in model.seen])
+    weights = torch.cat([w for _, _, w in model.seen]).double()
+    assert weights.min() >= 1 and weights.max() > weights.min()  # s(n) = n = t·E + e grows with progress
+    for y in labels.unique().tolist():
+        a, w = acts[labels == y], weights[labels == y]
+        mean = (w[:, None] * a).sum(0) / w.sum()
+        var = (w[:, None] * (a - mean) ** 2).sum(0) / w.sum()  # population form, eq. (12)'s diagonal
+        torch.testing.assert_close(model.gauss_weight[y], w.sum())
+        torch.testing.assert_close(model.gauss_mean[y], mean, rtol=1e-9, atol=1e-10)
+        torch.testing.assert_close(model.gauss_second[y], var, rtol=1e-9, atol=1e-10)
+
+
+def test_server_batches_top_every_label_up_to_b_once_every_label_has_statistics():
+    torch.manual_seed(0)
+    model = _fit(_recording(GAS)(**KW, covariance="diag"), rounds=8)
+    b, generated = KW["client_batch_size"], 0
+    for real, labels in model.batches:
+        counts = torch.bincount(labels, minlength=10)
+        if len(labels) == real:  # before every label has statistics: the buffer only
+            continue
+        generated += len(labels) - real
+        real_counts = torch.bincount(labels[:real], minlength=10)
+        assert counts.tolist() == torch.maximum(real_counts, torch.full_like(real_counts, b)).tolist()
+    assert generated > 0
+
+
+def test_resume_from_last_checkpoint_ends_equal(tmp_path):
+    def run(rounds, folder, ckpt_path=None):
+        torch.manual_seed(0)
+        model = GAS(**KW, covariance="diag")
+        checkpoint = ModelCheckpoint(dirpath=folder, save_last=True)
+        _trainer(rounds, precision="32-true", enable_checkpointing=True, callbacks=[checkpoint]).fit(
+            model, _dm(), ckpt_path=ckpt_path
+        )
+        return model
+
+    full = run(4, tmp_path / "full")
+    run(2, tmp_path / "part")
+    resumed = run(4, tmp_path / "part", ckpt_path=str(tmp_path / "part" / "last.ckpt"))
+    want, got = _state(full), _state(resumed)
+    assert want.keys() == got.keys() and any(k.startswith("client_banks.") for k in want)  # slots are checkpointed
+    for k in want:
+        assert torch.equal(got[k], want[k]), k
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"flush_every": 0}, "flush_every=0 must be a whole number >= 1"),
+        ({"aggregate_every": 0}, "aggregate_every=0 must be a whole number >= 1"),
+        ({"local_iters": 0}, "local_iters=0 must be"),
+        ({"covariance": "dense"}, "covariance='dense' must be one of: full, diag, lowrank"),
+        ({"gradient_order": "late"}, "gradient_order='late' must be one of: after_server_step, before_server_step"),
+        ({"aggregation": "mean"}, "aggregation='mean' must be one of: data_size, uniform"),
+        ({"rank": 0, "covariance": "lowrank"}, "rank=0 must be a whole number >= 1"),
+    ],
+)
+def test_bad_settings_are_one_line_errors_at_construction(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        GAS(**{**KW, **kwargs})
+
+
+def test_more_clients_in_flight_than_clients_fails_when_the_fit_starts():
+    with pytest.raises(ConfigError, match="concurrency=9 must be <= the number of clients \\(8\\)"):
+        _fit(AsyncSFL(**{**KW, "concurrency": 9}), rounds=1)
