@@ -208,3 +208,31 @@ def test_bad_settings_are_one_line_errors_at_construction(kwargs, match):
 def test_more_clients_in_flight_than_clients_fails_when_the_fit_starts():
     with pytest.raises(ConfigError, match="concurrency=9 must be <= the number of clients \\(8\\)"):
         _fit(AsyncSFL(**{**KW, "concurrency": 9}), rounds=1)
+
+
+@pytest.mark.parametrize("name", ["gas", "async_sfl"])
+def test_digits_config_runs_from_the_cli_and_logs_the_simulated_clock(name, tmp_path):
+    import csv
+    from pathlib import Path
+
+    from lightning_sfl.lightning_cli import SFLCLI
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "digits" / f"{name}.yaml"
+    SFLCLI(
+        args=[
+            "fit",
+            "--config",
+            str(config),
+            "--trainer.max_epochs=2",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false",
+            "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+            f"--trainer.logger.save_dir={tmp_path}",
+            f"--trainer.default_root_dir={tmp_path}",
+        ]
+    )
+    (metrics,) = tmp_path.rglob("metrics.csv")
+    rows = [r for r in csv.DictReader(open(metrics)) if r.get("clock/elapsed_seconds")]
+    elapsed = [float(r["clock/elapsed_seconds"]) for r in rows]
+    assert len(elapsed) == 2 and 0 < elapsed[0] < elapsed[1]  # simulated seconds at the end of each aggregation
+    assert [float(r["clock/round_seconds"]) for r in rows] == pytest.approx([elapsed[0], elapsed[1] - elapsed[0]])
