@@ -22,11 +22,8 @@ Arrivals of distinct clients with no server update between them see the same ``w
 one batched step equals processing them one at a time (``tests/test_gas.py`` checks it; with ``covariance="lowrank"``
 the truncated factor depends on how arrivals are grouped, so there it is close, not equal).
 
-The simulated times come from the run's system model (:class:`~lightning_sfl.callbacks.SimulatedClock`: placement,
-compute speeds, bandwidth; GAS's ``f_k ~ U[1e9, 1e10]``: ``--clock.flops_high 1e10``): client ``k`` with ``b_k`` rows
-spends ``b_k·c_fwd / f_k`` on a forward pass, ``b_k·c_bwd / f_k`` on a backward pass, ``8·b_k·a / r_k`` uploading
-activations and labels and ``8·m / r_k`` uploading its half, with ``r_k`` at ``W / C`` of the bandwidth (the code
-gives every client all of ``W``: ``full_bandwidth=True``).
+The clock, the persistent slots and the model buffer are :class:`~lightning_sfl.algorithms.async_base.AsyncMethod`'s
+(times from the run's system model; GAS's ``f_k ~ U[1e9, 1e10]``: ``--clock.flops_high 1e10``).
 """
 
 from __future__ import annotations
@@ -36,138 +33,50 @@ import math
 import torch
 import torch.nn.functional as F
 
-from lightning_sfl.algorithms.base import SplitFedAlgorithm, checked_floor
-from lightning_sfl.algorithms.client_bank import ClientBank
+from lightning_sfl.algorithms.async_base import AsyncMethod, choice
+from lightning_sfl.algorithms.base import checked_floor
 from lightning_sfl.algorithms.label_gaussians import COVARIANCES, LabelGaussians, generation_counts
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
 from lightning_sfl.data.sampling import round_generator
-from lightning_sfl.errors import ConfigError
-from lightning_sfl.loop import AsyncEvents, ClientStats, ClientTimes, Schedule
-from lightning_sfl.loop.async_events import ArrivalStep, UploadStep
-from lightning_sfl.system.channel import uplink_rates
-from lightning_sfl.system.comm import module_bytes
-from lightning_sfl.system.flops import forward_flops_per_sample, training_flops_per_sample
+from lightning_sfl.loop import ClientStats
+from lightning_sfl.loop.async_events import ArrivalStep
 
 __all__ = ["GAS", "AsyncSFL"]
 
 GRADIENT_ORDERS = ("after_server_step", "before_server_step")
-AGGREGATIONS = ("data_size", "uniform")
 _GENERATION_STREAM = 11
 
 
-def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ConfigError(f"{name}={value!r} must be one of: {', '.join(allowed)}")
-    return value
-
-
-class AsyncSFL(SplitFedAlgorithm):
+class AsyncSFL(AsyncMethod):
     """Asynchronous SFL without generation (GAS's ablation): see the module docstring.
 
     Args:
-        concurrency: ``C``, clients in flight.
-        flush_every: ``Q_s``, activation arrivals per server update.
-        aggregate_every: ``Q_c``, uploads per aggregation (one round).
-        client_batch_size: ``B``, rows per client minibatch (``None``: the data module's ``batch_size``).
         gradient_order: ``after_server_step`` (Alg. 1) or ``before_server_step`` (the authors' code): which server
             computes the gradient of the arrival that fills the buffer.
-        aggregation: ``data_size`` (eq. 10) or ``uniform`` (the authors' code).
         missing_class_floor: ``0``: ``log P_k = −∞`` for absent classes in ``l_k`` (the equation); the GAS code adds
             ``1e-12``.
-        full_bandwidth: every client gets the whole bandwidth (the code) instead of ``W / C``.
-        batch_arrivals: process the arrivals of distinct clients between two server updates as one batched step
-            (exact); ``False``: one step per arrival.
-        **kwargs: the base's (``local_iters`` is ``E``, local iterations per participation).
+        **kwargs: :class:`~lightning_sfl.algorithms.async_base.AsyncMethod`'s (``concurrency`` ``C``,
+            ``flush_every`` ``Q_s``, ``aggregate_every`` ``Q_c``, ``client_batch_size`` ``B``, ``aggregation``, ...)
+            and the base's (``local_iters`` is ``E``).
     """
 
     step_handlers = {"arrivals": "arrivals", "upload": "upload"}
 
-    def __init__(
-        self,
-        concurrency: int = 10,
-        flush_every: int = 10,
-        aggregate_every: int = 10,
-        client_batch_size: int | None = None,
-        gradient_order: str = "after_server_step",
-        aggregation: str = "data_size",
-        missing_class_floor: float = 0.0,
-        full_bandwidth: bool = False,
-        batch_arrivals: bool = True,
-        **kwargs,
-    ) -> None:
-        self._async = {
-            "concurrency": concurrency,
-            "flush_every": flush_every,
-            "aggregate_every": aggregate_every,
-            "batch_size": client_batch_size,
-            "batch_arrivals": batch_arrivals,
-        }
-        self.gradient_order = _choice("gradient_order", gradient_order, GRADIENT_ORDERS)
-        self.aggregation = _choice("aggregation", aggregation, AGGREGATIONS)
+    def __init__(self, gradient_order: str = "after_server_step", missing_class_floor: float = 0.0, **kwargs) -> None:
+        self.gradient_order = choice("gradient_order", gradient_order, GRADIENT_ORDERS)
         super().__init__(**kwargs)
         self.missing_class_floor = checked_floor(missing_class_floor)
-        self.full_bandwidth = bool(full_bandwidth)
-        self.uploads: list[tuple[dict[str, torch.Tensor], int]] = []  # the model buffer; empty at every round end
         self.add_state("act_buffer", lambda: torch.zeros(self._capacity, *self._act_shape))
         self.add_state("act_labels", lambda: torch.zeros(self._capacity, dtype=torch.long))
         self.add_state("act_count", lambda: torch.zeros((), dtype=torch.long))
         self.add_state("server_updates", lambda: torch.zeros((), dtype=torch.long))
 
-    def configure_schedule(self) -> Schedule:
-        return AsyncEvents(local_iters=self.local_iters, **self._async)
-
-    # ------------------------------------------------------------------ setup: buffer shape and simulated times
     def setup(self, stage: str) -> None:
-        if stage == "fit":
-            if self.world_size > 1:
-                raise ConfigError(f"{type(self).__name__} runs on one process (got {self.world_size})")
+        if stage == "fit":  # the buffer holds at most Q_s arrivals of at most max_k b_k rows
             stats: ClientStats = self.trainer.datamodule.client_stats
-            rows = [self.schedule.rows_per_batch(k, stats) for k in range(stats.num_clients)]
-            self._act_shape = self.activation_shape()
-            self._capacity = self.schedule.flush_every * max(rows)
-            if self.schedule.times is None:
-                self.schedule.bind_times(self.client_times(stats, torch.tensor(rows)))
+            rows = max(self.schedule.rows_per_batch(k, stats) for k in range(stats.num_clients))
+            self._capacity = self.schedule.flush_every * rows
         super().setup(stage)
-
-    @torch.no_grad()
-    def activation_shape(self) -> tuple[int, ...]:
-        """Shape of one sample's activations at the cut (the global half in eval mode: no statistics move)."""
-        param = next(self.client.parameters())
-        was_training = self.client.training
-        self.client.eval()
-        out = self.client(self.example_input_array.to(param.device, param.dtype))
-        self.client.train(was_training)
-        return tuple(out.shape[1:])
-
-    def client_times(self, stats: ClientStats, rows: torch.Tensor) -> ClientTimes:
-        """Per-client seconds of a forward pass, a backward pass, an activation upload and a model upload, from the
-        run's system model (see the module docstring)."""
-        from lightning_sfl.callbacks import SimulatedClock
-
-        clock = next((cb for cb in self.trainer.callbacks if isinstance(cb, SimulatedClock)), None)
-        if clock is None:  # used without the CLI: the GAS paper's system (f_k ~ U[1e9, 1e10])
-            clock = SimulatedClock(flops_high=1e10, seed=stats.seed)
-        if clock.distances_m is None or len(clock.distances_m) != stats.num_clients:
-            clock.draw_system(stats.num_clients)
-        shape = tuple(self.hparams.input_shape)
-        forward = forward_flops_per_sample(self.client.net, shape)
-        backward = training_flops_per_sample(self.client.net, shape) - forward
-        bandwidth = clock.bandwidth_hz if self.full_bandwidth else clock.bandwidth_hz / self.schedule.concurrency
-        rate = uplink_rates(clock.distances_m, bandwidth, clock.tx_power_w, clock.noise_dbm_per_hz)
-        value_bytes = next(self.client.parameters()).element_size()
-        act_bits = 8.0 * (math.prod(self._act_shape) * value_bytes + 8)  # per row: activations and an int64 label
-        rows = rows.double()
-        return ClientTimes.split(
-            forward=rows * forward / clock.capacities,
-            backward=rows * backward / clock.capacities,
-            activation_upload=rows * act_bits / rate,
-            model_upload=8.0 * module_bytes(self.client.net) / rate,
-        )
-
-    # ------------------------------------------------------------------ round edges
-    def start_round(self, step) -> None:
-        if step.round == 0:  # the first C clients download the initial half; later clients when they start
-            self.reset_slots()
 
     # ------------------------------------------------------------------ activation arrivals (Alg. 1, lines 4-12)
     def arrival_priors(self, step: ArrivalStep) -> torch.Tensor:
@@ -229,23 +138,6 @@ class AsyncSFL(SplitFedAlgorithm):
         self.server_updates += 1
         return loss.detach()
 
-    # ------------------------------------------------------------------ uploads and aggregation (eqs. 9-10)
-    def upload(self, step: UploadStep) -> None:
-        slot = int(step.slots[0])
-        self.uploads.append((self.bank.snapshot(slot), int(step.clients[0])))
-        self.ledger.add("up", self.client_kind, module_bytes(self.client.net), step.slots)
-        self.log("train/staleness", float(step.round - step.version), on_step=False, on_epoch=True, batch_size=1)
-        if not step.aggregate:  # the next client starts from the global half as it is now
-            self.reset_slots(step.slots)
-
-    def aggregate(self, step: UploadStep) -> None:
-        states, clients = zip(*self.uploads)
-        sizes = self.client_sizes[list(clients)].double()
-        weights = sizes if self.aggregation == "data_size" else torch.ones_like(sizes)
-        ClientBank.aggregate_snapshots(self.client.net, states, weights)
-        self.uploads.clear()
-        self.reset_slots(step.slots)
-
 
 class GAS(AsyncSFL):
     """GAS (Alg. 1): :class:`AsyncSFL` whose server also trains on activations generated from per-label Gaussians
@@ -267,7 +159,7 @@ class GAS(AsyncSFL):
         ridge: float = 0.0,
         **kwargs,
     ) -> None:
-        _choice("covariance", covariance, COVARIANCES)
+        choice("covariance", covariance, COVARIANCES)
         super().__init__(**kwargs)
         self.covariance, self.rank, self.nonnegative, self.ridge = covariance, rank, nonnegative, ridge
         LabelGaussians(self.num_classes, 1, covariance, rank, ridge)  # checks rank and ridge now
