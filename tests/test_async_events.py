@@ -110,7 +110,7 @@ def test_plain_fl_uploads_carry_the_local_minibatches():
     assert all(isinstance(s, UploadStep) for s in steps) and steps[-1].aggregate
     for s in steps:
         c = int(s.clients[0])
-        assert s.sizes.tolist() == [4] and s.local_iters == 4 and len(s.rows) == 16
+        assert s.sizes.tolist() == [16] and s.local_iters == 4 and len(s.rows) == 16  # E = 4 minibatches of b = 4
         assert s.rows.tolist() == schedule.participation_rows(c, 0, st).reshape(-1).tolist() or s.version > 0
 
 

@@ -5,6 +5,7 @@ Every class is a ``LightningModule`` usable as ``--model <ClassName>`` (or ``cla
 
 from lightning_sfl.algorithms.base import ClientModule, ServerModule, SplitFedAlgorithm
 from lightning_sfl.algorithms.fedavg import FedAvg, FedCBS, FedDecorr, FedDyn, FedLC, FedLogit, FedProx
+from lightning_sfl.algorithms.fedbuff import CA2FL, FedBuff
 from lightning_sfl.algorithms.fedconcat import FedConcat
 from lightning_sfl.algorithms.fednova import FedNova
 from lightning_sfl.algorithms.fedopt import FedAdagrad, FedAdam, FedAvgM, FedYogi
@@ -54,6 +55,8 @@ __all__ = [
     "ALGORITHMS",
     "GAS",
     "AsyncSFL",
+    "CA2FL",
+    "FedBuff",
     "CASFL",
     "CSSFL",
     "ClientModule",

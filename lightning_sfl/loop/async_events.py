@@ -11,7 +11,7 @@ gives them rows and groups them into steps:
 * ``"upload"`` (:class:`UploadStep`): one client's model arrives (into the model buffer; ``aggregate``: the
   buffer is full and the global half is replaced, eq. 10); ``next_client`` then takes the slot with the global
   model as it is after this upload. For plain FL methods (FedBuff, CA²FL: no activation arrivals) the step also
-  carries the client's ``E`` local minibatches (``E·b_k`` rows), trained in its slot before the upload.
+  carries the client's ``E`` local minibatches (``sizes = [E·b_k]`` rows), trained in its slot before the upload.
 
 One round (Lightning epoch, the x-axis) is one global iteration ``t``: it ends with the upload that aggregates.
 Client ``k``'s ``p``-th participation draws its ``E`` minibatches of ``b_k = min(b, |D_k|)`` rows from a generator
@@ -73,7 +73,7 @@ class UploadStep(Step):
         aggregate: the model buffer is full (``Q_c`` uploads): the global half is replaced (eq. 10).
         version: the global iteration ``t`` the client started from (its staleness is ``round − version``).
         next_client: the client that takes the slot next, from the global model after this upload.
-        local_iters: ``E``; for plain FL clocks ``rows`` hold ``E`` minibatches of ``sizes[0]`` rows, in order.
+        local_iters: ``E``; for plain FL clocks ``rows`` hold ``E`` minibatches of ``sizes[0] / E`` rows, in order.
     """
 
     aggregate: bool = False
@@ -210,8 +210,8 @@ class AsyncEvents(Schedule):
         if split:  # the client trained through its arrivals: the upload carries no rows
             rows, b = torch.zeros(0, dtype=torch.long), 0
         else:
-            batches = self.participation_rows(event.client, event.participation, stats)
-            rows, b = batches.reshape(-1), batches.shape[1]
+            rows = self.participation_rows(event.client, event.participation, stats).reshape(-1)
+            b = len(rows)
         return UploadStep(
             "upload",
             round_idx,
