@@ -210,7 +210,7 @@ def test_more_clients_in_flight_than_clients_fails_when_the_fit_starts():
         _fit(AsyncSFL(**{**KW, "concurrency": 9}), rounds=1)
 
 
-@pytest.mark.parametrize("name", ["gas", "async_sfl"])
+@pytest.mark.parametrize("name", ["gas", "async_sfl", "fedbuff", "ca2fl"])
 def test_digits_config_runs_from_the_cli_and_logs_the_simulated_clock(name, tmp_path):
     import csv
     from pathlib import Path
