@@ -38,3 +38,14 @@ def test_client_scaling_quick(tmp_path):
     assert report["weights_ok"] is True
     assert all(c["weights_check"]["ok"] for c in report["configs"])
     assert {c["clients"] for c in report["configs"]} == {10, 50, 100}
+
+
+def test_async_arrivals_benchmark_runs_and_both_paths_agree(tmp_path):
+    out = tmp_path / "async.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "async_arrivals.py"), "--clients", "10", "--concurrency", "4"]
+    proc = subprocess.run([*cmd, "--rounds", "2", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "batched / one at a time (arrivals per second):" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["paths"]["batched"]["arrivals"] == report["paths"]["one_at_a_time"]["arrivals"] > 0
+    assert report["ratio"] > 0 and report["float64_max_weight_diff"] < 1e-10
