@@ -236,3 +236,18 @@ def test_digits_config_runs_from_the_cli_and_logs_the_simulated_clock(name, tmp_
     elapsed = [float(r["clock/elapsed_seconds"]) for r in rows]
     assert len(elapsed) == 2 and 0 < elapsed[0] < elapsed[1]  # simulated seconds at the end of each aggregation
     assert [float(r["clock/round_seconds"]) for r in rows] == pytest.approx([elapsed[0], elapsed[1] - elapsed[0]])
+
+
+@pytest.mark.parametrize("dataset,rounds", [("cifar10", 2000), ("cinic10", 2000), ("fashion_mnist", 1000)])
+def test_paper_configs_hold_the_gas_paper_settings(dataset, rounds):
+    from pathlib import Path
+
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / dataset / "gas.yaml").read_text())
+    m, d = config["model"]["init_args"], config["data"]
+    assert config["model"]["class_path"] == "lightning_sfl.algorithms.GAS" and config["trainer"]["max_epochs"] == rounds
+    assert (d["num_clients"], m["concurrency"], m["local_iters"], m["client_batch_size"]) == (20, 10, 20, 32)
+    assert (m["flush_every"], m["aggregate_every"], m["covariance"], m["split_point"]) == (10, 10, "full", "s2")
+    assert (m["lr"], m["momentum"], m["weight_decay"], float(config["clock"]["flops_high"])) == (0.01, 0.9, 5e-4, 1e10)
+    assert (d["partition"], d["shards_per_client"]) == ("shards", 2)
