@@ -63,10 +63,10 @@ def test_resume_at_round_boundary_is_exact(name, tmp_path):
             assert got[epoch][key] == want[epoch][key], (name, epoch, key)
 
 
-def _cli(*args: str) -> list[str]:
+def _cli(*args: str, config: str = "scala") -> list[str]:
     import sys
 
-    config = Path(__file__).resolve().parents[1] / "configs" / "digits" / "scala.yaml"
+    config = Path(__file__).resolve().parents[1] / "configs" / "digits" / f"{config}.yaml"
     return [
         sys.executable,
         "-m",
@@ -91,9 +91,10 @@ def _csv_rounds(folder: Path) -> dict[int, str]:
     return out
 
 
-def test_kill_minus_9_then_resume_gives_the_uninterrupted_metrics(tmp_path):
+@pytest.mark.parametrize("config,rounds", [("scala", 30), ("gas", 10)])
+def test_kill_minus_9_then_resume_gives_the_uninterrupted_metrics(config, rounds, tmp_path):
     """A real SIGKILL of a training process, then ``--ckpt_path last``: same per-round accuracy as a run that
-    was never interrupted."""
+    was never interrupted (GAS: the asynchronous clock, in-flight clients' slots, buffers and statistics too)."""
     import signal
     import subprocess
     import time
@@ -106,9 +107,12 @@ def test_kill_minus_9_then_resume_gives_the_uninterrupted_metrics(tmp_path):
             f"--checkpoint.dirpath={folder / 'ckpt'}",
         ]
 
-    subprocess.run(_cli(*loggers(tmp_path / "full")), check=True, capture_output=True, timeout=600)
+    def cli(*args):
+        return _cli(*args, f"--trainer.max_epochs={rounds}", config=config)
+
+    subprocess.run(cli(*loggers(tmp_path / "full")), check=True, capture_output=True, timeout=600)
     part = tmp_path / "part"
-    proc = subprocess.Popen(_cli(*loggers(part)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cli(*loggers(part)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline:
         ckpts = list((part / "ckpt").glob("epoch=*.ckpt"))
@@ -119,10 +123,10 @@ def test_kill_minus_9_then_resume_gives_the_uninterrupted_metrics(tmp_path):
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
     saved = max(int(p.name.split("=")[1].split("-")[0]) for p in (part / "ckpt").glob("epoch=*.ckpt"))
-    assert 4 <= saved < 29, "the kill must land mid-run"
-    subprocess.run(_cli(*loggers(part), "--ckpt_path=last"), check=True, capture_output=True, timeout=600)
+    assert 4 <= saved < rounds - 1, "the kill must land mid-run"
+    subprocess.run(cli(*loggers(part), "--ckpt_path=last"), check=True, capture_output=True, timeout=600)
     full, resumed = _csv_rounds(tmp_path / "full"), _csv_rounds(part)
-    assert sorted(resumed) == list(range(1, 31))
+    assert sorted(resumed) == list(range(1, rounds + 1))
     assert resumed == full
 
 
