@@ -407,16 +407,21 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         nothing."""
         return None
 
+    def send_activations(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hook 1 and the upload: the clients' activations ``[B, *act]`` (checked finite; counted up with the
+        labels) and a detached copy that requires a gradient, for the server (``∂/∂`` it gives ``G_k``)."""
+        acts = self.client_forward(step)
+        self.check_finite("activations", acts, step)
+        self.ledger.add_rows("up", "activations", acts, step.sizes, step.slots)
+        self.ledger.add_rows("up", "labels", step.y, step.sizes, step.slots)
+        return acts, acts.detach().requires_grad_(True)
+
     def local_iteration(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
         """Client forward → server forward on the concatenation → server update and client gradients from the
         same (pre-update) forward → every client backpropagates its ``G_k`` (and its extra loss) → one step."""
         opt = self.optimizers()
         opt.zero_grad()
-        acts = self.client_forward(step)
-        self.check_finite("activations", acts, step)
-        self.ledger.add_rows("up", "activations", acts, step.sizes, step.slots)
-        self.ledger.add_rows("up", "labels", step.y, step.sizes, step.slots)
-        a = acts.detach().requires_grad_(True)
+        acts, a = self.send_activations(step)
         logits = self.server_forward(a, step)
         self.check_finite("logits", logits, step)
         server_loss = self.server_loss(logits, step)

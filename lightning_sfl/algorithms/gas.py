@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from lightning_sfl.algorithms.async_base import AsyncMethod, choice
 from lightning_sfl.algorithms.base import checked_floor
 from lightning_sfl.algorithms.label_gaussians import COVARIANCES, LabelGaussians, generation_counts
-from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
+from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy
 from lightning_sfl.data.sampling import round_generator
 from lightning_sfl.loop import ClientStats
 from lightning_sfl.loop.async_events import ArrivalStep
@@ -79,23 +79,17 @@ class AsyncSFL(AsyncMethod):
         super().setup(stage)
 
     # ------------------------------------------------------------------ activation arrivals (Alg. 1, lines 4-12)
-    def arrival_priors(self, step: ArrivalStep) -> torch.Tensor:
-        """``P_k`` of each row's client, ``[B, N]`` (eq. 6)."""
+    def client_prior(self, step: ArrivalStep) -> torch.Tensor:
+        """``P_k`` of each row's client, ``[B, N]``: the base's client loss is then eq. (6)."""
         return self.label_dist[step.clients][step.owner]
 
     def arrivals(self, step: ArrivalStep) -> None:
         opt = self.optimizers()
         opt.zero_grad()
-        acts = self.client_forward(step)
-        self.check_finite("activations", acts, step)
-        self.ledger.add_rows("up", "activations", acts, step.sizes, step.slots)
-        self.ledger.add_rows("up", "labels", step.y, step.sizes, step.slots)
-        a = acts.detach().requires_grad_(True)
+        acts, a = self.send_activations(step)
         logits = self.server(a)
         self.check_finite("logits", logits, step)
-        priors = self.arrival_priors(step)
-        rows = logit_adjusted_cross_entropy(logits, step.y, priors, "none", self.missing_class_floor)
-        client_loss = per_client_mean(rows, step.owner, step.sizes)
+        client_loss = self.client_loss(logits, step)  # Σ_k of each arriving client's mean CE(s + log P_k)
         (grad_a,) = torch.autograd.grad(client_loss, a)
         self.buffer_arrivals(a.detach(), step)
         if step.flush:
@@ -104,8 +98,9 @@ class AsyncSFL(AsyncMethod):
             if self.gradient_order == "after_server_step":  # the flushing (last) arrival's G_k from the new w_s
                 last = step.owner == len(step.clients) - 1
                 a_last = a.detach()[last].requires_grad_(True)
+                prior = self.client_prior(step)[last]
                 loss = logit_adjusted_cross_entropy(
-                    self.server(a_last), step.y[last], priors[last], "mean", self.missing_class_floor
+                    self.server(a_last), step.y[last], prior, "mean", self.missing_class_floor
                 )
                 grad_a = grad_a.clone()
                 (grad_a[last],) = torch.autograd.grad(loss, a_last)
