@@ -63,14 +63,14 @@ FIDELITY = {
 
 
 #: What the MNIST-5k tables show (written from the committed numbers).
-MNIST_NOTES = """**What the α=2 table shows.** At the papers' lr 0.01 the ordering is that of digits: SCALA (93.67 ± 0.42)
-is ahead of MiniBatch-SFL/CA-SFL (92.10 ± 0.95) and of SplitFedV1 = FedAvg (90.67 ± 0.76, identical rows: the identity
-the tests check), and the methods that adjust logits locally end about 8 points below FedAvg: FedLC 82.77 ± 1.70,
-FedLogit = LLA-SFL 82.57 ± 2.94 — the same inversion as on digits (see the fidelity study below). SplitFedV2 (one
-server half updated client after client: 25 server steps per round against 5) is the best method here (95.73 ±
+MNIST_NOTES = """**What the α=2 table shows.** At the papers' lr 0.01 the ordering is that of digits: SCALA (93.67 ±
+0.42) is ahead of MiniBatch-SFL/CA-SFL (92.10 ± 0.95) and of SplitFedV1 = FedAvg (90.67 ± 0.76, identical rows: the
+identity the tests check), and the methods that adjust logits locally end about 8 points below FedAvg: FedLC 82.77 ±
+1.70, FedLogit = LLA-SFL 82.57 ± 2.94 — the same inversion as on digits (see the fidelity study below). SplitFedV2
+(one server half updated client after client: 25 server steps per round against 5) is the best method here (95.73 ±
 0.86); SCAFFOLD (94.27 ± 1.06), FedDyn (93.97 ± 0.15), FedAdagrad (93.93 ± 0.84) and FedYogi (93.27 ± 1.21) are the
-best FL methods, FedAdam's default server lr 0.1 collapses in 1 of 3 seeds (10 %) as on digits, and FedConcat
-(74.40 ± 2.42) trails as on digits α=1. The Dirichlet β=0.05 setting is still to run.
+best FL methods, FedAdam's default server lr 0.1 collapses in 1 of 3 seeds (10 %) as on digits, and FedConcat (74.40
+± 2.42) trails as on digits α=1. The Dirichlet β=0.05 setting is still to run.
 
 **lr 0.05 is too large on MNIST-5k.** The first run of the study used the configs' lr 0.05 (that of the
 digits study; `docs/results/mnist5k/attempt_lr0.05_quantity_a2_k20/`, made by `bash docs/results/run_mnist5k.sh` at
