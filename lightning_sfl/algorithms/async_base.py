@@ -95,10 +95,10 @@ class AsyncMethod(SplitFedAlgorithm):
             if self.world_size > 1:
                 raise ConfigError(f"{type(self).__name__} runs on one process (got {self.world_size})")
             stats: ClientStats = self.trainer.datamodule.client_stats
-            self._rows = torch.tensor([self.schedule.rows_per_batch(k, stats) for k in range(stats.num_clients)])
+            rows = torch.tensor([self.schedule.rows_per_batch(k, stats) for k in range(stats.num_clients)])
             self._act_shape = self.activation_shape()
             if self.schedule.times is None:
-                self.schedule.bind_times(self.client_times(stats, self._rows))
+                self.schedule.bind_times(self.client_times(stats, rows))
         super().setup(stage)
 
     @torch.no_grad()
