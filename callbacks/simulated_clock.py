@@ -14,6 +14,21 @@ When a round ends (the ``on_round_end`` event, after the FL phase; the round's l
     t_k      = n_k·c / f_k + 8·up_bytes_k / rate_k  [+ 8·down_bytes_k / rate_k  if include_downlink]
     t_round  = max_k t_k                                           (synchronous round: the straggler)
 
+With ``barrier="iteration"`` a round of a split method waits at every local iteration instead (MiniBatch-SFL, S²FL
+and SplitFed on the clock of GAS's Fig. 3): the server needs every client's activations before it steps, and the next
+iteration starts once every client has back-propagated. With ``b_k`` rows per iteration, ``c_fwd``, ``c_bwd`` FLOPs
+per sample of the client half's forward and backward pass, ``a`` bytes of one row's activations (plus 8 for its label)
+and ``m`` bytes of the client half (:func:`~lightning_sfl.system.flops.cut_costs`, the costs of
+:class:`~lightning_sfl.algorithms.AsyncMethod`'s clock)::
+
+    t_round  = Σ_t [ max_k (b_k·c_fwd/f_k + 8·b_k·(a + 8)/rate_k) + max_k b_k·c_bwd/f_k ]  +  max_k 8·m/rate_k
+
+(the sums over the iterations ``t`` each client takes; with ``include_downlink`` the gradients ``8·b_k·a/rate_k``
+join the first term and the model's download ``8·m/rate_k`` is charged once). A method with a sliding split (S²FL)
+names the cut points it may use (``split_options()``); starting from everyone at the method's ``split_point``, one
+client at a time moves to the cut that shortens the round most, until no move does (a round never gets longer).
+Rounds without activation traffic (plain FL) keep the straggler formula above.
+
 Schedules that keep their own simulated clock (asynchronous ones) stamp the round's end with its time; the clock
 then logs that time instead (``t_round`` = the time since the previous round's end).
 
@@ -36,8 +51,12 @@ from __future__ import annotations
 import torch
 
 from lightning_sfl.loop import RoundCallback, RoundEnd
+from lightning_sfl.models import build_model
 from lightning_sfl.system.channel import bandwidth_per_client, compute_capacities, place_clients, uplink_rates
-from lightning_sfl.system.flops import training_flops_per_sample
+from lightning_sfl.system.flops import CutCost, cut_costs, training_flops_per_sample
+
+BARRIERS = ("round", "iteration")
+LABEL_BYTES = 8  # one int64 label per row
 
 
 class SimulatedClock(RoundCallback):
@@ -52,6 +71,8 @@ class SimulatedClock(RoundCallback):
         flops_high: highest client compute speed (FLOP/s); GAS uses ``1e10``.
         seed: seeds the placement and the compute speeds (fixed for the run).
         include_downlink: also charge the received bytes, at the uplink rate.
+        barrier: ``round`` (each client's compute and traffic add up; the round waits for the slowest) or
+            ``iteration`` (split methods wait for every client at every local iteration; see the module docstring).
     """
 
     def __init__(
@@ -64,6 +85,7 @@ class SimulatedClock(RoundCallback):
         flops_high: float = 5e9,
         seed: int = 0,
         include_downlink: bool = False,
+        barrier: str = "round",
     ) -> None:
         if not radius_m > 0 or not tx_power_w > 0 or not bandwidth_hz > 0:
             raise ValueError("radius_m, tx_power_w and bandwidth_hz must be > 0")
@@ -71,7 +93,12 @@ class SimulatedClock(RoundCallback):
             raise ValueError(f"need 0 < flops_low <= flops_high, got {flops_low}, {flops_high}")
         self.radius_m, self.tx_power_w, self.bandwidth_hz = radius_m, tx_power_w, bandwidth_hz
         self.noise_dbm_per_hz, self.flops_low, self.flops_high = noise_dbm_per_hz, flops_low, flops_high
-        self.seed, self.include_downlink = seed, include_downlink
+        if barrier not in BARRIERS:
+            raise ValueError(f"barrier={barrier!r} must be one of: {', '.join(BARRIERS)}")
+        self.seed, self.include_downlink, self.barrier = seed, include_downlink, barrier
+        self.cuts: dict[str, CutCost] = {}  # barrier="iteration", split methods: the cut points a client may use
+        self.nominal_cut: str | None = None  # the method's split_point
+        self.last_cuts: list[str] | None = None  # the cut charged to each slot in the last round, for inspection
         self.distances_m: torch.Tensor | None = None  # [K] m
         self.capacities: torch.Tensor | None = None  # [K] FLOP/s
         self.flops_per_sample: float | None = None
@@ -91,8 +118,14 @@ class SimulatedClock(RoundCallback):
         if trainer.datamodule is None:
             raise RuntimeError("SimulatedClock needs a FederatedDataModule (trainer.datamodule is None)")
         self.draw_system(trainer.datamodule.num_clients)
-        self.flops_per_sample = training_flops_per_sample(pl_module.client.net, tuple(pl_module.hparams.input_shape))
+        hp = pl_module.hparams
+        self.flops_per_sample = training_flops_per_sample(pl_module.client.net, tuple(hp.input_shape))
         self.elapsed_seconds = 0.0
+        self.cuts = {}
+        if self.barrier == "iteration" and getattr(pl_module, "split", False):
+            options = getattr(pl_module, "split_options", lambda: None)() or [hp.split_point]
+            self.cuts = cut_costs(build_model(hp.arch, pl_module.num_classes, tuple(hp.input_shape)), options)
+            self.nominal_cut = hp.split_point
 
     def client_seconds(
         self, clients: torch.Tensor, samples: torch.Tensor, up: torch.Tensor, down: torch.Tensor
@@ -108,10 +141,60 @@ class SimulatedClock(RoundCallback):
             bits = bits + 8.0 * down.detach().cpu().double()
         return compute + bits / rates
 
+    def barrier_seconds(self, clients: torch.Tensor, samples: torch.Tensor, iterations: torch.Tensor) -> float:
+        """``t_round`` (s) of a split round with a barrier at every local iteration (module docstring): slot ``i``
+        holds client ``clients[i]`` (``-1``: unused) that took ``iterations[i]`` local iterations over ``samples[i]``
+        rows in all (``[S]`` each)."""
+        used = (clients >= 0) & (iterations > 0)
+        clients, iters = clients[used].cpu().long(), iterations[used].cpu().long()
+        rows = samples[used].cpu().double() / iters  # b_k
+        rates = uplink_rates(
+            self.distances_m[clients],
+            bandwidth_per_client(self.bandwidth_hz, len(clients)),
+            self.tx_power_w,
+            self.noise_dbm_per_hz,
+        )
+        caps = self.capacities[clients]
+        names = list(self.cuts)
+        per_cut = []  # per cut: (forward + upload, backward, model upload) seconds of each client, [S] each
+        for cost in self.cuts.values():
+            up = 8.0 * rows * (cost.activation_bytes + LABEL_BYTES) / rates
+            if self.include_downlink:
+                up = up + 8.0 * rows * cost.activation_bytes / rates
+            model = 8.0 * cost.model_bytes / rates * (2 if self.include_downlink else 1)
+            per_cut.append((rows * cost.forward / caps + up, rows * cost.backward / caps, model))
+        arrive, backward, model = (torch.stack(parts) for parts in zip(*per_cut))  # [cuts, S] each
+        columns = torch.arange(len(clients))
+
+        def round_seconds(pick: torch.Tensor) -> float:
+            a, b = arrive[pick, columns], backward[pick, columns]
+            total = sum(float(a[iters > t].max() + b[iters > t].max()) for t in range(int(iters.max())))
+            return total + float(model[pick, columns].max())
+
+        if not len(clients):
+            return 0.0
+        pick = torch.full((len(clients),), names.index(self.nominal_cut), dtype=torch.long)
+        best = round_seconds(pick)
+        improved = len(names) > 1
+        while improved:  # the sliding split: move one client at a time to the cut that shortens the round most
+            improved = False
+            for i in range(len(clients)):
+                for j in range(len(names)):
+                    trial = pick.clone()
+                    trial[i] = j
+                    seconds = round_seconds(trial)
+                    if seconds < best - 1e-12:
+                        best, pick, improved = seconds, trial, True
+        self.last_cuts = [names[int(j)] for j in pick]
+        return best
+
     def on_round_end(self, trainer, pl_module, event: RoundEnd) -> None:
         if event.time is not None:  # the schedule keeps its own clock
             round_seconds = event.time - self.elapsed_seconds
             self.elapsed_seconds = float(event.time)
+        elif self.cuts and event.ledger.totals().get("up/activations", 0) > 0:
+            round_seconds = self.barrier_seconds(event.clients, event.samples, event.iterations)
+            self.elapsed_seconds += round_seconds
         else:
             ledger = event.ledger
             t = self.client_seconds(event.clients, event.samples, ledger.per_client("up"), ledger.per_client("down"))

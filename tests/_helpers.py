@@ -43,3 +43,15 @@ def flat_params(module):
     import torch
 
     return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+
+
+#: Constructor arguments the registry-driven tests give a method on top of their own: the asynchronous methods keep
+#: C = Q_s = Q_c = 4 clients in flight (their default 10 exceeds the tests' 8 clients).
+ASYNC_SMALL = {"concurrency": 4, "flush_every": 4, "aggregate_every": 4}
+
+
+def method_kwargs(name: str) -> dict:
+    """Extra constructor arguments of registered method ``name`` in the registry-driven tests."""
+    from lightning_sfl.algorithms import ASYNC_METHODS
+
+    return dict(ASYNC_SMALL) if name in ASYNC_METHODS else {}

@@ -41,6 +41,10 @@ STUDIES = {
         {"quantity_a2_k20": []},
     ),
 }
+#: Methods registered after the label-skew studies were run, compared in their own study instead: S²FL and the
+#: asynchronous methods (docs/results/gas). The studies' commands include S²FL when run again.
+LATER = {"s2fl", "gas", "async_sfl", "fedbuff", "ca2fl"}
+STUDIED = [m for m in ALGORITHMS if m not in LATER]
 CELLS = [(study, setting) for study, (*_, settings) in STUDIES.items() for setting in settings]
 
 
@@ -51,10 +55,10 @@ def test_committed_study_covers_every_method_and_seed(study, setting):
     for name in ("results.md", "accuracy.png", "metrics.csv"):
         assert (folder / name).exists(), f"{study}/{setting}/{name} missing"
     runs = read_metrics_csv(folder / "metrics.csv")
-    assert {(r.method, r.seed) for r in runs} == {(m, s) for m in ALGORITHMS for s in (0, 1, 2)}
+    assert {(r.method, r.seed) for r in runs} == {(m, s) for m in STUDIED for s in (0, 1, 2)}
     assert all(len(r.acc_records) == 50 for r in runs if r.status == "ok")
     table = (folder / "results.md").read_text()
-    for m in ALGORITHMS:
+    for m in STUDIED:
         assert f"| `{m}` |" in table
     assert f"bash docs/results/{script}" in (RESULTS / "README.md").read_text()
 

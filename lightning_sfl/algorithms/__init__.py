@@ -3,6 +3,7 @@
 Every class is a ``LightningModule`` usable as ``--model <ClassName>`` (or ``class_path`` in a config).
 """
 
+from lightning_sfl.algorithms.async_base import AsyncMethod
 from lightning_sfl.algorithms.base import ClientModule, ServerModule, SplitFedAlgorithm
 from lightning_sfl.algorithms.fedavg import FedAvg, FedCBS, FedDecorr, FedDyn, FedLC, FedLogit, FedProx
 from lightning_sfl.algorithms.fedbuff import CA2FL, FedBuff
@@ -11,6 +12,7 @@ from lightning_sfl.algorithms.fednova import FedNova
 from lightning_sfl.algorithms.fedopt import FedAdagrad, FedAdam, FedAvgM, FedYogi
 from lightning_sfl.algorithms.fedrs import FedRS
 from lightning_sfl.algorithms.gas import GAS, AsyncSFL
+from lightning_sfl.algorithms.s2fl import S2FL
 from lightning_sfl.algorithms.scaffold import Scaffold
 from lightning_sfl.algorithms.scala import SCALA
 from lightning_sfl.algorithms.splitfed import (
@@ -27,6 +29,7 @@ from lightning_sfl.algorithms.splitfed import (
 ALGORITHMS: dict[str, type[SplitFedAlgorithm]] = {
     "scala": SCALA,
     "minibatch_sfl": MiniBatchSFL,
+    "s2fl": S2FL,
     "ca_sfl": CASFL,
     "lla_sfl": LLASFL,
     "splitfedv1": SplitFedV1,
@@ -49,10 +52,19 @@ ALGORITHMS: dict[str, type[SplitFedAlgorithm]] = {
     "scaffold": Scaffold,
     "fednova": FedNova,
     "fedconcat": FedConcat,
+    "gas": GAS,
+    "async_sfl": AsyncSFL,
+    "fedbuff": FedBuff,
+    "ca2fl": CA2FL,
 }
+#: Methods on the asynchronous clock (a "round" is one aggregation of ``Q_c`` uploads, not a synchronous round):
+#: ``compare`` runs them only when named, and their study is ``docs/results/gas``.
+ASYNC_METHODS: tuple[str, ...] = tuple(name for name, cls in ALGORITHMS.items() if issubclass(cls, AsyncMethod))
 
 __all__ = [
     "ALGORITHMS",
+    "ASYNC_METHODS",
+    "AsyncMethod",
     "GAS",
     "AsyncSFL",
     "CA2FL",
@@ -76,6 +88,7 @@ __all__ = [
     "FedYogi",
     "LLASFL",
     "MiniBatchSFL",
+    "S2FL",
     "SCALA",
     "SFLLocalLoss",
     "Scaffold",

@@ -244,11 +244,13 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
             self._emit("on_round_start", step)
             self.ledger.start(len(self.bank))
             self._round_samples = step.sizes.new_zeros(len(self.bank))  # on the step's device: no sync per step
+            self._round_iters = step.sizes.new_zeros(len(self.bank))
             self._slot_clients = step.clients.new_full((len(self.bank),), -1)
             self.start_round(step)
         if len(step.clients):
             slots = step.bank_slots
             self._round_samples.index_add_(0, slots, step.sizes)
+            self._round_iters.index_add_(0, slots, (step.sizes > 0).to(step.sizes.dtype))
             self._slot_clients[slots] = step.clients
         losses = getattr(self, self.step_handlers[step.kind])(step)
         if losses is not None:
@@ -256,7 +258,14 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         if step.round_end:
             self.aggregate(step)
             self._check_global_weights(step)
-            event = RoundEnd(step.round, self._slot_clients.cpu(), self._round_samples.cpu(), self.ledger, step.time)
+            event = RoundEnd(
+                step.round,
+                self._slot_clients.cpu(),
+                self._round_samples.cpu(),
+                self.ledger,
+                step.time,
+                self._round_iters.cpu(),
+            )
             self._emit("on_round_end", event)
 
     def _log_losses(self, step: Step, server_loss: torch.Tensor, client_loss: torch.Tensor) -> None:

@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         metavar="NAME",
-        help="registered names (lightning_sfl.algorithms.ALGORITHMS) or class paths; default: all registered",
+        help="registered names (lightning_sfl.algorithms.ALGORITHMS) or class paths; default: all registered "
+        "synchronous methods (the asynchronous ones, ASYNC_METHODS, count rounds differently: name them)",
     )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED", help="seeds (default: 0)")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
@@ -106,9 +107,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(rest)
     args.overrides = overrides
     if args.methods is None:
-        from lightning_sfl.algorithms import ALGORITHMS
+        from lightning_sfl.algorithms import ALGORITHMS, ASYNC_METHODS
 
-        args.methods = list(ALGORITHMS)
+        args.methods = [name for name in ALGORITHMS if name not in ASYNC_METHODS]
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs} must be >= 1")
     if args.target_acc is not None and not 0 < args.target_acc <= 1:

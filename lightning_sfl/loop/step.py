@@ -138,6 +138,7 @@ class RoundEnd:
         samples: ``[S]`` training rows each slot processed in the round (``T·B_k`` under ``SyncRounds``).
         ledger: the round's traffic by direction, kind and slot (exact bytes).
         time: simulated time (s) at the end of the round, for schedules with their own clock; ``None`` otherwise.
+        iterations: ``[S]`` local iterations each slot took part in (steps with rows for it); ``None``: not counted.
     """
 
     round: int
@@ -145,6 +146,7 @@ class RoundEnd:
     samples: torch.Tensor
     ledger: CommLedger
     time: float | None = None
+    iterations: torch.Tensor | None = None
 
 
 class RoundCallback(L.Callback):

@@ -16,7 +16,9 @@ input is data) costs 2× its forward and every later layer 3×.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -60,3 +62,47 @@ def forward_flops_per_sample(module: nn.Module, input_shape: Sequence[int], batc
         with FlopCounterMode(display=False) as counter:
             model(torch.zeros(batch_size, *input_shape, dtype=dtype))
     return counter.get_total_flops() / batch_size
+
+
+@dataclass(frozen=True)
+class CutCost:
+    """What one client pays per sample at one cut point of a model (see :func:`cut_costs`).
+
+    Attributes:
+        forward: FLOPs of the client half's forward pass per sample.
+        backward: FLOPs of its backward pass per sample (weight gradients, and input gradients past the first layer).
+        activation_bytes: bytes of one sample's activations at the cut (float32: ``4·∏shape``).
+        model_bytes: bytes of the client half as sent (its state dict).
+    """
+
+    forward: float
+    backward: float
+    activation_bytes: int
+    model_bytes: int
+
+
+def cut_costs(model: nn.Module, cuts: Sequence[str] | None = None) -> dict[str, CutCost]:
+    """Cost of the client half at each of ``cuts`` (default: every cut point) of a
+    :class:`~lightning_sfl.models.zoo.SplittableModel`: cut name -> :class:`CutCost`.
+
+    >>> from lightning_sfl.models import build_model
+    >>> costs = cut_costs(build_model("cnn_small", 10, (1, 8, 8)))
+    >>> list(costs) == list(build_model("cnn_small", 10, (1, 8, 8)).cut_points)
+    True
+    """
+    from lightning_sfl.models import activation_shape, split_model
+    from lightning_sfl.system.comm import module_bytes
+
+    out = {}
+    for name in model.cut_points if cuts is None else cuts:
+        client, _ = split_model(model, name)
+        forward = forward_flops_per_sample(client, model.input_shape)
+        shape = activation_shape(model, name)
+        value_bytes = next(client.parameters()).element_size()
+        out[name] = CutCost(
+            forward=forward,
+            backward=training_flops_per_sample(client, model.input_shape) - forward,
+            activation_bytes=math.prod(shape) * value_bytes,
+            model_bytes=module_bytes(client),
+        )
+    return out
