@@ -25,8 +25,9 @@ and ``m`` bytes of the client half (:func:`~lightning_sfl.system.flops.cut_costs
 
 (the sums over the iterations ``t`` each client takes; with ``include_downlink`` the gradients ``8·b_k·a/rate_k``
 join the first term and the model's download ``8·m/rate_k`` is charged once). A method with a sliding split (S²FL)
-names the cut points it may use (``split_options()``); starting from everyone at the method's ``split_point``, one
-client at a time moves to the cut that shortens the round most, until no move does (a round never gets longer).
+names the cut points it may use (``split_options()``): every client takes the cut that makes its own participation
+shortest (if that shortens the round; else everyone starts at the method's ``split_point``), then one client at a time
+moves to the cut that shortens the round most, until no move does (a round never gets longer than without sliding).
 Rounds without activation traffic (plain FL) keep the straggler formula above.
 
 Schedules that keep their own simulated clock (asynchronous ones) stamp the round's end with its time; the clock
@@ -175,6 +176,9 @@ class SimulatedClock(RoundCallback):
             return 0.0
         pick = torch.full((len(clients),), names.index(self.nominal_cut), dtype=torch.long)
         best = round_seconds(pick)
+        own = (iters.double() * (arrive + backward) + model).argmin(dim=0)  # each client's own fastest participation
+        if len(names) > 1 and round_seconds(own) < best:
+            pick, best = own, round_seconds(own)
         improved = len(names) > 1
         while improved:  # the sliding split: move one client at a time to the cut that shortens the round most
             improved = False

@@ -169,6 +169,15 @@ def test_accuracy_curves_mean_min_max_over_seeds():
     assert c["round"] == [1.0, 2.0]
     assert c["mean"] == pytest.approx([0.3, 0.6])
     assert c["min"] == [0.2, 0.4] and c["max"] == [0.4, 0.8] and c["n"] == [2.0, 2.0]
+    assert all(math.isnan(t) for t in c["seconds"])  # no clock logged
+
+
+def test_accuracy_curves_average_the_simulated_time_over_seeds():
+    a, b = _run("m", 0, [0.2, 0.4]), _run("m", 1, [0.4, 0.8])
+    for run, times in ((a, [1.0, 3.0]), (b, [2.0, 7.0])):
+        for rec, t in zip(run.records, times):
+            rec["clock/elapsed_seconds"] = t
+    assert compare.accuracy_curves([a, b])["m"]["seconds"] == pytest.approx([1.5, 5.0])
 
 
 def test_metrics_csv_round_trip(tmp_path):
@@ -335,7 +344,7 @@ def test_end_to_end_writes_table_metrics_and_plot(compared):
     from PIL import Image
 
     out, methods = compared
-    for name in ("metrics.csv", "results.md", "accuracy.png"):
+    for name in ("metrics.csv", "results.md", "accuracy.png", "accuracy_time.png"):  # the CLI's clock logs time
         assert (out / name).is_file(), name
 
     text = (out / "results.md").read_text()

@@ -17,6 +17,7 @@ from pathlib import Path
 ACC_KEY = "test/acc"
 ROUND_BYTES_KEY = "comm/total_bytes"
 CUM_BYTES_KEY = "comm/cumulative_bytes"
+TIME_KEY = "clock/elapsed_seconds"
 #: Columns of the combined ``metrics.csv`` with a fixed name -> the logged metric they hold.
 CSV_COLUMNS = {"test_acc": ACC_KEY, "round_bytes": ROUND_BYTES_KEY, "cumulative_bytes": CUM_BYTES_KEY}
 #: Columns of the combined ``metrics.csv`` that identify the run and the round.

@@ -1,10 +1,12 @@
-"""The human-readable outputs of a comparison: ``results.md`` (command, settings, table, failures) and
-``accuracy.png`` (test accuracy vs round per method, mean over seeds with a min-max band). The settings are
-read back from the runs' resolved configs, so they show what the runs actually used."""
+"""The human-readable outputs of a comparison: ``results.md`` (command, settings, table, failures),
+``accuracy.png`` (test accuracy vs round per method, mean over seeds with a min-max band) and ``accuracy_time.png``
+(the same against simulated time). The settings are read back from the runs' resolved configs, so they show what the
+runs actually used."""
 
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,11 @@ from .records import RunResult
 from .summary import MethodSummary, accuracy_curves, describe_data, format_percent, format_table, plural
 
 
-def plot_accuracy(results: Sequence[RunResult], path: Path, title: str, target_acc: float | None = None) -> None:
-    """Test accuracy (%) vs round per method: mean over seeds, shaded min-max band."""
+def plot_accuracy(
+    results: Sequence[RunResult], path: Path, title: str, target_acc: float | None = None, x: str = "round"
+) -> None:
+    """Test accuracy (%) vs round (``x="round"``) or vs simulated time (``x="seconds"``: the mean over seeds of
+    ``clock/elapsed_seconds`` at each round's end) per method: mean over seeds, shaded min-max band."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -29,18 +34,19 @@ def plot_accuracy(results: Sequence[RunResult], path: Path, title: str, target_a
     curves = accuracy_curves(results)
     for method, c in curves.items():
         n = int(max(c["n"]))
-        (line,) = ax.plot(c["round"], [100 * v for v in c["mean"]], label=f"{method} ({plural(n, 'seed')})")
+        (line,) = ax.plot(c[x], [100 * v for v in c["mean"]], label=f"{method} ({plural(n, 'seed')})")
         if n > 1:
             lo, hi = [100 * v for v in c["min"]], [100 * v for v in c["max"]]
-            ax.fill_between(c["round"], lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+            ax.fill_between(c[x], lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     if target_acc is not None:
         ax.axhline(
             100 * target_acc, color="grey", linestyle="--", linewidth=0.8, label=f"target {format_percent(target_acc)}"
         )
     if not curves:
         ax.text(0.5, 0.5, "no completed runs", ha="center", va="center", transform=ax.transAxes)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("round")
+    if x == "round":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("round" if x == "round" else "simulated time (s)")
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
@@ -90,6 +96,9 @@ def write_report(
     data, _, _ = _settings(plan, results)
     title = f"Test accuracy: {describe_data(data)} ({plural(len(args.seeds), 'seed')})"
     plot_accuracy(results, out / "accuracy.png", title, args.target_acc)
+    curves = accuracy_curves(results)
+    if curves and all(not math.isnan(t) for c in curves.values() for t in c["seconds"]):
+        plot_accuracy(results, out / "accuracy_time.png", title, args.target_acc, x="seconds")
 
 
 def results_markdown(
@@ -149,8 +158,10 @@ def results_markdown(
     lines += [
         "",
         "Files: `metrics.csv` (per-round metrics of every run), `accuracy.png` (test accuracy vs round, mean over "
-        "seeds, band: min-max), `runs/<method>/seed<seed>/` (`command.txt`: the equivalent `lightning-sfl fit` "
-        "command; `run_config.yaml`: its config; `logs/`: Lightning's `metrics.csv` and resolved `config.yaml`).",
+        "seeds, band: min-max), `accuracy_time.png` (the same against the simulated time `clock/elapsed_seconds`, "
+        "mean over seeds, when the runs logged it), `runs/<method>/seed<seed>/` (`command.txt`: the equivalent "
+        "`lightning-sfl fit` command; `run_config.yaml`: its config; `logs/`: Lightning's `metrics.csv` and resolved "
+        "`config.yaml`).",
         "",
     ]
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .records import ACC_KEY, RunResult, best_acc, final_acc, rounds_to_target, total_bytes
+from .records import ACC_KEY, TIME_KEY, RunResult, best_acc, final_acc, rounds_to_target, total_bytes
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -133,8 +133,10 @@ def format_table(rows: Sequence[MethodSummary], target_acc: float | None = None)
 
 def accuracy_curves(results: Iterable[RunResult]) -> dict[str, dict[str, list[float]]]:
     """Per method (completed runs only): ``round``, ``mean``, ``min``, ``max`` test accuracy and ``n`` runs
-    per round (rounds evaluated by at least one run; NaN values ignored)."""
+    per round (rounds evaluated by at least one run; NaN values ignored), and ``seconds``: the mean simulated time
+    (``clock/elapsed_seconds``) at the end of the round over the runs that logged it (NaN where none did)."""
     per_method: dict[str, dict[int, list[float]]] = {}
+    times: dict[str, dict[int, list[float]]] = {}
     for res in results:
         if not res.completed:
             continue
@@ -142,10 +144,14 @@ def accuracy_curves(results: Iterable[RunResult]) -> dict[str, dict[str, list[fl
         for rec in res.acc_records:
             if math.isfinite(rec[ACC_KEY]):
                 rounds.setdefault(int(rec["round"]), []).append(rec[ACC_KEY])
+                if TIME_KEY in rec:
+                    times.setdefault(res.method, {}).setdefault(int(rec["round"]), []).append(rec[TIME_KEY])
     curves = {}
     for method, rounds in per_method.items():
         order = sorted(rounds)
+        seconds = times.get(method, {})
         curves[method] = {
+            "seconds": [statistics.fmean(seconds[r]) if r in seconds else math.nan for r in order],
             "round": [float(r) for r in order],
             "mean": [statistics.fmean(rounds[r]) for r in order],
             "min": [min(rounds[r]) for r in order],
