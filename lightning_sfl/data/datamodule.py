@@ -32,7 +32,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from lightning_sfl.data.datasets import DATASETS, DatasetSplits, load_dataset
-from lightning_sfl.data.partition import PARTITIONS, label_distribution, partition
+from lightning_sfl.data.partition import PARTITIONS, label_distribution, labelled_split, partition
 from lightning_sfl.data.sampling import clients_per_round
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.step import ClientStats, Step
@@ -50,7 +50,8 @@ def shard_step(step: Step, rank: int, world: int) -> Step:
     keep = pos % world == rank
     owner = None if step.owner is None else step.owner[keep]
     local = None if owner is None else torch.bincount(owner, minlength=len(step.sizes))
-    return step.replace(x=step.x[keep], y=step.y[keep], owner=owner, local_sizes=local)
+    y = None if step.y is None else step.y[keep]  # unlabelled steps carry no labels
+    return step.replace(x=step.x[keep], y=y, owner=owner, local_sizes=local)
 
 
 def _next_round(trainer) -> int:
@@ -100,6 +101,9 @@ class FederatedDataModule(L.LightningDataModule):
         seed: seeds the partition and the per-round client and minibatch draws.
         test_batch_size: rows per evaluation batch.
         image_size: side length images are resized to (cinic10, imagenette).
+        labelled_per_class: ``0`` (default): every training row goes to the clients. ``> 0``: that many rows of each
+            class form a labelled set held by the server (semi-supervised methods, e.g. Semi-SFL's ``D_l``), drawn
+            with the seed and disjoint from the clients, whose shards partition the rest.
     """
 
     def __init__(
@@ -117,6 +121,7 @@ class FederatedDataModule(L.LightningDataModule):
         seed: int = 0,
         test_batch_size: int = 1024,
         image_size: int = 32,
+        labelled_per_class: int = 0,
     ) -> None:
         super().__init__()
         if dataset not in DATASETS:
@@ -138,6 +143,8 @@ class FederatedDataModule(L.LightningDataModule):
             raise ConfigError(f"alpha={alpha} must be >= 1 (classes per client)")
         if shards_per_client < 1:
             raise ConfigError(f"shards_per_client={shards_per_client} must be >= 1")
+        if int(labelled_per_class) != labelled_per_class or labelled_per_class < 0:
+            raise ConfigError(f"labelled_per_class={labelled_per_class!r} must be a whole number >= 0")
         if test_batch_size < 1:
             raise ConfigError(f"test_batch_size={test_batch_size} must be >= 1")
         self.save_hyperparameters()
@@ -145,6 +152,7 @@ class FederatedDataModule(L.LightningDataModule):
         self.num_clients, self.partition, self.alpha, self.beta = num_clients, partition, alpha, beta
         self.shards_per_client, self.participation, self.batch_size = shards_per_client, participation, batch_size
         self.seed, self.test_batch_size, self.image_size = seed, test_batch_size, image_size
+        self.labelled_per_class = int(labelled_per_class)
 
     # ----------------------------------------------------------------- data and shards (loaded on first use)
     @cached_property
@@ -162,10 +170,23 @@ class FederatedDataModule(L.LightningDataModule):
         return tuple(self.splits.input_shape)
 
     @cached_property
+    def _labelled_and_rest(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        if not self.labelled_per_class:
+            return None, None
+        return labelled_split(self.splits.train_y, self.labelled_per_class, self.seed)
+
+    @property
+    def labelled_indices(self) -> torch.Tensor | None:
+        """The server's labelled rows of the training split (``labelled_per_class`` per class), or ``None``."""
+        return self._labelled_and_rest[0]
+
+    @cached_property
     def client_indices(self) -> list[torch.Tensor]:
-        """Each client's rows of the training split, ``K × [|D_k|]``."""
-        return partition(
-            self.splits.train_y,
+        """Each client's rows of the training split, ``K × [|D_k|]`` (without the server's labelled rows)."""
+        rest = self._labelled_and_rest[1]
+        labels = self.splits.train_y if rest is None else self.splits.train_y[rest]
+        parts = partition(
+            labels,
             self.partition,
             self.num_clients,
             alpha=self.alpha,
@@ -173,6 +194,7 @@ class FederatedDataModule(L.LightningDataModule):
             shards_per_client=self.shards_per_client,
             seed=self.seed,
         )
+        return parts if rest is None else [rest[p] for p in parts]
 
     @cached_property
     def client_sizes(self) -> torch.Tensor:
@@ -207,6 +229,7 @@ class FederatedDataModule(L.LightningDataModule):
             clients_per_round=self.clients_per_round,
             batch_size=self.batch_size,
             seed=self.seed,
+            labelled=self.labelled_indices,
         )
 
     # ----------------------------------------------------------------- executing the method's schedule
@@ -226,13 +249,16 @@ class FederatedDataModule(L.LightningDataModule):
         return [self.materialize(step) for step in steps]
 
     def materialize(self, step: Step) -> Step:
-        """``step`` with its data: inputs and labels of its rows, each row's owner, and label counts."""
+        """``step`` with its data: inputs and labels of its rows, each row's owner, and label counts (no labels for a
+        step that does not carry them, e.g. :class:`~lightning_sfl.loop.phases.UnlabelledStep`)."""
         y = self.splits.train_y[step.rows]
         owner = None
         if len(step.clients):
             if int(step.sizes.sum()) != len(step.rows):
                 raise ValueError(f"step sizes {step.sizes.tolist()} do not add up to its {len(step.rows)} rows")
             owner = torch.repeat_interleave(torch.arange(len(step.clients)), step.sizes)
+        if not getattr(step, "carries_labels", True):  # unlabelled client data: the labels stay here
+            return step.replace(x=self.splits.train_x[step.rows], owner=owner, local_sizes=step.sizes)
         return step.replace(
             x=self.splits.train_x[step.rows],
             y=y,

@@ -181,3 +181,32 @@ def label_distribution(labels: torch.Tensor, parts: list[torch.Tensor], num_clas
     """``P_k(y)``: each client's local label distribution, ``[K, num_classes]``, rows sum to one."""
     counts = torch.stack([torch.bincount(labels[p], minlength=num_classes) for p in parts]).double()
     return counts / counts.sum(dim=1, keepdim=True)
+
+
+def labelled_split(labels: torch.Tensor, per_class: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A class-balanced labelled set for the server (semi-supervised methods) and the rest of the data.
+
+    Returns ``(labelled, rest)``: ``per_class`` rows of every class drawn without replacement by a generator seeded
+    by ``seed`` (sorted), and every other row (sorted); disjoint, together all rows.
+
+    >>> labelled, rest = labelled_split(torch.tensor([0, 1, 0, 1, 0, 1]), 1, seed=0)
+    >>> torch.bincount(torch.tensor([0, 1, 0, 1, 0, 1])[labelled]).tolist(), len(rest)
+    ([1, 1], 4)
+    """
+    counts = torch.bincount(labels)
+    if int(per_class) != per_class or per_class < 1:
+        raise ConfigError(f"labelled_per_class={per_class!r} must be a whole number >= 1")
+    if per_class >= int(counts[counts > 0].min()):
+        raise ConfigError(
+            f"labelled_per_class={per_class} leaves no unlabelled data of the smallest class "
+            f"({int(counts[counts > 0].min())} samples); use fewer"
+        )
+    g = torch.Generator().manual_seed(seed + 7919)  # its own stream: the partition's draws stay as they were
+    picked = []
+    for c in torch.nonzero(counts).flatten().tolist():
+        rows = torch.nonzero(labels == c).flatten()
+        picked.append(rows[torch.randperm(len(rows), generator=g)[:per_class]])
+    labelled = torch.cat(picked).sort().values
+    keep = torch.ones(len(labels), dtype=torch.bool)
+    keep[labelled] = False
+    return labelled, torch.nonzero(keep).flatten()

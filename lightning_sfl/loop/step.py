@@ -32,6 +32,8 @@ class ClientStats:
         clients_per_round: ``S = max(1, round(ρK))``.
         batch_size: ``B``, rows per local iteration summed over a round's clients.
         seed: seeds the partition and every per-round draw (``--data.seed``).
+        labelled: rows of the training split held by the server with their labels (``--data.labelled_per_class``;
+            semi-supervised methods), ``None`` when the clients hold all the data.
     """
 
     sizes: torch.Tensor
@@ -41,6 +43,7 @@ class ClientStats:
     clients_per_round: int
     batch_size: int
     seed: int
+    labelled: torch.Tensor | None = None
 
     @property
     def num_clients(self) -> int:
@@ -112,7 +115,8 @@ class Step:
     @property
     def num_rows(self) -> int:
         """Rows of this step on this process."""
-        return 0 if self.y is None else len(self.y)
+        data = self.y if self.y is not None else self.x
+        return 0 if data is None else len(data)
 
     def replace(self, **changes) -> Step:
         """A copy with ``changes`` (``dataclasses.replace``; keeps the subclass and its extra fields)."""
