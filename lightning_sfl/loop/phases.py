@@ -31,7 +31,7 @@ from lightning_sfl.loop.ks_control import SupervisedSteps
 from lightning_sfl.loop.schedule import SyncRounds
 from lightning_sfl.loop.step import ClientStats, Step
 
-__all__ = ["Phases", "UnlabelledStep"]
+__all__ = ["Phases", "SupervisedOnlyRounds", "UnlabelledStep"]
 
 
 @dataclass
@@ -104,3 +104,15 @@ class Phases(SyncRounds):
         super().load_state_dict(state)
         if "supervised" in state:
             self.supervised.load_state_dict(state["supervised"])
+
+
+class SupervisedOnlyRounds(Phases):
+    """Rounds of ``K_s`` supervised steps and nothing else (the supervised-only lower bound): the last supervised step
+    ends the round; no client takes part."""
+
+    kinds = ("supervised",)
+
+    def plan_round(self, round_idx: int, stats: ClientStats) -> list[Step]:
+        steps = [s for s in super().plan_round(round_idx, stats) if s.kind == "supervised"]
+        steps[-1] = steps[-1].replace(round_end=True)
+        return steps

@@ -1,0 +1,309 @@
+"""Semi-SFL (Xu et al., "Semi-supervised split federated learning", ``papers/semi-sfl.txt``; notes in
+``specs/semi-sfl.md``): labelled data only on the server (PS), unlabelled non-IID clients, an EMA teacher,
+clustering regularisation and an adaptive number of supervised steps ``K_s``.
+
+Model ``w = (w_c, w_s, w_p)``: the client half, the server half (classifier) and a projection head
+``[Linear(d, d) → ReLU → Linear(d, proj_dim)]`` on the flattened activation, L2-normalised. Teacher ``w̃`` = the EMA of
+``w`` (:func:`~lightning_sfl.algorithms.semi_losses.ema_update`, warm-up ``γ_t = min(1 − 1/(t+1), γ)`` with ``t`` the
+supervised steps so far). Accuracy is the teacher's.
+
+Round ``h`` (:class:`~lightning_sfl.loop.phases.Phases`):
+
+A. ``K_s`` supervised steps on the PS: ``ℓ_s = CE + T`` (eq. 4; ``T`` the supervised contrastive loss of eq. 3 over
+   the batch, on the weak view) — one SGD step on ``(w_c, w_s, w_p)``, then one teacher update.
+B. The round's clients download ``w_c`` and the teacher's client half ``w̃_c``.
+C. ``K_u`` cross-entity steps: client ``i`` sends ``e_i = w_c,i(strong(x))`` and ``ẽ_i = w̃_c,i(weak(x))`` (no labels).
+   The PS: pseudo-labels ``ŷ`` from ``w̃_s(ẽ)`` with the threshold ``τ``; ``ℓ_u = H + C`` (eq. 6): eq. 1's masked CE
+   of ``w_s(e)`` averaged over all rows, plus eq. 5's clustering regularisation of the student projections against
+   a queue of teacher projections (positives: confident keys with the anchor's pseudo-label; empty slots masked).
+   One step on ``(w_s, w_p)`` with the mean over clients (eq. 7); client ``i`` gets the gradient of its own batch
+   mean and steps (eq. 8), then its teacher half follows by EMA (``client_teacher="ema"``, the paper) or stays as
+   downloaded (``"frozen"``, the authors' code). The queue takes the step's teacher projections.
+D. ``w_c`` ← the unweighted mean of the round's client halves (teacher halves are not uploaded).
+E. ``K_s`` for the next round from eq. 9 (:class:`~lightning_sfl.loop.ks_control.SupervisedSteps`).
+
+Augmentations (:mod:`lightning_sfl.data.augment`): on 8×8 and 28×28 digits a translation of 12.5 % of the side with
+reflect padding (weak) and that plus brightness/contrast jitter, noise and a Cutout of a quarter of the side
+(strong); no flips (they turn digits into other symbols) and no RandAugment (its operations degenerate at 8×8).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+from lightning_sfl.algorithms.async_base import choice
+from lightning_sfl.algorithms.base import SplitFedAlgorithm
+from lightning_sfl.algorithms.semi_losses import (
+    contrastive_loss,
+    ema_decay,
+    ema_update,
+    pseudo_label_loss,
+    queue_positives,
+    same_label_positives,
+)
+from lightning_sfl.data.augment import strong_view, weak_view
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop import Step
+from lightning_sfl.loop.ks_control import SupervisedSteps
+from lightning_sfl.loop.phases import Phases, SupervisedOnlyRounds
+
+__all__ = ["SemiSFL", "SupervisedOnly"]
+
+CLIENT_TEACHERS = ("ema", "frozen")
+
+
+class SemiSFL(SplitFedAlgorithm):
+    """Semi-SFL (see the module docstring). ``local_iters`` is ``K_u``; the data module needs
+    ``--data.labelled_per_class``.
+
+    Args:
+        supervised_steps: ``K_s`` of the first round.
+        adaptive_steps: adapt ``K_s`` by eq. 9 (``False``: the paper's constant-``K_s`` ablation).
+        ks_window: rounds per loss average of eq. 9.
+        ks_low: ``ϱ1``.
+        ks_high: ``ϱ2``.
+        ks_milestone_every: rounds between the milestones of eq. 9.
+        ks_min: lower bound of ``K_s``.
+        ks_max: upper bound (default ``4·supervised_steps``).
+        labelled_batch_size: rows of the labelled set per supervised step.
+        client_batch_size: rows per client per cross-entity step.
+        threshold: ``τ`` in ``(0, 1]``, pseudo-label confidence.
+        temperature: ``κ`` of eqs. 3 and 5.
+        ema: ``γ``, the teacher's decay.
+        proj_dim: output size of the projection head.
+        queue_size: ``|Q|``, teacher projections kept for eq. 5.
+        contrastive: ``True`` adds eq. 3 and eq. 5 (``False``: CE terms only, the FedSwitch-SL ablation).
+        client_teacher: ``ema`` (paper, eq. 8) or ``frozen`` (the authors' code).
+        shift: pixels of the random translation (default: 12.5 % of the image side, at least 1).
+        **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm`.
+    """
+
+    step_handlers = {"supervised": "supervised_step", "unlabelled": "unlabelled_step"}
+
+    def __init__(
+        self,
+        supervised_steps: int = 50,
+        adaptive_steps: bool = True,
+        ks_window: int = 10,
+        ks_low: float = 0.01,
+        ks_high: float = 0.05,
+        ks_milestone_every: int = 20,
+        ks_min: int = 1,
+        ks_max: int | None = None,
+        labelled_batch_size: int = 64,
+        client_batch_size: int = 64,
+        threshold: float = 0.95,
+        temperature: float = 0.2,
+        ema: float = 0.99,
+        proj_dim: int = 128,
+        queue_size: int = 1024,
+        contrastive: bool = True,
+        client_teacher: str = "ema",
+        shift: int | None = None,
+        **kwargs,
+    ) -> None:
+        if not 0 < threshold <= 1:
+            raise ConfigError(f"threshold={threshold} (τ) must be in (0, 1]")
+        if not temperature > 0 or not 0 <= ema < 1:
+            raise ConfigError(f"need temperature > 0 and 0 <= ema < 1, got {temperature}, {ema}")
+        for name, value in (("proj_dim", proj_dim), ("queue_size", queue_size)):
+            if int(value) != value or value < 1:
+                raise ConfigError(f"{name}={value!r} must be a whole number >= 1")
+        self._phases = {
+            "supervised": SupervisedSteps(
+                supervised_steps, adaptive_steps, ks_window, ks_low, ks_high, ks_milestone_every, ks_min, ks_max
+            ),
+            "labelled_batch_size": labelled_batch_size,
+            "client_batch_size": client_batch_size,
+        }
+        self.client_teacher = choice("client_teacher", client_teacher, CLIENT_TEACHERS)
+        super().__init__(**kwargs)
+        self.threshold, self.temperature, self.ema, self.contrastive = threshold, temperature, ema, bool(contrastive)
+        side = self.hparams.input_shape[-1]
+        self.shift = max(1, round(side / 8)) if shift is None else int(shift)
+        with torch.no_grad():
+            d = math.prod(self.client.net(torch.zeros(1, *self.hparams.input_shape)).shape[1:])
+        self.projection = nn.Sequential(nn.Flatten(), nn.Linear(d, d), nn.ReLU(), nn.Linear(d, proj_dim))
+        self.teacher_client = copy.deepcopy(self.client.net).requires_grad_(False)
+        self.teacher_server = copy.deepcopy(self.server.net).requires_grad_(False)
+        self.teacher_projection = copy.deepcopy(self.projection).requires_grad_(False)
+        self.add_state("teacher_updates", lambda: torch.zeros((), dtype=torch.long))
+        self.add_state("queue_keys", lambda: torch.zeros(queue_size, proj_dim))
+        self.add_state("queue_labels", lambda: torch.full((queue_size,), -1, dtype=torch.long))
+        self.add_state("queue_confident", lambda: torch.zeros(queue_size, dtype=torch.bool))
+        self.add_state("queue_pointer", lambda: torch.zeros((), dtype=torch.long))
+        self._round_sup_losses: list[torch.Tensor] = []
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            stats = self.trainer.datamodule.client_stats
+            if stats.labelled is None or len(stats.labelled) == 0:
+                raise ConfigError(
+                    f"{type(self).__name__} needs a labelled server set: set --data.labelled_per_class to a number >= 1"
+                )
+            if self.world_size > 1:
+                raise ConfigError(f"{type(self).__name__} runs on one process (got {self.world_size})")
+        super().setup(stage)
+
+    def configure_schedule(self) -> Phases:
+        return Phases(unlabelled_steps=self.local_iters, selection=self.selection, **self._phases)
+
+    def client_models(self) -> dict[str, nn.Module]:
+        """Clients download the student's and the teacher's client halves (only the student's is trained and sent)."""
+        return {"client": self.client.net, "teacher": self.teacher_client}
+
+    def slot_parameters(self) -> list[nn.Parameter]:
+        return list(self.client_banks["client"].parameters())
+
+    def server_parameters(self) -> list[nn.Parameter]:
+        return [*self.server.parameters(), *self.projection.parameters(), *self.client.parameters()]
+
+    def start_round(self, step: Step) -> None:
+        """The broadcast (B.) happens after the supervised phase, at the round's first unlabelled step."""
+        self._round_sup_losses = []
+        self._slots_ready = False
+
+    # ------------------------------------------------------------------ A. supervised phase
+    def _project(self, head: nn.Module, a: torch.Tensor) -> torch.Tensor:
+        return nn.functional.normalize(head(a), dim=1)
+
+    def supervised_step(self, step: Step) -> None:
+        """``ℓ_s = CE + T`` (eq. 4) on the weak view of a labelled minibatch; one step, then one teacher update."""
+        opt = self.optimizers()
+        opt.zero_grad()
+        x = weak_view(step.x, self.shift, self._generator(step))
+        a = self.client(x)
+        logits = self.server(a)
+        loss = nn.functional.cross_entropy(logits, step.y)
+        if self.contrastive:
+            z = self._project(self.projection, a)
+            loss = loss + contrastive_loss(z, z, *same_label_positives(step.y), self.temperature).mean()
+        self.manual_backward(loss)
+        self.take_step(opt)
+        decay = ema_decay(int(self.teacher_updates), self.ema)
+        for teacher, student in self._teacher_pairs():
+            ema_update(teacher, student, decay)
+        self.teacher_updates += 1
+        self._round_sup_losses.append(loss.detach())
+        self.log("train/supervised_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=len(step.y))
+
+    def _teacher_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [
+            (self.teacher_client, self.client.net),
+            (self.teacher_server, self.server.net),
+            (self.teacher_projection, self.projection),
+        ]
+
+    # ------------------------------------------------------------------ C. cross-entity phase
+    def unlabelled_step(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self._slots_ready:  # B.: the round's clients download w_c and w̃_c
+            self.reset_slots()
+            self._slots_ready = True
+        opt = self.optimizers()
+        opt.zero_grad()
+        g = self._generator(step)
+        weak, strong = weak_view(step.x, self.shift, g), strong_view(step.x, self.shift, g)
+        acts = self.bank(strong, step.local_sizes, step.slots)  # e_i [B, *act]
+        self.check_finite("activations", acts, step)
+        with torch.no_grad():
+            teacher_acts = self.client_banks["teacher"](weak, step.local_sizes, step.slots)  # ẽ_i
+        for tensor in (acts, teacher_acts):  # both travel up; no labels
+            self.ledger.add_rows("up", "activations", tensor, step.sizes, step.slots)
+        a = acts.detach().requires_grad_(True)
+        with torch.no_grad():
+            teacher_logits = self.teacher_server(teacher_acts)
+            keys = self._project(self.teacher_projection, teacher_acts)
+        rows, labels, mask = self._unlabelled_rows(a, teacher_logits, keys)
+        sizes = step.sizes.to(rows.dtype)
+        client_loss = (rows / sizes[step.owner]).sum()  # Σ_i mean over client i's rows: each gets its own gradient
+        server_loss = client_loss / len(step.sizes)  # eq. 7: the mean over clients
+        (grad_a,) = torch.autograd.grad(client_loss, a, retain_graph=True)
+        self.ledger.add_rows("down", "gradients", grad_a, step.sizes, step.slots)
+        self.manual_backward(server_loss)
+        self.manual_backward(acts, grad_a)
+        self.take_step(opt)
+        if self.client_teacher == "ema":  # eq. 8: w̃_c,i ← γ·w̃_c,i + (1 − γ)·w_c,i
+            self._client_teachers_follow(step)
+        self._enqueue(keys, labels, mask)
+        self.last_pseudo_labels, self.last_mask = labels, mask  # for metrics (PseudoLabelQuality reads the rows)
+        self.log("train/mask_rate", mask.float().mean(), on_step=False, on_epoch=True, batch_size=len(mask))
+        return server_loss.detach(), client_loss.detach()
+
+    @torch.no_grad()
+    def _client_teachers_follow(self, step: Step) -> None:
+        teachers = self.client_banks["teacher"]
+        for slot in step.slot_list():
+            old, new = teachers.snapshot(slot), self.bank.snapshot(slot)
+            teachers.load_slot(
+                slot,
+                {
+                    k: self.ema * v + (1 - self.ema) * new[k] if v.is_floating_point() else new[k]
+                    for k, v in old.items()
+                },
+            )
+
+    def _unlabelled_rows(self, a: torch.Tensor, teacher_logits: torch.Tensor, keys: torch.Tensor):
+        """Per-row ``ℓ_u = H + C`` (eq. 6) ``[B]``, the pseudo-labels ``[B]`` and the confidence mask ``[B]``."""
+        logits = self.server(a)
+        _, labels, mask = pseudo_label_loss(logits, teacher_logits, self.threshold)
+        rows = nn.functional.cross_entropy(logits, labels, reduction="none") * mask.to(logits.dtype)
+        if self.contrastive:
+            z = self._project(self.projection, a)
+            filled = self.queue_labels >= 0
+            positive, valid = queue_positives(labels, self.queue_labels, self.queue_confident, filled)
+            rows = rows + contrastive_loss(z, self.queue_keys.to(z.dtype), positive, valid, self.temperature)
+        return rows, labels, mask
+
+    @torch.no_grad()
+    def _enqueue(self, keys: torch.Tensor, labels: torch.Tensor, confident: torch.Tensor) -> None:
+        """The step's teacher projections enter the queue (first in, first out; the newest ``|Q|`` if more)."""
+        size = len(self.queue_labels)
+        keys, labels, confident = keys[-size:], labels[-size:], confident[-size:]
+        at = (int(self.queue_pointer) + torch.arange(len(labels), device=labels.device)) % size
+        self.queue_keys[at] = keys.to(self.queue_keys.dtype)
+        self.queue_labels[at] = labels
+        self.queue_confident[at] = confident
+        self.queue_pointer.fill_((int(self.queue_pointer) + len(labels)) % size)
+
+    def _generator(self, step: Step) -> torch.Generator:
+        """Augmentation draws seeded by (seed, round, step): the same views in a resumed run."""
+        seed = int(self.client_stats.seed) * 1_000_003 + step.round * 10_007 + step.index
+        return torch.Generator().manual_seed(seed)
+
+    # ------------------------------------------------------------------ D./E. aggregation and K_s
+    def aggregate(self, step: Step) -> None:
+        """D.: ``w_c`` ← the unweighted mean of the round's client halves (teacher halves stay on the clients)."""
+        weights = torch.ones(len(step.clients), dtype=torch.float64)
+        self.aggregate_slots(weights, step.slots, models={"client": self.client.net})
+
+    def on_round_end(self, event) -> None:
+        """E.: the round's mean supervised loss feeds eq. 9; ``train/K_s`` is this round's ``K_s``."""
+        self.log("train/K_s", float(self.schedule.supervised.steps), on_step=False, on_epoch=True, batch_size=1)
+        if self._round_sup_losses:
+            self.schedule.observe_supervised_loss(float(torch.stack(self._round_sup_losses).mean()))
+
+    # ------------------------------------------------------------------ evaluation: the teacher
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.teacher_server(self.teacher_client(x))
+
+
+class SupervisedOnly(SemiSFL):
+    """The lower bound of Semi-SFL's Table II: the whole model trained on the server's labelled set only, with plain
+    cross-entropy (no contrastive term, no clients). A round is ``K_s`` steps (``supervised_steps``, constant); the
+    evaluated model is the EMA teacher, as for Semi-SFL, so that the two differ only in the unlabelled data."""
+
+    step_handlers = {"supervised": "supervised_step"}
+
+    def __init__(self, supervised_steps: int = 50, **kwargs) -> None:
+        kwargs.update(adaptive_steps=False, contrastive=False)
+        super().__init__(supervised_steps=supervised_steps, **kwargs)
+
+    def configure_schedule(self) -> SupervisedOnlyRounds:
+        return SupervisedOnlyRounds(unlabelled_steps=self.local_iters, selection=self.selection, **self._phases)
+
+    def aggregate(self, step: Step) -> None:
+        """No client half to aggregate."""
