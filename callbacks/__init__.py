@@ -1,7 +1,8 @@
 """Lightning callbacks of lightning_sfl, installed as ``lightning_sfl.callbacks``.
 
 The CLI turns them all on (options under ``--comm.*``, ``--per_class.*``, ``--partition_report.*``,
-``--dissimilarity.*``, ``--clock.*``, ``--wandb_axis.*``); with a plain ``Trainer`` pass the ones you want.
+``--dissimilarity.*``, ``--clock.*``, ``--wandb_axis.*``, ``--pseudo_labels.*``); with a plain ``Trainer`` pass the
+ones you want.
 """
 
 from lightning_sfl.callbacks.comm_bytes import CommunicationBytes
@@ -9,6 +10,7 @@ from lightning_sfl.callbacks.grad_dissimilarity import GradientDissimilarity
 from lightning_sfl.callbacks.partition_report import PartitionReport
 from lightning_sfl.callbacks.per_class import PerClassAccuracy
 from lightning_sfl.callbacks.progress import RoundProgressBar
+from lightning_sfl.callbacks.pseudo_labels import PseudoLabelQuality
 from lightning_sfl.callbacks.simulated_clock import SimulatedClock
 from lightning_sfl.callbacks.wandb_axis import WandbRoundAxis
 
@@ -17,6 +19,7 @@ __all__ = [
     "GradientDissimilarity",
     "PartitionReport",
     "PerClassAccuracy",
+    "PseudoLabelQuality",
     "RoundProgressBar",
     "SimulatedClock",
     "WandbRoundAxis",

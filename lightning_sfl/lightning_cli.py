@@ -30,6 +30,7 @@ from lightning_sfl.callbacks import (
     GradientDissimilarity,
     PartitionReport,
     PerClassAccuracy,
+    PseudoLabelQuality,
     RoundProgressBar,
     SimulatedClock,
     WandbRoundAxis,
@@ -89,6 +90,7 @@ class SFLCLI(LightningCLI):
         parser.add_lightning_class_args(GradientDissimilarity, "dissimilarity")
         parser.add_lightning_class_args(SimulatedClock, "clock")
         parser.add_lightning_class_args(WandbRoundAxis, "wandb_axis")
+        parser.add_lightning_class_args(PseudoLabelQuality, "pseudo_labels")
         parser.set_defaults(
             {
                 "model": {"class_path": "lightning_sfl.algorithms.SCALA"},

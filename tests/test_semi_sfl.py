@@ -67,6 +67,32 @@ def test_labels_never_travel_and_the_queue_fills():
     assert "train/mask_rate" in trainer.callback_metrics and "train/K_s" in trainer.callback_metrics
 
 
+def test_pseudo_label_accuracy_is_measured_against_the_data_modules_labels():
+    """The callback's accuracy equals the fraction of the method's confident pseudo-labels that match the true labels
+    of the step's rows, recomputed here from the same steps."""
+    from lightning_sfl.callbacks import PseudoLabelQuality
+
+    records = []
+
+    class Spy(SemiSFL):
+        def unlabelled_step(self, step):
+            out = super().unlabelled_step(step)
+            records.append((step.rows.clone(), self.last_pseudo_labels.clone(), self.last_mask.clone()))
+            return out
+
+    torch.manual_seed(0)
+    model, dm = Spy(**SMALL), _dm()
+    trainer = quiet_trainer(1, callbacks=[PseudoLabelQuality()])
+    trainer.fit(model, dm)
+    truth = [dm.splits.train_y[rows] for rows, _, _ in records]
+    hits = sum(int(((pl == y) & m).sum()) for (_, pl, m), y in zip(records, truth))
+    confident = sum(int(m.sum()) for _, _, m in records)
+    every = sum(int((pl == y).sum()) for (_, pl, _), y in zip(records, truth)) / sum(len(y) for y in truth)
+    assert float(trainer.callback_metrics["train/pseudo_label_acc_all"]) == pytest.approx(every, abs=1e-6)
+    if confident:
+        assert float(trainer.callback_metrics["train/pseudo_label_acc"]) == pytest.approx(hits / confident, abs=1e-6)
+
+
 def test_teacher_is_the_ema_of_the_student_over_supervised_steps():
     """With no unlabelled phase, after t supervised steps the teacher equals the EMA recurrence replayed on the
     student's weights after each step (warm-up γ_t = min(1 − 1/(t+1), γ))."""

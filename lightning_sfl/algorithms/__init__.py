@@ -13,9 +13,9 @@ from lightning_sfl.algorithms.fedopt import FedAdagrad, FedAdam, FedAvgM, FedYog
 from lightning_sfl.algorithms.fedrs import FedRS
 from lightning_sfl.algorithms.gas import GAS, AsyncSFL
 from lightning_sfl.algorithms.s2fl import S2FL
-from lightning_sfl.algorithms.semi_sfl import SemiSFL, SupervisedOnly
 from lightning_sfl.algorithms.scaffold import Scaffold
 from lightning_sfl.algorithms.scala import SCALA
+from lightning_sfl.algorithms.semi_sfl import SemiSFL, SupervisedOnly
 from lightning_sfl.algorithms.splitfed import (
     CASFL,
     CSSFL,
