@@ -75,6 +75,7 @@ FLOAT64 = ("--trainer.precision=64-true",)
         ("scaffold", FLOAT64),
         ("fedadam", ()),
         ("fedconcat", ()),
+        ("s2fl", ()),
     ],
     ids=[
         "scala",
@@ -88,6 +89,7 @@ FLOAT64 = ("--trainer.precision=64-true",)
         "scaffold-float64-control-variates",
         "fedadam-server-moments",
         "fedconcat-clusters-then-head-rounds",
+        "s2fl-label-balanced-groups",
     ],
 )
 def test_two_processes_equal_one(method, extra, tmp_path):
