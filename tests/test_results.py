@@ -38,7 +38,7 @@ STUDIES = {
             str(REPO / "configs/mnist5k/cnn_small.yaml"),
         ],
         ["--trainer.max_epochs=50", "--model.lr=0.01"],
-        {"quantity_a2_k20": []},
+        {"quantity_a2_k20": [], "dirichlet_b0.05_k20": ["--data.partition=dirichlet", "--data.beta=0.05"]},
     ),
 }
 #: Methods registered after the label-skew studies were run, compared in their own study instead: S²FL and the
