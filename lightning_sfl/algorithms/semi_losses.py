@@ -27,6 +27,7 @@ __all__ = [
     "ema_decay",
     "ema_update",
     "pseudo_label_loss",
+    "pseudo_labels",
     "queue_positives",
     "same_label_positives",
 ]
@@ -80,11 +81,16 @@ def pseudo_label_loss(
     Returns ``(loss, pseudo_labels [B], mask [B] bool)``; ``strict=False`` uses ``≥ τ`` (the authors' code). The
     teacher's logits are detached.
     """
-    probs = teacher_logits.detach().softmax(dim=1)
-    confidence, labels = probs.max(dim=1)
-    mask = confidence > threshold if strict else confidence >= threshold
+    labels, mask = pseudo_labels(teacher_logits, threshold, strict)
     rows = nn.functional.cross_entropy(student_logits, labels, reduction="none")
     return (rows * mask.to(rows.dtype)).mean(), labels, mask
+
+
+def pseudo_labels(teacher_logits: torch.Tensor, threshold: float, strict: bool = True):
+    """``(ŷ, mask)`` ``[B]`` each: the teacher's argmax and whether its softmax confidence exceeds ``τ`` (``≥`` if not
+    ``strict``); the logits are detached."""
+    confidence, labels = teacher_logits.detach().softmax(dim=1).max(dim=1)
+    return labels, confidence > threshold if strict else confidence >= threshold
 
 
 def ema_decay(step: int, gamma: float) -> float:

@@ -41,7 +41,7 @@ from lightning_sfl.algorithms.semi_losses import (
     contrastive_loss,
     ema_decay,
     ema_update,
-    pseudo_label_loss,
+    pseudo_labels,
     queue_positives,
     same_label_positives,
 )
@@ -137,6 +137,7 @@ class SemiSFL(SplitFedAlgorithm):
         self.add_state("queue_confident", lambda: torch.zeros(queue_size, dtype=torch.bool))
         self.add_state("queue_pointer", lambda: torch.zeros((), dtype=torch.long))
         self._round_sup_losses: list[torch.Tensor] = []
+        self._slots_ready = False  # the round's clients downloaded the halves (set at its first unlabelled step)
 
     def setup(self, stage: str) -> None:
         if stage == "fit":
@@ -249,7 +250,7 @@ class SemiSFL(SplitFedAlgorithm):
     def _unlabelled_rows(self, a: torch.Tensor, teacher_logits: torch.Tensor, keys: torch.Tensor):
         """Per-row ``ℓ_u = H + C`` (eq. 6) ``[B]``, the pseudo-labels ``[B]`` and the confidence mask ``[B]``."""
         logits = self.server(a)
-        _, labels, mask = pseudo_label_loss(logits, teacher_logits, self.threshold)
+        labels, mask = pseudo_labels(teacher_logits, self.threshold)  # eq. 1, computed once with the row losses
         rows = nn.functional.cross_entropy(logits, labels, reduction="none") * mask.to(logits.dtype)
         if self.contrastive:
             z = self._project(self.projection, a)
