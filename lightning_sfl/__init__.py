@@ -24,7 +24,8 @@ __version__ = "0.1.0"
 _ALGORITHMS = (
     "SCALA MiniBatchSFL CASFL LLASFL SplitFedV1 SplitFedV2 SplitFedV3 SFLLocalLoss CSSFL "
     "FedAvg FedProx FedDyn FedLC FedLogit FedDecorr FedCBS Scaffold FedNova FedAvgM FedAdagrad FedAdam FedYogi FedRS "
-    "FedConcat S2FL GAS AsyncSFL FedBuff CA2FL SemiSFL SupervisedOnly SplitFedAlgorithm ALGORITHMS"
+    "FedConcat S2FL GAS AsyncSFL FedBuff CA2FL SemiSFL SupervisedOnly FedSwitchSL FedSwitch SemiFL SplitFedAlgorithm "
+    "ALGORITHMS"
 )
 _CALLBACKS = (
     "CommunicationBytes PerClassAccuracy GradientDissimilarity SimulatedClock PartitionReport WandbRoundAxis "

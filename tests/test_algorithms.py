@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _helpers import method_kwargs, quiet_trainer
+from _helpers import data_kwargs, method_kwargs, quiet_trainer
 
-from lightning_sfl.algorithms import ALGORITHMS, ASYNC_METHODS
+from lightning_sfl.algorithms import ALGORITHMS, ASYNC_METHODS, SEMI_METHODS
 from lightning_sfl.callbacks import CommunicationBytes
 from lightning_sfl.data import FederatedDataModule
 
@@ -39,6 +39,7 @@ def train(
     cls = METHODS[name_or_cls] if isinstance(name_or_cls, str) else name_or_cls
     if isinstance(name_or_cls, str):
         kwargs = {**method_kwargs(name_or_cls), **kwargs}
+        dm = dm or _dm(**data_kwargs(name_or_cls))
     torch.manual_seed(seed)
     model = cls(local_iters=local_iters, lr=0.05, **kwargs)
     trainer = quiet_trainer(rounds, callbacks=callbacks or [CommunicationBytes()])
@@ -62,11 +63,14 @@ def test_every_algorithm_trains_two_rounds_on_digits(name):
     w = global_weights(model)
     assert torch.isfinite(w).all()
     assert not torch.allclose(w, init), "training did not change the global model"
-    if name not in ASYNC_METHODS:  # an asynchronous round has as many steps as its events (tests/test_gas.py)
+    if name in SEMI_METHODS:  # K_s = 2 supervised steps, then K_u = 2 client steps (none for supervised_only)
+        assert trainer.global_step == 2 * (2 + (name != "supervised_only") * 2)
+    elif name not in ASYNC_METHODS:  # an asynchronous round has as many steps as its events (tests/test_gas.py)
         assert trainer.global_step == 2 * 2, "one global step per local iteration"
     acc = trainer.callback_metrics["test/acc"]
     assert 0.0 <= float(acc) <= 1.0
-    assert float(trainer.callback_metrics["comm/cumulative_bytes"]) > 0
+    traffic = float(trainer.callback_metrics["comm/cumulative_bytes"])
+    assert traffic == 0 if name == "supervised_only" else traffic > 0, "only supervised_only has no clients"
 
 
 def _assert_same(a, b, atol=1e-6):

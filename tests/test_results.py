@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_sfl.algorithms import ALGORITHMS
+from lightning_sfl.algorithms import ALGORITHMS, SEMI_METHODS
 from lightning_sfl.compare import main as compare_main
 from lightning_sfl.compare import read_metrics_csv
 
@@ -41,9 +41,10 @@ STUDIES = {
         {"quantity_a2_k20": [], "dirichlet_b0.05_k20": ["--data.partition=dirichlet", "--data.beta=0.05"]},
     ),
 }
-#: Methods registered after the label-skew studies were run, compared in their own study instead: S²FL and the
-#: asynchronous methods (docs/results/gas). The studies' commands include S²FL when run again.
-LATER = {"s2fl", "gas", "async_sfl", "fedbuff", "ca2fl"}
+#: Methods registered after the label-skew studies were run, compared in their own studies instead: S²FL and the
+#: asynchronous methods (docs/results/gas), the semi-supervised ones (docs/results/semi_sfl). The studies' commands
+#: include S²FL when run again.
+LATER = {"s2fl", "gas", "async_sfl", "fedbuff", "ca2fl", *SEMI_METHODS}
 STUDIED = [m for m in ALGORITHMS if m not in LATER]
 CELLS = [(study, setting) for study, (*_, settings) in STUDIES.items() for setting in settings]
 

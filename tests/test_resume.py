@@ -9,7 +9,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from _helpers import method_kwargs
+from _helpers import data_kwargs, method_kwargs
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
@@ -23,8 +23,8 @@ METHODS = ALGORITHMS
 FIXED = {"fedconcat": {"encoder_rounds": 2}}
 
 
-def _dm() -> FederatedDataModule:
-    return FederatedDataModule(dataset="digits", num_clients=8, alpha=2, participation=0.5, batch_size=24, seed=1)
+def _dm(**kw) -> FederatedDataModule:
+    return FederatedDataModule(dataset="digits", num_clients=8, alpha=2, participation=0.5, batch_size=24, seed=1, **kw)
 
 
 def _fit(name: str, rounds: int, folder: Path, ckpt_path: str | None = None):
@@ -38,7 +38,7 @@ def _fit(name: str, rounds: int, folder: Path, ckpt_path: str | None = None):
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(model, _dm(), ckpt_path=ckpt_path)
+    trainer.fit(model, _dm(**data_kwargs(name)), ckpt_path=ckpt_path)
     return model, trainer
 
 

@@ -15,6 +15,7 @@ from lightning_sfl.algorithms.gas import GAS, AsyncSFL
 from lightning_sfl.algorithms.s2fl import S2FL
 from lightning_sfl.algorithms.scaffold import Scaffold
 from lightning_sfl.algorithms.scala import SCALA
+from lightning_sfl.algorithms.semi_baselines import FedSwitch, FedSwitchSL, SemiFL
 from lightning_sfl.algorithms.semi_sfl import SemiSFL, SupervisedOnly
 from lightning_sfl.algorithms.splitfed import (
     CASFL,
@@ -57,14 +58,23 @@ ALGORITHMS: dict[str, type[SplitFedAlgorithm]] = {
     "async_sfl": AsyncSFL,
     "fedbuff": FedBuff,
     "ca2fl": CA2FL,
+    "semi_sfl": SemiSFL,
+    "supervised_only": SupervisedOnly,
+    "fedswitch_sl": FedSwitchSL,
+    "fedswitch": FedSwitch,
+    "semifl": SemiFL,
 }
 #: Methods on the asynchronous clock (a "round" is one aggregation of ``Q_c`` uploads, not a synchronous round):
 #: ``compare`` runs them only when named, and their study is ``docs/results/gas``.
 ASYNC_METHODS: tuple[str, ...] = tuple(name for name, cls in ALGORITHMS.items() if issubclass(cls, AsyncMethod))
+#: Semi-supervised methods (labelled data on the server only; they need ``--data.labelled_per_class``): ``compare``
+#: runs them only when named, and their study is ``docs/results/semi_sfl``.
+SEMI_METHODS: tuple[str, ...] = tuple(name for name, cls in ALGORITHMS.items() if issubclass(cls, SemiSFL))
 
 __all__ = [
     "ALGORITHMS",
     "ASYNC_METHODS",
+    "SEMI_METHODS",
     "AsyncMethod",
     "GAS",
     "AsyncSFL",
@@ -86,10 +96,13 @@ __all__ = [
     "FedNova",
     "FedProx",
     "FedRS",
+    "FedSwitch",
+    "FedSwitchSL",
     "FedYogi",
     "LLASFL",
     "MiniBatchSFL",
     "S2FL",
+    "SemiFL",
     "SemiSFL",
     "SupervisedOnly",
     "SCALA",

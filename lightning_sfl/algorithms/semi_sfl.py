@@ -202,7 +202,7 @@ class SemiSFL(SplitFedAlgorithm):
     # ------------------------------------------------------------------ C. cross-entity phase
     def unlabelled_step(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
         if not self._slots_ready:  # B.: the round's clients download w_c and w̃_c
-            self.reset_slots()
+            self.download()
             self._slots_ready = True
         opt = self.optimizers()
         opt.zero_grad()
@@ -212,27 +212,64 @@ class SemiSFL(SplitFedAlgorithm):
         self.check_finite("activations", acts, step)
         with torch.no_grad():
             teacher_acts = self.client_banks["teacher"](weak, step.local_sizes, step.slots)  # ẽ_i
-        for tensor in (acts, teacher_acts):  # both travel up; no labels
-            self.ledger.add_rows("up", "activations", tensor, step.sizes, step.slots)
+        self.send_up(step, acts, teacher_acts)
         a = acts.detach().requires_grad_(True)
         with torch.no_grad():
             teacher_logits = self.teacher_server(teacher_acts)
-            keys = self._project(self.teacher_projection, teacher_acts)
-        rows, labels, mask = self._unlabelled_rows(a, teacher_logits, keys)
+            keys = self._project(self.teacher_projection, teacher_acts) if self.contrastive else None
+        labels, mask = self.pseudo_label(step, weak, teacher_logits)
+        rows = self.unlabelled_rows(step, a, labels, mask, keys)
         sizes = step.sizes.to(rows.dtype)
         client_loss = (rows / sizes[step.owner]).sum()  # Σ_i mean over client i's rows: each gets its own gradient
         server_loss = client_loss / len(step.sizes)  # eq. 7: the mean over clients
         (grad_a,) = torch.autograd.grad(client_loss, a, retain_graph=True)
-        self.ledger.add_rows("down", "gradients", grad_a, step.sizes, step.slots)
+        if self.split:
+            self.ledger.add_rows("down", "gradients", grad_a, step.sizes, step.slots)
         self.manual_backward(server_loss)
         self.manual_backward(acts, grad_a)
+        extra = self.client_side_loss(step, weak, labels, mask, g)
+        if extra is not None:
+            self.manual_backward(extra)
+            client_loss = client_loss + extra.detach()
         self.take_step(opt)
         if self.client_teacher == "ema":  # eq. 8: w̃_c,i ← γ·w̃_c,i + (1 − γ)·w_c,i
             self._client_teachers_follow(step)
-        self._enqueue(keys, labels, mask)
+        if keys is not None:
+            self._enqueue(keys, labels, mask)
         self.last_pseudo_labels, self.last_mask = labels, mask  # for metrics (PseudoLabelQuality reads the rows)
         self.log("train/mask_rate", mask.float().mean(), on_step=False, on_epoch=True, batch_size=len(mask))
         return server_loss.detach(), client_loss.detach()
+
+    # ------------------------------------------------------------------ hooks of the baselines (semi_baselines.py)
+    def download(self) -> None:
+        """B.: the round's clients download the student's and the teacher's client halves (bytes counted)."""
+        self.reset_slots()
+
+    def send_up(self, step: Step, acts: torch.Tensor, teacher_acts: torch.Tensor) -> None:
+        """Bytes of what the clients send per step: ``e_i`` and ``ẽ_i`` (no labels); nothing in full-model FL."""
+        if self.split:
+            for tensor in (acts, teacher_acts):
+                self.ledger.add_rows("up", "activations", tensor, step.sizes, step.slots)
+
+    def pseudo_label(self, step: Step, weak: torch.Tensor, teacher_logits: torch.Tensor):
+        """``(ŷ, mask)`` ``[B]`` each (eq. 1): the teacher's argmax on the weak view and its confidence ``> τ``."""
+        return pseudo_labels(teacher_logits, self.threshold)
+
+    def unlabelled_rows(self, step: Step, a: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, keys):
+        """Per-row ``ℓ_u = H + C`` (eq. 6) ``[B]`` of the student's activations ``a`` (strong view): eq. 1's masked
+        CE (masked rows count in the mean) plus eq. 5's clustering regularisation against the queue."""
+        logits = self.server(a)
+        rows = nn.functional.cross_entropy(logits, labels, reduction="none") * mask.to(logits.dtype)
+        if self.contrastive:
+            z = self._project(self.projection, a)
+            filled = self.queue_labels >= 0
+            positive, valid = queue_positives(labels, self.queue_labels, self.queue_confident, filled)
+            rows = rows + contrastive_loss(z, self.queue_keys.to(z.dtype), positive, valid, self.temperature)
+        return rows
+
+    def client_side_loss(self, step: Step, weak: torch.Tensor, labels, mask, generator) -> torch.Tensor | None:
+        """A loss computed on the clients alone (full-model methods; SemiFL's mixup), summed over clients."""
+        return None
 
     @torch.no_grad()
     def _client_teachers_follow(self, step: Step) -> None:
@@ -246,18 +283,6 @@ class SemiSFL(SplitFedAlgorithm):
                     for k, v in old.items()
                 },
             )
-
-    def _unlabelled_rows(self, a: torch.Tensor, teacher_logits: torch.Tensor, keys: torch.Tensor):
-        """Per-row ``ℓ_u = H + C`` (eq. 6) ``[B]``, the pseudo-labels ``[B]`` and the confidence mask ``[B]``."""
-        logits = self.server(a)
-        labels, mask = pseudo_labels(teacher_logits, self.threshold)  # eq. 1, computed once with the row losses
-        rows = nn.functional.cross_entropy(logits, labels, reduction="none") * mask.to(logits.dtype)
-        if self.contrastive:
-            z = self._project(self.projection, a)
-            filled = self.queue_labels >= 0
-            positive, valid = queue_positives(labels, self.queue_labels, self.queue_confident, filled)
-            rows = rows + contrastive_loss(z, self.queue_keys.to(z.dtype), positive, valid, self.temperature)
-        return rows, labels, mask
 
     @torch.no_grad()
     def _enqueue(self, keys: torch.Tensor, labels: torch.Tensor, confident: torch.Tensor) -> None:

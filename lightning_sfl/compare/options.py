@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="NAME",
         help="registered names (lightning_sfl.algorithms.ALGORITHMS) or class paths; default: all registered "
-        "synchronous methods (the asynchronous ones, ASYNC_METHODS, count rounds differently: name them)",
+        "synchronous supervised methods (name the asynchronous ones, ASYNC_METHODS, which count rounds differently, "
+        "and the semi-supervised ones, SEMI_METHODS, which need --data.labelled_per_class)",
     )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED", help="seeds (default: 0)")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
@@ -107,9 +108,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(rest)
     args.overrides = overrides
     if args.methods is None:
-        from lightning_sfl.algorithms import ALGORITHMS, ASYNC_METHODS
+        from lightning_sfl.algorithms import ALGORITHMS, ASYNC_METHODS, SEMI_METHODS
 
-        args.methods = [name for name in ALGORITHMS if name not in ASYNC_METHODS]
+        args.methods = [name for name in ALGORITHMS if name not in (*ASYNC_METHODS, *SEMI_METHODS)]
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs} must be >= 1")
     if args.target_acc is not None and not 0 < args.target_acc <= 1:

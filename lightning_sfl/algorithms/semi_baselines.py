@@ -1,0 +1,179 @@
+"""The semi-supervised baselines of Semi-SFL's Tables II, IV and V, each Semi-SFL (:class:`SemiSFL`) with one to
+three changes. Labelled data stays on the server, clients are unlabelled; a round is ``K_s`` supervised steps on the
+server, then ``K_u`` steps on the round's clients, then the clients' models are averaged (unweighted).
+
+* :class:`FedSwitchSL` (``fedswitch_sl``) — Semi-SFL without the contrastive and clustering terms (eqs. 3 and 5), with
+  teacher/student *switching* for the pseudo-labels: the paper's ablation of its clustering regularisation.
+* :class:`FedSwitch` (``fedswitch``; Zhao et al., 2023, arXiv 2301.10114) — the same in full-model federated learning:
+  every client trains the whole model on FixMatch's loss (CE of the strong view on the teacher's confident
+  pseudo-labels of the weak view), its local teacher follows its student by EMA ("local teacher adaptation"), and the
+  server trains the whole model on the labelled set and keeps the global EMA teacher (the evaluated model).
+* :class:`SemiFL` (``semifl``; Diao et al., NeurIPS 2022) — full-model federated learning with server training and
+  pseudo-labelled clients with mixup; no EMA teacher: the clients label their data with the global model they
+  received (frozen through the round) and the evaluated model is the server-trained global model.
+
+**Switching** (FedSwitch, FedSwitch-SL). FedSwitch's abstract names "adaptive switching between teacher and student for
+pseudo-label generation" without the rule in what we could read; our rule (``switching="confidence"``, an assumption,
+not verified against its paper): for each client and step, the pseudo-labels come from whichever of the client's
+student and teacher is more confident on that client's weak batch (mean max-softmax). In split learning this costs a
+third activation upload per step (the student's weak view), counted in the ledger. ``switching="off"``: the teacher
+always labels.
+
+**SemiFL's client loss** (``client_side_loss``; its paper's eq. for the "mix" loss, as in its authors' code): over the
+client's confident rows ``F`` (the fix set, confidence ``≥ τ``),
+``mean_F [CE(f(strong x), ŷ) + λ·CE(f(m), ŷ) + (1 − λ)·CE(f(m), ŷ')]`` with ``m = λ·weak(x) + (1 − λ)·weak(x')``,
+``x'`` a row of the same client's batch drawn with replacement, ``ŷ'`` its argmax pseudo-label (no threshold) and
+``λ ~ Beta(α, α)`` per client and step (``α = 0.75``). Departures from the authors' code, documented: the mix rows
+come from the same minibatch (the code draws them from the client's whole set); no static batch normalisation (our
+digits models have no BatchNorm); the server takes the unweighted mean of the clients' models (the code's global
+optimiser with lr 1 and momentum 0.5 on the pseudo-gradient is not built); the server trains before the clients in a
+round (the code: after), so the model evaluated at the end of round ``h`` is the server-trained model of round ``h``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from lightning_sfl.algorithms.async_base import choice
+from lightning_sfl.algorithms.semi_losses import pseudo_labels
+from lightning_sfl.algorithms.semi_sfl import SemiSFL
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop import Step
+
+__all__ = [
+    "FedSwitch",
+    "FedSwitchSL",
+    "SemiFL",
+    "mixup_rows",
+    "per_client_mean",
+    "same_client_partners",
+    "switch_logits",
+]
+
+SWITCHING = ("confidence", "off")
+
+
+def per_client_mean(values: torch.Tensor, owner: torch.Tensor, num_clients: int) -> torch.Tensor:
+    """Mean of ``values`` ``[B]`` over each client's rows (``owner`` ``[B]`` in ``0..S-1``): ``[S]``.
+
+    >>> per_client_mean(torch.tensor([1.0, 3.0, 5.0]), torch.tensor([0, 0, 1]), 2).tolist()
+    [2.0, 5.0]
+    """
+    sums = torch.zeros(num_clients, dtype=values.dtype, device=values.device).index_add_(0, owner, values)
+    counts = torch.bincount(owner, minlength=num_clients).to(values.dtype)
+    return sums / counts.clamp(min=1)
+
+
+def switch_logits(
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, owner: torch.Tensor, num_clients: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Our switching rule: each client's rows take the logits ``[B, N]`` of whichever of its student and teacher has
+    the higher mean confidence (max softmax) over that client's rows; returns those logits and ``use_student`` ``[S]``
+    (ties: the teacher)."""
+    confidence = [lg.softmax(dim=1).max(dim=1).values for lg in (student_logits, teacher_logits)]
+    student_mean, teacher_mean = (per_client_mean(c, owner, num_clients) for c in confidence)
+    use_student = student_mean > teacher_mean
+    return torch.where(use_student[owner][:, None], student_logits, teacher_logits), use_student
+
+
+def same_client_partners(local_sizes: torch.Tensor, owner: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """For each row ``[B]`` (clients' rows contiguous, ``local_sizes`` ``[S]``), a row of the same client drawn
+    uniformly with replacement: SemiFL's mix partner ``x'``."""
+    starts = torch.cumsum(local_sizes, 0) - local_sizes
+    draw = (torch.rand(len(owner), generator=generator) * local_sizes[owner].cpu()).long()
+    return (starts[owner].cpu() + draw).to(owner.device)
+
+
+def mixup_rows(logits: torch.Tensor, labels: torch.Tensor, partner: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+    """SemiFL's mix loss per row ``[B]``: ``λ·CE(f(m), ŷ) + (1 − λ)·CE(f(m), ŷ')`` with ``logits = f(m)`` ``[B, N]``,
+    ``ŷ' = labels[partner]`` and ``lam`` ``[B]``."""
+    ce = nn.functional.cross_entropy
+    return lam * ce(logits, labels, reduction="none") + (1 - lam) * ce(logits, labels[partner], reduction="none")
+
+
+class FedSwitchSL(SemiSFL):
+    """Semi-SFL without eqs. 3 and 5 (CE terms only), with teacher/student switching for the pseudo-labels (see the
+    module docstring).
+
+    Args:
+        switching: ``confidence`` (per client and step, the more confident of student and teacher labels) or ``off``.
+        **kwargs: see :class:`SemiSFL` (``contrastive`` is fixed to ``False``).
+    """
+
+    def __init__(self, switching: str = "confidence", **kwargs) -> None:
+        self.switching = choice("switching", switching, SWITCHING)
+        kwargs["contrastive"] = False
+        super().__init__(**kwargs)
+
+    def pseudo_label(self, step: Step, weak: torch.Tensor, teacher_logits: torch.Tensor):
+        if self.switching == "off":
+            return super().pseudo_label(step, weak, teacher_logits)
+        with torch.no_grad():
+            student_acts = self.bank(weak, step.local_sizes, step.slots)
+            if self.split:  # the student's weak view travels up too
+                self.ledger.add_rows("up", "activations", student_acts, step.sizes, step.slots)
+            student_logits = self.server(student_acts)
+        logits, use_student = switch_logits(student_logits, teacher_logits.detach(), step.owner, len(step.clients))
+        self.log("train/student_labels", use_student.float().mean(), on_step=False, on_epoch=True, batch_size=1)
+        return pseudo_labels(logits, self.threshold)
+
+
+class FedSwitch(FedSwitchSL):
+    """FedSwitch-SL in full-model federated learning: the clients train the whole model (no activations travel), the
+    server trains it on the labelled set; the evaluated model is the global EMA teacher."""
+
+    split: ClassVar[bool] = False
+
+
+class SemiFL(SemiSFL):
+    """SemiFL (see the module docstring): full-model FL; the server trains on the labelled set; each client labels its
+    batch with the global model it received (``τ``, confidence ``≥ τ`` as in the authors' code) and trains on the
+    strong view of its confident rows plus the mixup loss.
+
+    Args:
+        mix_alpha: ``α`` of ``λ ~ Beta(α, α)``.
+        **kwargs: see :class:`SemiSFL` (``contrastive``, ``ema`` and ``client_teacher`` are fixed: no contrastive
+            terms, the teacher is the current global model, frozen on the clients).
+    """
+
+    split: ClassVar[bool] = False
+
+    def __init__(self, mix_alpha: float = 0.75, **kwargs) -> None:
+        if not mix_alpha > 0:
+            raise ConfigError(f"mix_alpha={mix_alpha} (α of Beta(α, α)) must be > 0")
+        self.mix_alpha = float(mix_alpha)
+        kwargs.update(contrastive=False, ema=0.0, client_teacher="frozen")
+        super().__init__(**kwargs)
+
+    def download(self) -> None:
+        """The clients download the global model once: it is both their student and their (frozen) labeller."""
+        self.reset_slots(models={"client": self.client.net})
+        self.client_banks["teacher"].reset(self.client.net)
+
+    def pseudo_label(self, step: Step, weak: torch.Tensor, teacher_logits: torch.Tensor):
+        return pseudo_labels(teacher_logits, self.threshold, strict=False)
+
+    def _fix_counts(self, step: Step, mask: torch.Tensor) -> torch.Tensor:
+        """Confident rows of each row's client, at least 1: ``[B]``."""
+        counts = torch.bincount(step.owner[mask], minlength=len(step.clients)).clamp(min=1)
+        return counts[step.owner].to(torch.get_default_dtype())
+
+    def unlabelled_rows(self, step: Step, a: torch.Tensor, labels, mask, keys) -> torch.Tensor:
+        """``CE(f(strong x), ŷ)`` on the fix set, scaled so that the base's per-client mean is a mean over it."""
+        scale = step.sizes[step.owner].to(a.dtype) / self._fix_counts(step, mask).to(a.dtype)
+        return nn.functional.cross_entropy(self.server(a), labels, reduction="none") * mask.to(a.dtype) * scale
+
+    def client_side_loss(self, step: Step, weak, labels, mask, generator) -> torch.Tensor:
+        """The mixup term ``λ·CE(f(m), ŷ) + (1 − λ)·CE(f(m), ŷ')`` over each client's fix set, summed over
+        clients."""
+        rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator)))  # seeded: exact resume
+        lam = torch.as_tensor(rng.beta(self.mix_alpha, self.mix_alpha, len(step.clients)), dtype=weak.dtype)
+        lam = lam.to(weak.device)[step.owner]  # [B], one λ per client
+        partner = same_client_partners(step.local_sizes, step.owner, generator)
+        mixed = lam[:, None, None, None] * weak + (1 - lam[:, None, None, None]) * weak[partner]
+        rows = mixup_rows(self.server(self.bank(mixed, step.local_sizes, step.slots)), labels, partner, lam)
+        return (rows * mask.to(rows.dtype) / self._fix_counts(step, mask).to(rows.dtype)).sum()

@@ -1,0 +1,141 @@
+"""Semi-SFL's baselines: FedSwitch-SL, FedSwitch and SemiFL. Pure parts against loops written here; identities with
+Semi-SFL; what travels (full-model methods send no activations); bad settings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _helpers import flat_params, quiet_trainer
+
+from lightning_sfl.algorithms import FedSwitch, FedSwitchSL, SemiFL, SemiSFL
+from lightning_sfl.algorithms.semi_baselines import mixup_rows, per_client_mean, same_client_partners, switch_logits
+from lightning_sfl.callbacks import CommunicationBytes
+from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.errors import ConfigError
+
+SMALL = dict(
+    supervised_steps=2,
+    local_iters=2,
+    labelled_batch_size=16,
+    client_batch_size=8,
+    queue_size=32,
+    threshold=0.3,
+    lr=0.05,
+    momentum=0.9,
+)
+
+
+def _fit(cls, rounds=2, **kwargs):
+    torch.manual_seed(0)
+    model = cls(**{**SMALL, **kwargs})
+    dm = FederatedDataModule(
+        dataset="digits", num_clients=6, partition="dirichlet", beta=0.3, participation=0.5, batch_size=24,
+        labelled_per_class=5, seed=1,
+    )  # fmt: skip
+    trainer = quiet_trainer(rounds, callbacks=[CommunicationBytes()])
+    trainer.fit(model, dm)
+    return model, model.ledger.totals()
+
+
+# ----------------------------------------------------------------------------------------------- pure parts
+def test_switch_logits_takes_each_clients_more_confident_model():
+    g = torch.Generator().manual_seed(0)
+    student, teacher = torch.randn(7, 4, generator=g) * 3, torch.randn(7, 4, generator=g) * 3
+    owner = torch.tensor([0, 0, 1, 1, 1, 2, 2])
+    logits, use_student = switch_logits(student, teacher, owner, 3)
+    for k in range(3):
+        rows = [i for i in range(7) if owner[i] == k]
+        s = sum(student[i].softmax(0).max() for i in rows) / len(rows)
+        t = sum(teacher[i].softmax(0).max() for i in rows) / len(rows)
+        assert bool(use_student[k]) == bool(s > t)
+        for i in rows:
+            assert torch.equal(logits[i], student[i] if s > t else teacher[i])
+    assert 0 < int(use_student.sum()) < 3, "the case should have both outcomes"
+    same, _ = switch_logits(teacher, teacher, owner, 3)
+    assert torch.equal(same, teacher)  # a tie keeps the teacher
+
+
+def test_per_client_mean_against_a_loop():
+    values, owner = torch.tensor([1.0, 2.0, 6.0, 4.0]), torch.tensor([1, 1, 1, 2])
+    want = [0.0, 3.0, 4.0]  # client 0 has no rows: 0
+    assert per_client_mean(values, owner, 3).tolist() == want
+
+
+def test_mix_partners_stay_within_their_client_and_the_mix_loss_matches_a_loop():
+    sizes = torch.tensor([3, 1, 4])
+    owner = torch.repeat_interleave(torch.arange(3), sizes)
+    partner = same_client_partners(sizes, owner, torch.Generator().manual_seed(0))
+    assert torch.equal(owner[partner], owner)
+    many = torch.cat([same_client_partners(sizes, owner, torch.Generator().manual_seed(s)) for s in range(50)])
+    assert set(many[:1].tolist()) <= {0, 1, 2} and set(many.tolist()) == set(range(8))  # every row gets drawn
+    g = torch.Generator().manual_seed(1)
+    logits, labels, lam = torch.randn(8, 5, generator=g), torch.randint(0, 5, (8,), generator=g), torch.rand(8)
+    rows = mixup_rows(logits, labels, partner, lam)
+    for i in range(8):
+        logp = logits[i].log_softmax(0)
+        want = -(lam[i] * logp[labels[i]] + (1 - lam[i]) * logp[labels[partner[i]]])
+        torch.testing.assert_close(rows[i], want)
+
+
+# ----------------------------------------------------------------------------------------------- identities
+def test_fedswitch_sl_without_switching_is_semi_sfl_without_its_contrastive_terms():
+    gentle = dict(threshold=0.5, lr=0.02, momentum=0.0)  # the student is more confident than its lagging teacher
+    a, _ = _fit(FedSwitchSL, switching="off", **gentle)
+    b, _ = _fit(SemiSFL, contrastive=False, **gentle)
+    torch.testing.assert_close(flat_params(a), flat_params(b), rtol=0, atol=0)
+    c, _ = _fit(FedSwitchSL, **gentle)
+    assert not torch.equal(flat_params(a), flat_params(c)), "switching changed nothing"
+
+
+def test_split_methods_send_activations_and_full_model_methods_only_models():
+    _, split = _fit(FedSwitchSL)
+    _, plain = _fit(SemiSFL, contrastive=False)
+    assert split["up/activations"] == pytest.approx(1.5 * plain["up/activations"])  # + the student's view
+    for cls in (FedSwitch, SemiFL):
+        _, totals = _fit(cls)
+        assert not any(k.endswith(("activations", "gradients")) for k in totals), (cls.__name__, totals)
+        assert totals["up/full_model"] > 0 and totals["down/full_model"] > 0
+    _, fedswitch = _fit(FedSwitch)
+    _, semifl = _fit(SemiFL)  # SemiFL's clients download one model (their labeller is it), FedSwitch's two
+    assert fedswitch["down/full_model"] == 2 * semifl["down/full_model"]
+
+
+def test_semifl_labels_with_the_model_the_clients_received():
+    """SemiFL's labeller is the global model after the server's training, frozen through the clients' steps."""
+    received = []
+
+    class Spy(SemiFL):
+        def download(self):
+            super().download()
+            received.append(flat_params(self.client.net))
+
+        def aggregate(self, step):
+            slot = self.client_banks["teacher"].snapshot(0)
+            received.append(torch.cat([v.reshape(-1) for v in slot.values()]))
+            super().aggregate(step)
+
+    model, _ = _fit(Spy, rounds=1)
+    torch.testing.assert_close(received[1], received[0], rtol=0, atol=0)
+    assert model.client_teacher == "frozen" and model.ema == 0.0
+    torch.testing.assert_close(flat_params(model.teacher_client), received[0], rtol=0, atol=0)  # evaluated model
+
+
+def test_every_baseline_learns_on_digits():
+    for cls in (FedSwitchSL, FedSwitch, SemiFL):
+        model, _ = _fit(cls, rounds=3)
+        assert torch.isfinite(flat_params(model)).all()
+
+
+@pytest.mark.parametrize(
+    "cls,kwargs,match",
+    [
+        (FedSwitchSL, {"switching": "always"}, "switching"),
+        (FedSwitch, {"switching": "x"}, "switching"),
+        (SemiFL, {"mix_alpha": 0.0}, "mix_alpha"),
+        (SemiFL, {"threshold": 1.5}, "threshold"),
+    ],
+)
+def test_bad_settings_are_one_line_errors(cls, kwargs, match):
+    with pytest.raises(ConfigError, match=match) as err:
+        cls(**kwargs)
+    assert "\n" not in str(err.value)
