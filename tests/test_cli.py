@@ -61,6 +61,30 @@ def test_every_config_parses(config, capsys):
     assert "local_iters:" in printed and "participation:" in printed
 
 
+def test_semi_sfl_paper_configs_match_its_settings(capsys):
+    """Semi-SFL's SVHN and CIFAR-10 settings (Section V): 30 clients, 10 per round, tau 0.95, SGD 0.02 with cosine
+    decay, momentum 0.9, batch 64, K_u = 50; 1,000 and 4,000 labels; the CNN split at layer 2, AlexNet at 5."""
+    for name, labels, arch, cut in (("svhn", 100, "cnn_svhn", "s4"), ("cifar10", 400, "alexnet_cifar", "s5")):
+        with pytest.raises(SystemExit):
+            SFLCLI(args=["fit", "--config", str(REPO / f"configs/{name}/semi_sfl.yaml"), "--print_config"])
+        out = capsys.readouterr().out
+        for expected in (
+            "num_clients: 30",
+            "participation: 0.333",
+            "threshold: 0.95",
+            "lr: 0.02",
+            "lr_schedule: cosine",
+            "momentum: 0.9",
+            "client_batch_size: 64",
+            "local_iters: 50",
+            "max_epochs: 1000",
+            f"labelled_per_class: {labels}",
+            f"arch: {arch}",
+            f"split_point: {cut}",
+        ):
+            assert expected in out, (name, expected)
+
+
 def test_main_setting_configs_match_the_paper(capsys):
     for name in ("cifar10", "cifar100", "cinic10", "fashion_mnist"):
         with pytest.raises(SystemExit):

@@ -18,6 +18,7 @@ INPUT_SHAPES: dict[str, tuple[int, int, int]] = {
     "vgg11": (3, 32, 32),
     "vgg16": (3, 32, 32),
     "cnn_small": (1, 8, 8),
+    "cnn_svhn": (3, 32, 32),
 }
 NUM_CLASSES = 10
 
@@ -196,7 +197,7 @@ def test_determinism() -> None:
 
 
 def test_unknown_model_name() -> None:
-    with pytest.raises(ValueError, match=r"^model='foo' is not one of: alexnet_mnist, alexnet_cifar, .*cnn_small$"):
+    with pytest.raises(ValueError, match=r"^model='foo' is not one of: alexnet_mnist, alexnet_cifar, .*, cnn_svhn$"):
         build_model("foo", 10, (3, 32, 32))
 
 
@@ -256,3 +257,11 @@ def test_cnn_small_learns_digits() -> None:
     with torch.no_grad():
         acc = (model(x[test]).argmax(1) == y[test]).float().mean().item()
     assert acc > 0.8, acc
+
+
+def test_cnn_svhn_is_the_semi_sfl_papers_cnn() -> None:
+    """conv5x5x32, conv5x5x64 (each with 2x2 max-pooling), FC 512, FC N: its parameter count by hand."""
+    model = build_model("cnn_svhn", 10, (3, 32, 32))
+    want = (3 * 25 * 32 + 32) + (32 * 25 * 64 + 64) + (64 * 8 * 8 * 512 + 512) + (512 * 10 + 10)
+    assert sum(p.numel() for p in model.parameters()) == want
+    assert [tuple(activation_shape(model, p)) for p in ("s2", "s4", "s5")] == [(32, 16, 16), (64, 8, 8), (512,)]

@@ -3,6 +3,8 @@ Semi-SFL; what travels (full-model methods send no activations); bad settings.""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from _helpers import flat_params, quiet_trainer
@@ -133,9 +135,30 @@ def test_every_baseline_learns_on_digits():
         (FedSwitch, {"switching": "x"}, "switching"),
         (SemiFL, {"mix_alpha": 0.0}, "mix_alpha"),
         (SemiFL, {"threshold": 1.5}, "threshold"),
+        (SemiSFL, {"proj_hidden": 0}, "proj_hidden"),
+        (SemiSFL, {"lr_min": -0.1}, "lr_min"),
     ],
 )
 def test_bad_settings_are_one_line_errors(cls, kwargs, match):
     with pytest.raises(ConfigError, match=match) as err:
         cls(**kwargs)
     assert "\n" not in str(err.value)
+
+
+def test_cosine_schedule_sets_each_rounds_learning_rate():
+    from lightning_sfl.algorithms.semi_sfl import cosine_lr
+
+    seen = []
+
+    class Spy(SemiSFL):
+        def supervised_step(self, step):
+            seen.append((step.round, self.optimizers().optimizer.param_groups[0]["lr"]))
+            return super().supervised_step(step)
+
+    _fit(Spy, rounds=3, lr_schedule="cosine", lr_min=0.005)
+    for h, lr in seen:
+        assert lr == pytest.approx(0.005 + (0.05 - 0.005) * (1 + math.cos(math.pi * h / 3)) / 2)
+        assert lr == pytest.approx(cosine_lr(h, 3, 0.05, 0.005))
+    assert {h for h, _ in seen} == {0, 1, 2}
+    with pytest.raises(ConfigError, match="lr_schedule"):
+        SemiSFL(lr_schedule="step")

@@ -54,6 +54,16 @@ from lightning_sfl.loop.phases import Phases, SupervisedOnlyRounds
 __all__ = ["SemiSFL", "SupervisedOnly"]
 
 CLIENT_TEACHERS = ("ema", "frozen")
+LR_SCHEDULES = ("constant", "cosine")
+
+
+def cosine_lr(round_idx: int, rounds: int, lr: float, lr_min: float) -> float:
+    """The learning rate of round ``h`` of ``H`` under cosine decay: ``lr_min + (lr − lr_min)·(1 + cos(π·h/H))/2``.
+
+    >>> [round(cosine_lr(h, 4, 0.02, 0.005), 6) for h in range(5)]
+    [0.02, 0.017803, 0.0125, 0.007197, 0.005]
+    """
+    return lr_min + (lr - lr_min) * (1 + math.cos(math.pi * round_idx / rounds)) / 2
 
 
 class SemiSFL(SplitFedAlgorithm):
@@ -75,10 +85,15 @@ class SemiSFL(SplitFedAlgorithm):
         temperature: ``κ`` of eqs. 3 and 5.
         ema: ``γ``, the teacher's decay.
         proj_dim: output size of the projection head.
+        proj_hidden: width of its hidden layer (default ``d``, the flattened activation's size, as in the paper; a
+            smaller width keeps the head small where ``d`` is large, e.g. 12,544 for cnn_small at s2 on 28×28).
         queue_size: ``|Q|``, teacher projections kept for eq. 5.
         contrastive: ``True`` adds eq. 3 and eq. 5 (``False``: CE terms only, the FedSwitch-SL ablation).
         client_teacher: ``ema`` (paper, eq. 8) or ``frozen`` (the authors' code).
         shift: pixels of the random translation (default: 12.5 % of the image side, at least 1).
+        lr_schedule: ``constant`` or ``cosine`` (the paper's: round ``h`` of ``H`` = ``max_epochs`` uses
+            ``lr_min + (lr − lr_min)·(1 + cos(π·h/H))/2``; :func:`cosine_lr`).
+        lr_min: the floor of the cosine schedule (the authors' code: 0.005).
         **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm`.
     """
 
@@ -100,10 +115,13 @@ class SemiSFL(SplitFedAlgorithm):
         temperature: float = 0.2,
         ema: float = 0.99,
         proj_dim: int = 128,
+        proj_hidden: int | None = None,
         queue_size: int = 1024,
         contrastive: bool = True,
         client_teacher: str = "ema",
         shift: int | None = None,
+        lr_schedule: str = "constant",
+        lr_min: float = 0.0,
         **kwargs,
     ) -> None:
         if not 0 < threshold <= 1:
@@ -121,13 +139,20 @@ class SemiSFL(SplitFedAlgorithm):
             "client_batch_size": client_batch_size,
         }
         self.client_teacher = choice("client_teacher", client_teacher, CLIENT_TEACHERS)
+        self.lr_schedule = choice("lr_schedule", lr_schedule, LR_SCHEDULES)
+        if not 0 <= lr_min:
+            raise ConfigError(f"lr_min={lr_min} must be >= 0")
+        self.lr_min = float(lr_min)
         super().__init__(**kwargs)
         self.threshold, self.temperature, self.ema, self.contrastive = threshold, temperature, ema, bool(contrastive)
         side = self.hparams.input_shape[-1]
         self.shift = max(1, round(side / 8)) if shift is None else int(shift)
         with torch.no_grad():
             d = math.prod(self.client.net(torch.zeros(1, *self.hparams.input_shape)).shape[1:])
-        self.projection = nn.Sequential(nn.Flatten(), nn.Linear(d, d), nn.ReLU(), nn.Linear(d, proj_dim))
+        hidden = d if proj_hidden is None else int(proj_hidden)
+        if hidden < 1:
+            raise ConfigError(f"proj_hidden={proj_hidden!r} must be a whole number >= 1 (or None: d = {d})")
+        self.projection = nn.Sequential(nn.Flatten(), nn.Linear(d, hidden), nn.ReLU(), nn.Linear(hidden, proj_dim))
         self.teacher_client = copy.deepcopy(self.client.net).requires_grad_(False)
         self.teacher_server = copy.deepcopy(self.server.net).requires_grad_(False)
         self.teacher_projection = copy.deepcopy(self.projection).requires_grad_(False)
@@ -164,9 +189,16 @@ class SemiSFL(SplitFedAlgorithm):
         return [*self.server.parameters(), *self.projection.parameters(), *self.client.parameters()]
 
     def start_round(self, step: Step) -> None:
-        """The broadcast (B.) happens after the supervised phase, at the round's first unlabelled step."""
+        """The broadcast (B.) happens after the supervised phase, at the round's first unlabelled step; the round's
+        learning rate is set (a function of the round: a resumed run continues the schedule)."""
         self._round_sup_losses = []
         self._slots_ready = False
+        if self.lr_schedule == "cosine":
+            lr = cosine_lr(step.round, max(1, int(self.trainer.max_epochs or 1)), self.lr, self.lr_min)
+            opt = self.optimizers()
+            for group in getattr(opt, "optimizer", opt).param_groups:
+                group["lr"] = lr
+            self.log("train/lr", lr, on_step=False, on_epoch=True, batch_size=1)
 
     # ------------------------------------------------------------------ A. supervised phase
     def _project(self, head: nn.Module, a: torch.Tensor) -> torch.Tensor:

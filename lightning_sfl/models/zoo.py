@@ -14,6 +14,7 @@ Models (default input shape in brackets):
 * ``resnet18`` [C, H, W >= 8]: ResNet-18 with the CIFAR stem (3x3 conv, stride 1, no max-pool).
 * ``vgg11`` / ``vgg16`` [C, H, W multiples of 32]: VGG configurations A and D with a small-image classifier.
 * ``cnn_small`` [C, H, W >= 8]: a small CNN for 8x8 digits that trains in seconds on a CPU.
+* ``cnn_svhn`` [C, H, W multiples of 4]: the CNN of Semi-SFL's SVHN setting (conv5×5×32, conv5×5×64, FC 512, FC N).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from lightning_sfl.errors import ConfigError
 
 __all__ = ["MODELS", "BasicBlock", "SplittableModel", "build_model"]
 
-MODELS: tuple[str, ...] = ("alexnet_mnist", "alexnet_cifar", "resnet18", "vgg11", "vgg16", "cnn_small")
+MODELS: tuple[str, ...] = ("alexnet_mnist", "alexnet_cifar", "resnet18", "vgg11", "vgg16", "cnn_small", "cnn_svhn")
 
 Shape = tuple[int, int, int]
 
@@ -305,6 +306,37 @@ def _cnn_small(num_classes: int, input_shape: Shape) -> tuple[list[nn.Module], d
     return layers, {"s1": 2, "s2": 5, "s3": 7, "s4": 8, "s5": 11}
 
 
+def _cnn_svhn(num_classes: int, input_shape: Shape) -> tuple[list[nn.Module], dict[str, int]]:
+    """The CNN of Semi-SFL's SVHN experiments (after FedMatch): two 5x5 conv layers with 2x2 max-pooling and a
+    512-unit hidden layer. Shapes for [B, 3, 32, 32]:
+
+    ==  ==========================  ==============  =====
+     0  Conv2d(C, 32, 5, p=2)       [B, 32, 32, 32]
+     1  ReLU                                        s1 = 2
+     2  MaxPool2d(2)                [B, 32, 16, 16] s2 = 3
+     3  Conv2d(32, 64, 5, p=2)      [B, 64, 16, 16]
+     4  ReLU                                        s3 = 5
+     5  MaxPool2d(2)                [B, 64, 8, 8]   s4 = 6
+     6  Flatten                     [B, 4096]
+     7  Linear(64*(H//4)*(W//4), 512)
+     8  ReLU                        [B, 512]        s5 = 9
+     9  Linear(512, num_classes)    [B, num_classes]
+    ==  ==========================  ==============  =====
+    """
+    c, h, w = input_shape
+    layers: list[nn.Module] = [
+        nn.Conv2d(c, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2, 2),
+        nn.Conv2d(32, 64, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2, 2),
+        *_mlp(64 * (h // 4) * (w // 4), [512], num_classes),
+    ]
+    _kaiming_init(layers, (nn.Conv2d, nn.Linear), mode="fan_in", zero_bias=True)
+    return layers, {"s1": 2, "s2": 3, "s3": 5, "s4": 6, "s5": 9}
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Registry and public constructor
 # ---------------------------------------------------------------------------------------------------------------------
@@ -329,6 +361,9 @@ _REGISTRY: dict[str, _Spec] = {
     "vgg11": _Spec(partial(_vgg, "vgg11"), _VGG_EXPECTS, lambda s: s[1] % 32 == 0 and s[2] % 32 == 0),
     "vgg16": _Spec(partial(_vgg, "vgg16"), _VGG_EXPECTS, lambda s: s[1] % 32 == 0 and s[2] % 32 == 0),
     "cnn_small": _Spec(_cnn_small, "(C, H, W) with H, W >= 8", _min_hw(8)),
+    "cnn_svhn": _Spec(
+        _cnn_svhn, "(C, H, W) with H, W multiples of 4, e.g. (3, 32, 32)", lambda s: s[1] % 4 == 0 == s[2] % 4
+    ),
 }
 assert tuple(_REGISTRY) == MODELS
 
