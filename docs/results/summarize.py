@@ -1,7 +1,9 @@
-"""Collect the committed comparisons (``docs/results/digits/*``, ``docs/results/mnist5k/*``) and the fidelity
-experiments (``docs/results/fidelity/*``) into ``docs/results/README.md``.
+"""Collect the committed comparisons (``docs/results/digits/*``, ``docs/results/mnist5k/*``), the fidelity
+experiments (``docs/results/fidelity/*``), the GAS study (``docs/results/gas/*``) and the Semi-SFL study
+(``docs/results/semi_sfl/*``, with a ``pseudo_labels.png`` per setting) into ``docs/results/README.md``.
 
-Run from the repository root after ``bash docs/results/run_digits.sh`` (or ``run_mnist5k.sh``, ``run_fidelity.sh``)::
+Run from the repository root after ``bash docs/results/run_digits.sh`` (or ``run_mnist5k.sh``, ``run_fidelity.sh``,
+``run_gas.sh``, ``run_semi_sfl.sh``)::
 
     python docs/results/summarize.py
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lightning_sfl.compare import MethodSummary, format_acc, read_metrics_csv, summarize
+from lightning_sfl.compare.records import TIME_KEY
 
 HERE = Path(__file__).resolve().parent
 DIGITS = {
@@ -22,6 +25,18 @@ DIGITS = {
     "dirichlet_b0.1_k50": "β=0.1, K=50",
 }
 MNIST5K = {"quantity_a2_k20": "α=2, K=20", "dirichlet_b0.05_k20": "β=0.05, K=20"}
+GAS = {
+    "digits_shards2": "digits, 2 shards",
+    "digits_dirichlet0.1": "digits, β=0.1",
+    "mnist5k_shards2": "MNIST-5k, 2 shards",
+    "mnist5k_dirichlet0.1": "MNIST-5k, β=0.1",
+}
+SEMI = {
+    "digits_dirichlet0.1": "digits, Dir(0.1)",
+    "digits_iid": "digits, IID",
+    "mnist5k_dirichlet0.1": "MNIST-5k, Dir(0.1)",
+    "mnist5k_iid": "MNIST-5k, IID",
+}
 
 
 #: Fidelity experiments (``docs/results/fidelity/<folder>``, each produced by the command in its ``results.md``):
@@ -84,6 +99,68 @@ and FedConcat stopped with non-finite logits in all 3 seeds, mostly in round 2; 
 """
 
 
+#: What the GAS tables show (written from the committed numbers).
+GAS_NOTES = """(notes pending)"""
+#: What the Semi-SFL tables show (written from the committed numbers).
+SEMI_NOTES = """(notes pending)"""
+
+#: The GAS study's section (``{gas_acc}``, ``{gas_90}``, ``{gas_95}``: tables filled in by :func:`main`).
+GAS_TEXT = """# GAS and its baselines on a simulated wireless cell
+
+GAS (asynchronous SFL with generative activations), AsyncSFL (GAS without generation: the paper's ablation), FedBuff,
+CA²FL, FedAvg, MiniBatch-SFL and S²FL, 3 seeds, on the GAS paper's simulated cell (clients with f_k ~ U[1e9, 1e10]
+FLOP/s on a shared 10 MHz uplink; `SimulatedClock`), scaled down from its K=20, C=10, E=20, B=32: K = 20 clients, C = 5
+in flight (the synchronous methods: 5 per round), E = 5 local iterations of B = 16 rows, Q_s = Q_c = 5, SGD lr 0.01,
+momentum 0.9, weight decay 5e-4, diagonal covariances; `cnn_small` cut at s2. A round (x-axis of `accuracy.png`) is
+one aggregation of client halves (the paper's global iteration): 100 on digits, 50 on MNIST-5k. The synchronous split
+methods wait for every client at every local iteration (`--clock.barrier iteration`), so that `accuracy_time.png`
+reads accuracy against simulated time as the paper's Fig. 3.
+
+Produced by (from the repository root, with the package installed; about 25 minutes for digits and 90 for MNIST-5k on
+2 CPU cores):
+
+```bash
+bash docs/results/run_gas.sh && python docs/results/summarize.py
+```
+
+## Final test accuracy (%), mean ± std over 3 seeds
+
+{gas_acc}
+## Simulated seconds to reach 90% test accuracy (mean over the seeds that reach it; reached/seeds)
+
+{gas_90}
+## Simulated seconds to reach 95% test accuracy
+
+{gas_95}
+{GAS_NOTES}"""
+
+#: The Semi-SFL study's section (``{semi_acc}``, ``{semi_pending}``: filled in by :func:`main`).
+SEMI_TEXT = """# Semi-SFL and its baselines (labelled data on the server only)
+
+Semi-SFL, supervised-only (its lower bound: the labelled set alone), FedSwitch-SL (Semi-SFL without its contrastive
+and clustering terms, with teacher/student switching), FedSwitch and SemiFL (full-model federated learning), 3 seeds,
+20 rounds. 10 labelled images per class on the server, the rest of the training set unlabelled on 20 clients
+(Dirichlet(0.1) or IID), 5 per round; per round K_s = 30 supervised steps of 32 rows (eq. 9 every 20 rounds), then
+K_u = 10 steps of 16 rows per client; SGD lr 0.02, momentum 0.9, τ = 0.95; `cnn_small` (cut at s2 for the split
+methods). Accuracy is the EMA teacher's (SemiFL: the server-trained global model).
+
+Produced by (from the repository root, with the package installed; about 15 minutes per digits setting on 2 CPU
+cores):
+
+```bash
+bash docs/results/run_semi_sfl.sh && python docs/results/summarize.py
+```
+
+`semi_sfl/<setting>/` holds `results.md`, `accuracy.png`, `metrics.csv` (with `train/mask_rate` and
+`train/pseudo_label_acc` per round) and `pseudo_labels.png` (mask rate and accuracy of the confident pseudo-labels by
+round).{semi_pending}
+
+## Final test accuracy (%), mean ± std over 3 seeds
+
+{semi_acc}
+{SEMI_NOTES}"""
+
+
 def acc_cell(row: MethodSummary) -> str:
     """Final accuracy, mean ± std over the completed runs, with how many completed when some failed."""
     cell = format_acc(row.final_acc)
@@ -128,11 +205,69 @@ def study_tables(folder: Path, settings: dict[str, str]) -> tuple[str, str]:
     return acc, speed
 
 
+def time_to_target(folder: Path, settings: dict[str, str], target: float) -> str:
+    """Markdown table: simulated seconds (``clock/elapsed_seconds``) until the test accuracy first reaches ``target``,
+    mean over the seeds that reach it (reached/seeds), per method and setting."""
+    settings = {k: v for k, v in settings.items() if (folder / k / "metrics.csv").exists()}
+    cells: dict[str, dict[str, str]] = {}
+    for setting in settings:
+        per_method: dict[str, list[float | None]] = {}
+        for run in read_metrics_csv(folder / setting / "metrics.csv"):
+            hit = next((r.get(TIME_KEY) for r in run.acc_records if r["test/acc"] >= target), None)
+            per_method.setdefault(run.method, []).append(hit)
+        for method, hits in per_method.items():
+            got = [h for h in hits if h is not None]
+            cells.setdefault(method, {})[setting] = (
+                f"{sum(got) / len(got):.1f} ({len(got)}/{len(hits)})" if got else f"— (0/{len(hits)})"
+            )
+    head = "| method | " + " | ".join(settings.values()) + " |\n|---|" + "---|" * len(settings) + "\n"
+    return head + "".join(f"| {m} | " + " | ".join(c.get(s, "—") for s in settings) + " |\n" for m, c in cells.items())
+
+
+def plot_pseudo_labels(folder: Path) -> None:
+    """``pseudo_labels.png`` beside a Semi-SFL setting's ``metrics.csv``: mask rate and accuracy of the confident
+    pseudo-labels per round, mean over seeds, for every method that logs them."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    curves: dict[str, dict[int, list[tuple[float, float]]]] = {}
+    for run in read_metrics_csv(folder / "metrics.csv"):
+        for r in run.records:
+            if "train/mask_rate" in r:
+                acc = r.get("train/pseudo_label_acc", float("nan"))
+                curves.setdefault(run.method, {}).setdefault(int(r["round"]), []).append((r["train/mask_rate"], acc))
+    fig = Figure(figsize=(10, 4), dpi=110)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2)
+    for method, by_round in curves.items():
+        rounds = sorted(by_round)
+        for i, ax in enumerate(axes):
+            values = [[v[i] for v in by_round[h] if v[i] == v[i]] for h in rounds]
+            ax.plot(rounds, [100 * sum(v) / len(v) if v else float("nan") for v in values], label=method)
+    for ax, name in zip(
+        axes, ("mask rate: rows with confidence > τ (%)", "accuracy of the confident pseudo-labels (%)")
+    ):
+        ax.set_xlabel("round")
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(folder / "pseudo_labels.png")
+
+
 def main() -> None:
     acc, speed = study_tables(HERE / "digits", DIGITS)
     mnist_acc, mnist_speed = study_tables(HERE / "mnist5k", MNIST5K)
     missing = [label for name, label in MNIST5K.items() if not (HERE / "mnist5k" / name / "metrics.csv").exists()]
     mnist_pending = f" Not run yet: {', '.join(missing)}." if missing else ""
+    gas_acc, _ = study_tables(HERE / "gas", GAS)
+    gas_90, gas_95 = (time_to_target(HERE / "gas", GAS, t) for t in (0.9, 0.95))
+    semi_acc, _ = study_tables(HERE / "semi_sfl", SEMI)
+    for setting in SEMI:
+        if (HERE / "semi_sfl" / setting / "metrics.csv").exists():
+            plot_pseudo_labels(HERE / "semi_sfl" / setting)
+    semi_missing = [label for name, label in SEMI.items() if not (HERE / "semi_sfl" / name / "metrics.csv").exists()]
+    semi_pending = f" Not run yet: {', '.join(semi_missing)}." if semi_missing else ""
     text = f"""# Comparison on digits
 
 Every registered method, 3 seeds (0, 1, 2; identical client shards and client draws per seed for all methods),
@@ -246,7 +381,9 @@ single-class clients in few rounds (15 % on its own). The head then sees concate
 (lr · ‖z‖² ≫ 1 at lr 0.05) from single-class clients and predicts one class for all test images; lr 0.01 and 0.001
 do not change it. The method's premise — clusters whose members share a label distribution that covers several
 classes — fails when every client holds one class; we keep the method as published.
-"""
+
+{GAS_TEXT.format(gas_acc=gas_acc, gas_90=gas_90, gas_95=gas_95, GAS_NOTES=GAS_NOTES)}
+{SEMI_TEXT.format(semi_acc=semi_acc, semi_pending=semi_pending, SEMI_NOTES=SEMI_NOTES)}"""
     (HERE / "README.md").write_text(text)
     print(f"wrote {HERE / 'README.md'}")
 
