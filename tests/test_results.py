@@ -89,7 +89,7 @@ def test_committed_numbers_are_reproduced_by_the_command(study, setting, method,
 #: The GAS study (docs/results/run_gas.sh): setting -> rounds; the Semi-SFL study (run_semi_sfl.sh): setting -> rounds.
 GAS_METHODS = ["gas", "async_sfl", "fedbuff", "ca2fl", "fedavg", "minibatch_sfl", "s2fl"]
 GAS_SETTINGS = {"digits_shards2": 100, "digits_dirichlet0.1": 100, "mnist5k_shards2": 50, "mnist5k_dirichlet0.1": 50}
-SEMI_SETTINGS = {"digits_dirichlet0.1": 20, "digits_iid": 20, "mnist5k_dirichlet0.1": 20}
+SEMI_SETTINGS = {"digits_dirichlet0.1": 20, "digits_iid": 20, "mnist5k_dirichlet0.1": 20, "mnist5k_iid": 20}
 OWN_STUDIES = [
     *[("gas", s, GAS_METHODS, n, "accuracy_time.png") for s, n in GAS_SETTINGS.items()],
     *[("semi_sfl", s, list(SEMI_METHODS), n, "pseudo_labels.png") for s, n in SEMI_SETTINGS.items()],
@@ -111,7 +111,7 @@ def test_gas_and_semi_sfl_studies_cover_every_method_and_seed(study, setting, me
 
 def test_semi_sfl_ends_above_supervised_only_after_20_rounds_on_digits():
     """Issue 14's must-show, on the committed runs of configs/digits/semi_sfl.yaml: every seed, both client skews (and
-    on MNIST-5k with Dir(0.1) clients)."""
+    on MNIST-5k)."""
     for setting in SEMI_SETTINGS:
         final = {(r.method, r.seed): r.acc_records[-1]["test/acc"] for r in read_metrics_csv(
             RESULTS / "semi_sfl" / setting / "metrics.csv")}  # fmt: skip
