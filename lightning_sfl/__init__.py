@@ -22,7 +22,7 @@ import importlib
 __version__ = "0.1.0"
 
 _ALGORITHMS = (
-    "SCALA MiniBatchSFL CASFL LLASFL SplitFedV1 SplitFedV2 SplitFedV3 SFLLocalLoss CSSFL "
+    "SCALA SCALAPE MiniBatchSFL CASFL LLASFL SplitFedV1 SplitFedV2 SplitFedV3 SFLLocalLoss CSSFL "
     "FedAvg FedProx FedDyn FedLC FedLogit FedDecorr FedCBS Scaffold FedNova FedAvgM FedAdagrad FedAdam FedYogi FedRS "
     "FedConcat S2FL GAS AsyncSFL FedBuff CA2FL SemiSFL SupervisedOnly FedSwitchSL FedSwitch SemiFL SplitFedAlgorithm "
     "ALGORITHMS"

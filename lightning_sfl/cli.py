@@ -1,6 +1,6 @@
 """Console script ``lightning-sfl``: ``fit``, ``validate`` and ``test`` (LightningCLI, in
-:mod:`lightning_sfl.lightning_cli`), ``compare`` (:mod:`lightning_sfl.compare`) and ``sweep``
-(:mod:`lightning_sfl.sweep`).
+:mod:`lightning_sfl.lightning_cli`), ``compare`` (:mod:`lightning_sfl.compare`), ``sweep``
+(:mod:`lightning_sfl.sweep`) and ``attack`` (:mod:`lightning_sfl.privacy.attack`).
 
 Run the main job (SCALA on scikit-learn's bundled digits, offline)::
 
@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "test": "the same evaluation as validate, under Lightning's test stage",
     "compare": "train several methods x seeds on identical client shards and tabulate the results",
     "sweep": "run the trials of a W&B sweep file offline, without a W&B server (grid, random, bayes)",
+    "attack": "model-inversion attack on a checkpoint's activations: MSE, SSIM and PSNR of the reconstructions",
 }
 
 USAGE = f"""usage: lightning-sfl {{{",".join(COMMANDS)}}} ...
@@ -52,6 +53,11 @@ def main(args: list[str] | None = None) -> None:
         from lightning_sfl.sweep import main as sweep_main
 
         sweep_main(argv[1:])
+        return
+    if argv[0] == "attack":
+        from lightning_sfl.privacy.attack import main as attack_main
+
+        attack_main(argv[1:])
         return
     from lightning_sfl.lightning_cli import run
 

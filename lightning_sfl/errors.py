@@ -24,6 +24,21 @@ class NonFiniteError(RuntimeError):
 REPORTED = (ConfigError, NonFiniteError)
 
 
+def whole_number(name: str, value, low: int = 1) -> int:
+    """``value`` as an ``int`` if it is a whole number ``>= low``, else a one-line :class:`ConfigError` naming ``name``.
+
+    >>> whole_number("inversion_every", 5.0)
+    5
+    >>> whole_number("inversion_every", 0)
+    Traceback (most recent call last):
+    ...
+    lightning_sfl.errors.ConfigError: inversion_every=0 must be a whole number >= 1
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value or value < low:
+        raise ConfigError(f"{name}={value!r} must be a whole number >= {low}")
+    return int(value)
+
+
 def reported_cause(exc: BaseException) -> BaseException | None:
     """The first error in ``exc``'s cause/context chain that the CLI reports as one line, else ``None``."""
     seen = set()

@@ -42,9 +42,9 @@ STUDIES = {
     ),
 }
 #: Methods registered after the label-skew studies were run, compared in their own studies instead: S²FL and the
-#: asynchronous methods (docs/results/gas), the semi-supervised ones (docs/results/semi_sfl). The studies' commands
-#: include S²FL when run again.
-LATER = {"s2fl", "gas", "async_sfl", "fedbuff", "ca2fl", *SEMI_METHODS}
+#: asynchronous methods (docs/results/gas), the semi-supervised ones (docs/results/semi_sfl), SCALA-PE
+#: (docs/results/privacy). The studies' commands include S²FL and SCALA-PE when run again.
+LATER = {"s2fl", "scala_pe", "gas", "async_sfl", "fedbuff", "ca2fl", *SEMI_METHODS}
 STUDIED = [m for m in ALGORITHMS if m not in LATER]
 CELLS = [(study, setting) for study, (*_, settings) in STUDIES.items() for setting in settings]
 

@@ -15,6 +15,7 @@ from lightning_sfl.algorithms.gas import GAS, AsyncSFL
 from lightning_sfl.algorithms.s2fl import S2FL
 from lightning_sfl.algorithms.scaffold import Scaffold
 from lightning_sfl.algorithms.scala import SCALA
+from lightning_sfl.algorithms.scala_pe import SCALAPE
 from lightning_sfl.algorithms.semi_baselines import FedSwitch, FedSwitchSL, SemiFL
 from lightning_sfl.algorithms.semi_sfl import SemiSFL, SupervisedOnly
 from lightning_sfl.algorithms.splitfed import (
@@ -39,6 +40,7 @@ ALGORITHMS: dict[str, type[SplitFedAlgorithm]] = {
     "splitfedv3": SplitFedV3,
     "sfl_local_loss": SFLLocalLoss,
     "cs_sfl": CSSFL,
+    "scala_pe": SCALAPE,
     "fedavg": FedAvg,
     "fedprox": FedProx,
     "feddyn": FedDyn,
@@ -106,6 +108,7 @@ __all__ = [
     "SemiSFL",
     "SupervisedOnly",
     "SCALA",
+    "SCALAPE",
     "SFLLocalLoss",
     "Scaffold",
     "ServerModule",

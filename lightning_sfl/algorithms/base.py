@@ -22,7 +22,8 @@ Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SF
                                                                     (eq. 8); SCALA eq. 15; ``None``: no gradient
                                                                     is sent (SFLLocalLoss)
  5     client extra loss       :meth:`client_extra_loss`            none; SFLLocalLoss (auxiliary head), FedProx,
-                                                                    FedDyn, FedDecorr (regularisers)
+                                                                    FedDyn, FedDecorr (regularisers), SCALA-PE
+                                                                    (inversion regulariser on the activations)
  6     server + client step    :meth:`take_step`                    one SGD step over the server and every slot
                                                                     (SplitFedV2: after each client)
  7     aggregate (round end)   :meth:`aggregate`                    average of every bank (eq. 10), weights
@@ -30,6 +31,7 @@ Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SF
                                                                     FedDyn, SplitFedV3, FedOpt, SCAFFOLD their own
 =====  ======================  ===================================  ==============================================
 
+The halves themselves come from :meth:`build_halves` (with ``bottleneck_channels``, a bottleneck at the cut).
 :meth:`local_iteration` (handler of ``"local"`` steps) runs 1-6 in that order; plain FL methods (FedAvg family)
 replace it with one loss on the whole model. The base owns what every method shares around the hooks: the byte
 ledger, the NaN/Inf guards, DDP loss normalisation and gradient summing, optimiser-state resets, the client banks
@@ -56,7 +58,7 @@ from lightning_sfl.algorithms.state import MethodState
 from lightning_sfl.data.selection import ClientSelection, UniformSelection, resolve_selection
 from lightning_sfl.errors import ConfigError, NonFiniteError
 from lightning_sfl.loop import ClientStats, RoundEnd, Schedule, Step, SyncRounds
-from lightning_sfl.models import build_model, split_model
+from lightning_sfl.models import add_bottleneck, build_model, split_model
 from lightning_sfl.system.comm import CommLedger, module_bytes
 
 
@@ -109,6 +111,9 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         client_bank: how the client copies run: ``sequential`` (one module per client, one after another),
             ``stacked`` (parameters stacked on a client dimension, one ``vmap`` call) or ``auto`` (stacked on CUDA,
             sequential on CPU — what the benchmark shows faster on each).
+        bottleneck_channels: ``b``: the client half ends with ``Conv2d(C → b)`` and the server half starts with
+            ``Conv2d(b → C)`` (:func:`~lightning_sfl.models.add_bottleneck`; SCALA journal §5.7 uses 8), so ``b``
+            channels cross the cut; ``None``: the model's own cut. Needs a convolutional cut.
     """
 
     #: False for plain FL methods: the "client half" is the whole model and there is no server half.
@@ -120,6 +125,9 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
     server_copies: bool = False
     #: Floor of the log-priors of :meth:`server_prior`/:meth:`client_prior` (``0``: ``log 0 = −∞``; see ``log_prior``).
     missing_class_floor: float = 0.0
+    #: True if :meth:`client_extra_loss` differentiates through the activations after ``G_k`` went back through them
+    #: (SCALA-PE's regulariser): the clients' graph is then kept for a second backward pass.
+    extra_loss_uses_activations: ClassVar[bool] = False
     #: Step kind -> name of the method that runs a step of that kind.
     step_handlers: ClassVar[dict[str, str]] = {"local": "local_iteration", "aggregate": "no_training"}
 
@@ -135,6 +143,7 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         input_shape: tuple[int, int, int] = (1, 8, 8),
         client_selection: ClientSelection | str | None = None,
         client_bank: str = "auto",
+        bottleneck_channels: int | None = None,
     ) -> None:
         super().__init__()
         if local_iters < 1:
@@ -167,8 +176,8 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
                 f"{type(self).__name__} has no handler for step kind(s) {missing} of {type(self.schedule).__name__}; "
                 f"it handles: {', '.join(self.step_handlers)}"
             )
-        net = build_model(arch, num_classes, tuple(input_shape))
-        client_net, server_net = split_model(net, split_point) if self.split else (net[:], nn.Sequential())
+        self.bottleneck_channels = bottleneck_channels
+        client_net, server_net = self.build_halves(arch, split_point, num_classes, tuple(input_shape))
         self.client = ClientModule(client_net)
         self.server = ServerModule(server_net)
         self.client_banks = nn.ModuleDict()  # name of a client model -> its slots (built when a fit starts)
@@ -176,6 +185,20 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         self.ledger = CommLedger()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.example_input_array = torch.zeros(1, *input_shape)  # the model summary counts FLOPs on it
+
+    def build_halves(
+        self, arch: str, split_point: str, num_classes: int, input_shape: tuple[int, int, int]
+    ) -> tuple[nn.Sequential, nn.Sequential]:
+        """The client half ``[B, *input_shape] -> [B, *act]`` and the server half ``[B, *act] -> [B, N]`` (plain FL:
+        the whole model and an empty server), with the bottleneck at the cut if ``bottleneck_channels`` is set."""
+        net = build_model(arch, num_classes, input_shape)
+        channels = self.bottleneck_channels
+        if not self.split:
+            if channels is not None:
+                raise ConfigError(f"bottleneck_channels={channels} needs a split method; {type(self).__name__} is not")
+            return net[:], nn.Sequential()
+        client, server = split_model(net, split_point)
+        return (client, server) if channels is None else add_bottleneck(client, server, channels, input_shape)
 
     def configure_schedule(self) -> Schedule:
         """How a round unfolds (executed by the data module): synchronous rounds of ``T`` local iterations."""
@@ -247,7 +270,7 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
             self._round_iters = step.sizes.new_zeros(len(self.bank))
             self._slot_clients = step.clients.new_full((len(self.bank),), -1)
             self.start_round(step)
-        if len(step.clients):
+        if len(step.clients) and step.trains_client_halves:
             slots = step.bank_slots
             self._round_samples.index_add_(0, slots, step.sizes)
             self._round_iters.index_add_(0, slots, (step.sizes > 0).to(step.sizes.dtype))
@@ -439,8 +462,8 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
             (grad_a,) = torch.autograd.grad(client_loss, a, retain_graph=True)  # rows of client k: G_k
             self.ledger.add_rows("down", "gradients", grad_a, step.sizes, step.slots)
         self.manual_backward(server_loss)
-        if client_loss is not None:
-            self.manual_backward(acts, grad_a)
+        if client_loss is not None:  # keep the client graph if the extra loss goes through the activations
+            self.manual_backward(acts, grad_a, retain_graph=self.extra_loss_uses_activations)
         extra = self.client_extra_loss(step, acts)
         if extra is not None:
             self.manual_backward(extra)

@@ -5,6 +5,7 @@ from lightning_sfl.loop.async_events import ArrivalStep, AsyncEvents, UploadStep
 from lightning_sfl.loop.local_epochs import LocalEpochs
 from lightning_sfl.loop.schedule import Schedule, SyncRounds
 from lightning_sfl.loop.step import ClientStats, RoundCallback, RoundEnd, Step
+from lightning_sfl.loop.warmup import WarmupRounds, WarmupStep
 
 __all__ = [
     "ArrivalStep",
@@ -19,4 +20,6 @@ __all__ = [
     "Step",
     "SyncRounds",
     "UploadStep",
+    "WarmupRounds",
+    "WarmupStep",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import lightning as L
 import torch
@@ -82,6 +82,11 @@ class Step:
         local_sizes: ``[S]`` rows of each client on this process (``= sizes`` with one process).
         label_counts: ``[N]`` labels of the whole step, all processes (for ``P_s``, eq. 14).
     """
+
+    #: False for steps whose rows train something other than the client halves (SCALA-PE's warm-up of the simulated
+    #: inversion models, :class:`~lightning_sfl.loop.warmup.WarmupStep`): the method does not count them in the
+    #: round's samples and iterations (:class:`RoundEnd`).
+    trains_client_halves: ClassVar[bool] = True
 
     kind: str
     round: int

@@ -4,6 +4,9 @@ The client half is ``layers[:i]`` and the server half ``layers[i:]`` where ``i =
 so ``server(client(x))`` is exactly ``model(x)`` for ``x`` of shape ``[B, *model.input_shape]``. The halves share
 the model's modules (no copy) and keep the layer names of the full model, so e.g. the server half's
 ``state_dict()`` keys are a subset of the model's keys.
+
+:func:`add_bottleneck` narrows the cut (SCALA journal §5.7, after ResSFL): the client half ends with a convolution to
+a few channels and the server half starts with one back, so that fewer values cross the cut.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from torch import nn
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.models.zoo import SplittableModel, _dry_forward
 
-__all__ = ["activation_shape", "split_model"]
+__all__ = ["activation_shape", "add_bottleneck", "split_model"]
 
 
 def _cut_index(model: SplittableModel, split_point: str) -> int:
@@ -48,3 +51,34 @@ def activation_shape(model: SplittableModel, split_point: str) -> tuple[int, ...
     """
     client, _ = split_model(model, split_point)
     return tuple(_dry_forward(client, model.input_shape, like=model).shape[1:])
+
+
+def add_bottleneck(
+    client: nn.Sequential, server: nn.Sequential, channels: int, input_shape: tuple[int, ...]
+) -> tuple[nn.Sequential, nn.Sequential]:
+    """The halves with a bottleneck at the cut (SCALA journal §5.7: "a pair of Conv2D layers, with a channel size of 8
+    and a stride of 1"; ResSFL's ``norelu_C8S1``): the client half ends with ``Conv2d(C → b, 3, stride 1, padding 1)``
+    (no ReLU) and the server half starts with ``Conv2d(b → C, 3, stride 1, padding 1)``. Activations
+    ``[B, C, H, W]`` become ``[B, b, H, W]``; the layers are appended as ``bottleneck`` (client) and prepended as
+    ``unbottleneck`` (server), initialised as ResSFL does (Glorot-uniform weights, zero biases).
+
+    Raises :class:`~lightning_sfl.errors.ConfigError` when the cut's activation (for one input of ``input_shape``)
+    is not a ``[C, H, W]`` feature map, or ``channels`` is not a whole number >= 1.
+    """
+    if isinstance(channels, bool) or int(channels) != channels or channels < 1:
+        raise ConfigError(f"bottleneck_channels={channels!r} must be a whole number >= 1 (or None: no bottleneck)")
+    shape = tuple(_dry_forward(client, input_shape).shape[1:])
+    if len(shape) != 3:
+        raise ConfigError(
+            f"bottleneck_channels={channels} needs a convolutional cut ([C, H, W] activations); this split point "
+            f"gives activations of shape {list(shape)}"
+        )
+    c, b = shape[0], int(channels)
+    down = nn.Conv2d(c, b, kernel_size=3, stride=1, padding=1)
+    up = nn.Conv2d(b, c, kernel_size=3, stride=1, padding=1)
+    for conv in (down, up):
+        nn.init.xavier_uniform_(conv.weight)
+        nn.init.zeros_(conv.bias)
+    client_items = [*client._modules.items(), ("bottleneck", down)]
+    server_items = [("unbottleneck", up), *server._modules.items()]
+    return nn.Sequential(OrderedDict(client_items)), nn.Sequential(OrderedDict(server_items))

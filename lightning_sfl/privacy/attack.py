@@ -1,0 +1,306 @@
+"""``lightning-sfl attack``: a model-inversion attack on the client half of any split method's checkpoint.
+
+The attacker (an honest-but-curious server that holds the trained client half, as in ResSFL's evaluation and the
+SCALA journal's Table VI):
+
+1. encodes images ``x`` with the checkpoint's client half (eval mode): pairs ``(A = h(w_c; x), x)``;
+2. trains a decoder from scratch (:func:`~lightning_sfl.privacy.inversion.inversion_decoder`, 64 channels; Adam
+   ``1e-3``, batch 32, 50 epochs, MSE — ResSFL's attack) on pairs from the **training split**, keeping the epoch with
+   the lowest MSE on a held-out part of it (``--val_fraction``);
+3. reconstructs the **test split** (never used to train the decoder; ResSFL trains and scores on the test set) and
+   reports the means over images of MSE, SSIM and PSNR (:mod:`lightning_sfl.privacy.metrics`).
+
+Images are scored in ``[0, 1]`` (the stored pixels, before normalisation). Written to ``--out`` (default: a folder
+``attack`` next to the checkpoint): ``metrics.json``, ``metrics.md`` and ``reconstructions.png`` (originals in the
+top row, reconstructions below). The same scores, the attacker's training curves (``attack/train_mse``,
+``attack/val_mse`` against ``attack/epoch``) and the picture (``attack/reconstructions``) go to a W&B run
+(``job_type=attack``, files under ``--out``), offline unless W&B's own switches say otherwise (as for ``fit``);
+``--no_wandb`` skips it. The same command scores SCALA, SCALA-PE, SplitFedV1, … alike.
+
+    lightning-sfl attack --config configs/digits/scala_pe.yaml --ckpt_path runs/…/last.ckpt
+
+``--config`` (repeatable, merged as ``fit`` merges them) gives the data; without it the data module's arguments saved
+in the checkpoint are used. The method and its client half always come from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["check_args", "main", "parse_args", "run_attack", "train_attacker"]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="lightning-sfl attack",
+        description="Model-inversion attack on a checkpoint's client half: train a decoder on (activation, image) "
+        "pairs of the training split, score its reconstructions of the test split (MSE, SSIM, PSNR).",
+    )
+    parser.add_argument("--ckpt_path", help="checkpoint of a split method (required)")
+    parser.add_argument("--config", action="append", default=[], help="config(s) giving the data (as for fit)")
+    parser.add_argument("--out", help="output folder (default: 'attack' next to the checkpoint)")
+    parser.add_argument("--epochs", type=int, default=50, help="decoder training epochs (default 50)")
+    parser.add_argument("--width", type=int, default=64, help="decoder channels (default 64)")
+    parser.add_argument("--batch_size", type=int, default=32, help="decoder batch size (default 32)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="decoder Adam learning rate (default 1e-3)")
+    parser.add_argument("--val_fraction", type=float, default=0.1, help="training-split share for model selection")
+    parser.add_argument("--train_size", type=int, default=None, help="use at most this many training images")
+    parser.add_argument("--grid", type=int, default=16, help="test images shown in reconstructions.png")
+    parser.add_argument("--seed", type=int, default=0, help="decoder initialisation and shuffling")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1; 0: torch's default)")
+    parser.add_argument("--device", default="auto", help="where the decoder trains: auto (cuda if available), cpu, …")
+    parser.add_argument("--wandb_project", default="lightning-sfl", help="W&B project (default lightning-sfl)")
+    parser.add_argument("--no_wandb", action="store_true", help="do not log to W&B")
+    return parser.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """One-line :class:`~lightning_sfl.errors.ConfigError` for bad settings, before anything is loaded."""
+    from lightning_sfl.errors import ConfigError
+
+    if not args.ckpt_path:
+        raise ConfigError("attack needs --ckpt_path: a checkpoint of a split method (e.g. runs/.../last.ckpt)")
+    for name, low in (("epochs", 1), ("width", 1), ("batch_size", 2), ("grid", 1), ("threads", 0)):
+        if getattr(args, name) < low:
+            raise ConfigError(f"--{name}={getattr(args, name)} must be >= {low}")
+    if args.train_size is not None and args.train_size < 3:
+        raise ConfigError(f"--train_size={args.train_size} must be >= 3 (training and validation images)")
+    if not 0 < args.val_fraction < 1:
+        raise ConfigError(f"--val_fraction={args.val_fraction} must be in (0, 1)")
+    if not args.lr > 0:
+        raise ConfigError(f"--lr={args.lr} must be > 0")
+    if args.device != "auto":
+        import torch
+
+        try:
+            torch.device(args.device)
+        except RuntimeError:
+            raise ConfigError(f"--device={args.device!r} is not a torch device: auto, cpu, cuda, cuda:0, …") from None
+
+
+def _data_module(args: argparse.Namespace, ckpt: dict):
+    from lightning_sfl.data import FederatedDataModule
+    from lightning_sfl.errors import ConfigError
+
+    if args.config:
+        import warnings
+
+        from lightning_sfl.lightning_cli import resolved_config
+
+        with warnings.catch_warnings():  # LightningCLI warns that sys.argv (this command's) is not what it parses
+            warnings.filterwarnings("ignore", message=".*args parameter is intended")
+            data = resolved_config([a for c in args.config for a in ("--config", c)]).get("data") or {}
+        data = data.get("init_args", data)
+    else:
+        data = ckpt.get("datamodule_hyper_parameters")
+        if not data:
+            raise ConfigError("attack needs --config (the data) for a checkpoint that does not record its data module")
+    return FederatedDataModule(**{k: v for k, v in data.items() if not k.startswith("_")})
+
+
+def _client_half(ckpt: dict, path: str):
+    """The checkpoint's method rebuilt from its hyperparameters, with the saved client half loaded: ``[B, C, H, W] ->
+    [B, *act]``."""
+    from lightning_sfl.algorithms import ALGORITHMS
+    from lightning_sfl.errors import ConfigError
+
+    recorded = (ckpt.get("lightning_sfl") or {}).get("algorithm", "")
+    classes = {cls.__name__: cls for cls in ALGORITHMS.values()}
+    cls = classes.get(recorded.rpartition(".")[2])
+    if cls is None:
+        raise ConfigError(f"ckpt_path={path!r} was written by {recorded or 'an unknown method'}, not a library method")
+    if not cls.split:
+        raise ConfigError(f"{cls.__name__} is not a split method (nothing crosses a cut): no activations to invert")
+    hparams = {k: v for k, v in (ckpt.get("hyper_parameters") or {}).items() if not k.startswith("_")}
+    model = cls(**hparams)
+    state = {k.removeprefix("client.net."): v for k, v in ckpt["state_dict"].items() if k.startswith("client.net.")}
+    try:
+        model.client.net.load_state_dict(state)
+    except RuntimeError as err:
+        raise ConfigError(f"ckpt_path={path!r}: its client half does not fit {cls.__name__}: {err}") from None
+    return model.client.net.eval(), cls.__name__, tuple(hparams.get("input_shape", ()))
+
+
+def _images(x):
+    """Stored pixels ``[N, C, H, W]`` (uint8 or floats in [0, 1]) as floats in ``[0, 1]``."""
+    import torch
+
+    return (x.float() / 255.0 if x.dtype == torch.uint8 else x.float()).clamp(0, 1)
+
+
+def _encode(client, splits, x, device, batch: int = 512):
+    """The client half's activations ``[N, *act]`` of stored images ``x`` ``[N, C, H, W]`` (normalised as in
+    training)."""
+    import torch
+
+    with torch.no_grad():
+        return torch.cat([client(splits.to_float(x[i : i + batch]).to(device)) for i in range(0, len(x), batch)])
+
+
+def train_attacker(a_train, x_train, a_val, x_val, *, width: int, epochs: int, batch_size: int, lr: float, seed: int):
+    """ResSFL's attack: a decoder ``[N, *act] -> [N, C, H, W]`` of ``width`` channels trained from scratch with Adam on
+    the mean per-image MSE of ``(a_train, x_train)`` for ``epochs`` epochs of shuffled batches; the weights of the
+    epoch with the lowest MSE on ``(a_val, x_val)`` are kept. Returns ``(decoder in eval mode, best epoch, history)``,
+    ``history`` one ``{"attack/epoch", "attack/train_mse", "attack/val_mse"}`` per epoch."""
+    import copy
+
+    import torch
+
+    from lightning_sfl.privacy.inversion import inversion_decoder
+    from lightning_sfl.privacy.metrics import mse_per_image
+
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    decoder = inversion_decoder(tuple(a_train.shape[1:]), tuple(x_train.shape[1:]), width).to(a_train.device)
+    opt = torch.optim.Adam(decoder.parameters(), lr=lr)
+    best, best_mse, best_epoch, history = copy.deepcopy(decoder.state_dict()), float("inf"), 0, []
+    for epoch in range(1, epochs + 1):
+        decoder.train()
+        total, rows = a_train.new_zeros(()), 0
+        for idx in torch.randperm(len(a_train), generator=gen).split(batch_size):
+            if len(idx) < 2:  # BatchNorm needs two images
+                continue
+            idx = idx.to(a_train.device)
+            opt.zero_grad()
+            loss = mse_per_image(decoder(a_train[idx]), x_train[idx]).mean()
+            loss.backward()
+            opt.step()
+            total, rows = total + loss.detach() * len(idx), rows + len(idx)
+        decoder.eval()
+        with torch.no_grad():
+            val = float(mse_per_image(decoder(a_val), x_val).mean())
+        history.append({"attack/epoch": epoch, "attack/train_mse": float(total) / rows, "attack/val_mse": val})
+        if val < best_mse:
+            best, best_mse, best_epoch = copy.deepcopy(decoder.state_dict()), val, epoch
+    decoder.load_state_dict(best)
+    return decoder.eval(), best_epoch, history
+
+
+def _output_folder(args: argparse.Namespace) -> Path:
+    return Path(args.out) if args.out else Path(args.ckpt_path).parent / "attack"
+
+
+def run_attack(args: argparse.Namespace) -> dict:
+    """The attack (see the module docstring); returns the metrics written to ``metrics.json``."""
+    import torch
+
+    from lightning_sfl.checkpoint import check_checkpoint
+    from lightning_sfl.errors import ConfigError
+    from lightning_sfl.privacy.metrics import reconstruction_scores
+
+    check_args(args)
+    if args.threads >= 1:
+        torch.set_num_threads(args.threads)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    ckpt = check_checkpoint(args.ckpt_path)
+    client, method, input_shape = _client_half(ckpt, args.ckpt_path)
+    splits = _data_module(args, ckpt).splits
+    if input_shape and tuple(splits.input_shape) != input_shape:
+        raise ConfigError(f"the data's images are {list(splits.input_shape)}; the model takes {input_shape}")
+    with torch.no_grad():
+        act_dims = client(torch.zeros(1, *splits.input_shape)).dim()
+    if act_dims != 4:
+        raise ConfigError(f"{method}'s cut is not convolutional ([C, H, W] activations): no images to invert")
+    client = client.to(device)
+    order = torch.randperm(len(splits.train_x), generator=torch.Generator().manual_seed(args.seed))[: args.train_size]
+    n_val = max(1, round(args.val_fraction * len(order)))
+    train_idx, val_idx = order[n_val:], order[:n_val]
+    parts = (splits.train_x[train_idx], splits.train_x[val_idx], splits.test_x)
+    a_train, a_val, a_test = (_encode(client, splits, x, device) for x in parts)
+    x_train, x_val, x_test = (_images(x).to(device) for x in parts)
+    options = {k: getattr(args, k) for k in ("width", "epochs", "batch_size", "lr", "seed")}
+    decoder, best_epoch, history = train_attacker(a_train, x_train, a_val, x_val, **options)
+    with torch.no_grad():
+        x_hat = torch.cat([decoder(a_test[i : i + 512]) for i in range(0, len(a_test), 512)])
+    metrics = {
+        **reconstruction_scores(x_hat, x_test),
+        "method": method,
+        "checkpoint": str(args.ckpt_path),
+        "dataset": splits.name,
+        "activation_shape": list(a_test.shape[1:]),
+        "test_images": len(x_test),
+        "attack_train_images": len(train_idx),
+        "attack_val_images": len(val_idx),
+        "best_epoch": best_epoch,
+        "best_val_mse": min(h["attack/val_mse"] for h in history),
+        **options,
+    }
+    out = _output_folder(args)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (out / "metrics.md").write_text(
+        "| method | MSE | SSIM | PSNR (dB) | test images |\n|---|---|---|---|---|\n"
+        f"| {method} | {metrics['mse']:.4f} | {metrics['ssim']:.4f} | {metrics['psnr']:.2f} | {len(x_test)} |\n"
+    )
+    grid = out / "reconstructions.png"
+    save_grid(x_test[: args.grid].cpu(), x_hat[: args.grid].cpu(), grid)
+    if not args.no_wandb:
+        _log_to_wandb(args, metrics, history, grid, (ckpt.get("lightning_sfl") or {}).get("wandb_id"))
+    return metrics
+
+
+def _log_to_wandb(args: argparse.Namespace, metrics: dict, history: list[dict], grid: Path, trained_by: str | None):
+    """One W&B run (``job_type=attack``; files under the output folder): the attacker's curves per epoch, then the
+    scores and the picture of reconstructions; the summary holds the scores. Offline unless W&B's own switches (as
+    for ``fit``: ``WANDB_MODE``, ``wandb online``) say otherwise."""
+    import wandb
+
+    from lightning_sfl.lightning_cli import wandb_switch
+
+    config = {k: v for k, v in metrics.items() if k not in ("mse", "ssim", "psnr", "best_val_mse", "best_epoch")}
+    run = wandb.init(
+        project=args.wandb_project,
+        dir=str(grid.parent),
+        mode=wandb_switch() or "offline",
+        job_type="attack",
+        name=f"attack-{metrics['method']}",
+        tags=["attack", metrics["method"]],
+        config={**config, "trained_by_run": trained_by},
+    )
+    try:
+        run.define_metric("attack/epoch")
+        for key in ("attack/train_mse", "attack/val_mse"):
+            run.define_metric(key, step_metric="attack/epoch")
+        for row in history:
+            run.log(row)
+        scores = {f"attack/{k}": metrics[k] for k in ("mse", "ssim", "psnr", "best_epoch")}
+        caption = f"{metrics['method']}: test images (top) and the attacker's reconstructions (bottom)"
+        run.log({**scores, "attack/reconstructions": wandb.Image(str(grid), caption=caption)})
+        run.summary.update(scores)
+    finally:
+        run.finish()
+
+
+def save_grid(originals, reconstructions, path: Path) -> None:
+    """Originals ``[n, C, H, W]`` (top row) over their reconstructions (bottom row), upscaled to at least 32 pixels,
+    as a PNG."""
+    import torch
+    from torchvision.utils import make_grid, save_image
+
+    scale = max(1, 32 // originals.shape[-1])
+    images = torch.cat([originals, reconstructions])
+    images = torch.nn.functional.interpolate(images, scale_factor=scale, mode="nearest") if scale > 1 else images
+    save_image(make_grid(images, nrow=len(originals), padding=2, pad_value=1.0), path)
+
+
+def main(argv: list[str]) -> None:
+    """``lightning-sfl attack ARGS``: bad settings end with one line on stderr (exit code 2)."""
+    args = parse_args(argv)
+    from lightning_sfl.errors import reported_cause
+
+    try:
+        m = run_attack(args)
+    except Exception as exc:
+        cause = reported_cause(exc)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(
+        f"attack on {m['method']} ({m['dataset']}, activations {m['activation_shape']}): MSE {m['mse']:.4f}, "
+        f"SSIM {m['ssim']:.4f}, PSNR {m['psnr']:.2f} dB over {m['test_images']} test images; wrote "
+        f"{_output_folder(args)}"
+    )

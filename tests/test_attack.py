@@ -1,0 +1,156 @@
+"""``lightning-sfl attack``: the attacker's training against what leaks and what does not, its outputs (files and the
+W&B run, read back from W&B's own offline files), reproducibility, and one-line errors for bad settings."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from _helpers import small_digits
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from lightning_sfl.algorithms import SCALA, SCALAPE, FedAvg, SplitFedV1
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.privacy.attack import check_args, parse_args, train_attacker
+from lightning_sfl.privacy.metrics import mse_per_image
+from lightning_sfl.wandb_offline import read_offline_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _attack(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", "attack", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def _checkpoint(cls, folder: Path, **kwargs) -> Path:
+    torch.manual_seed(0)
+    model = cls(local_iters=2, lr=0.05, **kwargs)
+    trainer = L.Trainer(
+        max_epochs=1,
+        logger=False,
+        callbacks=[ModelCheckpoint(dirpath=folder, save_last=True)],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, small_digits())
+    return folder / "last.ckpt"
+
+
+# ------------------------------------------------------------------------------------------------- the attacker
+def test_the_attacker_recovers_images_from_activations_that_carry_them_and_not_from_noise():
+    """Activations that are a fixed linear map of the image (a stand-in for a leaky client half) are inverted far
+    better than activations independent of the image; the kept weights are those of the best validation epoch."""
+    dm = small_digits()
+    x = dm.splits.train_x[:400]  # digits are stored as floats in [0, 1]
+    torch.manual_seed(0)
+    mix = torch.randn(8 * 16, 64) / 8
+    leaky = (x.flatten(1) @ mix.T).view(-1, 8, 4, 4)
+    noise = torch.randn_like(leaky)
+    scores = {}
+    for name, a in (("leaky", leaky), ("noise", noise)):
+        decoder, best, history = train_attacker(
+            a[:300], x[:300], a[300:350], x[300:350], width=16, epochs=15, batch_size=32, lr=3e-3, seed=0
+        )
+        assert [h["attack/epoch"] for h in history] == list(range(1, 16))
+        vals = [h["attack/val_mse"] for h in history]
+        assert best == 1 + vals.index(min(vals))
+        with torch.no_grad():
+            assert float(mse_per_image(decoder(a[300:350]), x[300:350]).mean()) == pytest.approx(min(vals), rel=1e-5)
+            scores[name] = float(mse_per_image(decoder(a[350:]), x[350:]).mean())
+    assert scores["leaky"] < 0.5 * scores["noise"], scores
+
+
+def test_the_attacker_is_seeded():
+    a, x = torch.randn(40, 8, 4, 4), torch.rand(40, 1, 8, 8)
+    runs = [train_attacker(a[:30], x[:30], a[30:], x[30:], width=8, epochs=2, batch_size=8, lr=1e-3, seed=s) for s in (
+        0, 0, 1)]  # fmt: skip
+    assert runs[0][2] == runs[1][2] != runs[2][2]
+
+
+# ------------------------------------------------------------------------------------------------- the command
+def test_attack_help_answers_without_loading_torch():
+    code = (
+        "import sys; from lightning_sfl.cli import main\ntry:\n main(['attack', '--help'])\nexcept SystemExit: pass\n"
+    )
+    code += "assert 'torch' not in sys.modules, 'attack --help imported torch'"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "--ckpt_path" in out.stdout and "--config" in out.stdout and "--no_wandb" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ([], "attack needs --ckpt_path"),
+        (["--ckpt_path", "x", "--epochs", "0"], "--epochs=0 must be >= 1"),
+        (["--ckpt_path", "x", "--width", "0"], "--width=0 must be >= 1"),
+        (["--ckpt_path", "x", "--batch_size", "1"], "--batch_size=1 must be >= 2"),
+        (["--ckpt_path", "x", "--train_size", "2"], "--train_size=2 must be >= 3"),
+        (["--ckpt_path", "x", "--val_fraction", "1"], "--val_fraction=1.0 must be in (0, 1)"),
+        (["--ckpt_path", "x", "--lr", "0"], "--lr=0.0 must be > 0"),
+        (["--ckpt_path", "x", "--device", "gpu7"], "--device='gpu7' is not a torch device"),
+    ],
+)
+def test_bad_settings_are_one_line_errors_naming_the_option(args, message):
+    with pytest.raises(ConfigError) as err:
+        check_args(parse_args(args))
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_attack_without_a_usable_checkpoint_is_a_one_line_error(tmp_path):
+    for args in ([], ["--config", str(REPO / "configs/digits/scala_pe.yaml")], ["--ckpt_path", "missing.ckpt"]):
+        out = _attack(*args, cwd=tmp_path)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1 and out.stderr.startswith("error: "), out.stderr
+    assert "--ckpt_path" in _attack(cwd=tmp_path).stderr
+    ckpt = _checkpoint(FedAvg, tmp_path / "fedavg")
+    out = _attack("--ckpt_path", str(ckpt), "--config", str(REPO / "configs/digits/fedavg.yaml"), cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr == "error: FedAvg is not a split method (nothing crosses a cut): no activations to invert\n"
+    ckpt = _checkpoint(SplitFedV1, tmp_path / "flat", split_point="s5")  # the cut after the first linear layer
+    out = _attack("--ckpt_path", str(ckpt), "--no_wandb", cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr == "error: SplitFedV1's cut is not convolutional ([C, H, W] activations): no images to invert\n"
+
+
+def test_attack_scores_a_split_checkpoint_and_logs_it_to_wandb(tmp_path):
+    ckpt = _checkpoint(SCALAPE, tmp_path / "ckpt")
+    out = _attack("--ckpt_path", str(ckpt), "--epochs", "3", "--train_size", "300", "--grid", "4", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "MSE" in out.stdout and "SSIM" in out.stdout and "PSNR" in out.stdout
+    folder = tmp_path / "ckpt" / "attack"
+    m = json.loads((folder / "metrics.json").read_text())
+    assert m["method"] == "SCALAPE" and m["activation_shape"] == [8, 4, 4]
+    assert m["attack_train_images"] + m["attack_val_images"] == 300
+    assert m["test_images"] == len(small_digits().splits.test_x)  # scored on the test split, trained on the train split
+    assert 0 < m["mse"] < 1 and -1 <= m["ssim"] <= 1 and 1 <= m["best_epoch"] <= 3
+    assert m["psnr"] >= 10 * math.log10(1 / m["mse"]) - 1e-4  # per-image PSNR averaged (Jensen), not pooled
+    assert (folder / "reconstructions.png").stat().st_size > 0 and "SCALAPE" in (folder / "metrics.md").read_text()
+
+    run = read_offline_run(folder)  # what reached W&B's own offline run files
+    assert [row["attack/epoch"] for row in run.rows_with("attack/val_mse")] == [1, 2, 3]
+    assert run.rows_with("attack/val_mse")[m["best_epoch"] - 1]["attack/val_mse"] == pytest.approx(m["best_val_mse"])
+    for key in ("mse", "ssim", "psnr"):
+        assert run.last(f"attack/{key}") == pytest.approx(m[key]) and run.summary[f"attack/{key}"] == pytest.approx(
+            m[key])  # fmt: skip
+    image = run.last("attack/reconstructions")
+    assert image["_type"] == "image-file" and run.file(image["path"]).stat().st_size > 0 and run.images
+    assert run.config["method"] == "SCALAPE" and run.config["width"] == 64 and run.run["job_type"] == "attack"
+
+
+def test_attack_is_reproducible_sees_the_wider_cut_and_can_skip_wandb(tmp_path):
+    """Same seed, same numbers; SCALA's checkpoint is attacked through its 64-channel cut."""
+    ckpt = _checkpoint(SCALA, tmp_path / "ckpt")
+    runs = []
+    for i in range(2):
+        args = ["--ckpt_path", str(ckpt), "--epochs", "1", "--train_size", "200", "--out", str(tmp_path / f"a{i}")]
+        assert _attack(*args, "--no_wandb", cwd=tmp_path).returncode == 0
+        runs.append(json.loads((tmp_path / f"a{i}" / "metrics.json").read_text()))
+    assert runs[0]["mse"] == runs[1]["mse"] and runs[0]["activation_shape"] == [64, 4, 4]
+    assert not (tmp_path / "a0" / "wandb").exists()

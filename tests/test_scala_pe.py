@@ -1,0 +1,175 @@
+"""SCALA-PE (SCALA journal §5.7): its regulariser against an independent computation, its identities with SCALA, its
+per-client decoders and its bad settings (the attack command: tests/test_attack.py)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from _helpers import make_step, quiet_trainer, small_digits
+from test_privacy import reference_ssim
+
+from lightning_sfl.algorithms import SCALA, SCALAPE
+from lightning_sfl.callbacks import CommunicationBytes, SimulatedClock
+from lightning_sfl.data.selection import UniformSelection
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop import WarmupRounds
+from lightning_sfl.privacy.inversion import inversion_decoder
+
+KEYS = ("comm/", "clock/")
+
+
+def fit(cls, rounds: int = 2, callbacks=(), **kwargs):
+    torch.manual_seed(0)
+    model = cls(**{"local_iters": 2, "lr": 0.05, **kwargs})
+    trainer = quiet_trainer(rounds, callbacks=list(callbacks))
+    trainer.fit(model, small_digits())
+    return model, trainer
+
+
+def weights(model) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in [*model.client.parameters(), *model.server.parameters()]])
+
+
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        ({"threshold": 1.5}, "threshold"),
+        ({"threshold": -0.1}, "threshold"),
+        ({"gamma": -0.3}, "gamma"),
+        ({"regulariser": "psnr"}, "regulariser"),
+        ({"inversion_every": 0}, "inversion_every"),
+        ({"inversion_optimizer_state": "forever"}, "inversion_optimizer_state"),
+        ({"inversion_width": 0}, "inversion_width"),
+        ({"inversion_warmup_epochs": -1}, "inversion_warmup_epochs"),
+        ({"inversion_warmup_batch_size": 0}, "inversion_warmup_batch_size"),
+        ({"split_point": "s5"}, "bottleneck_channels"),
+    ],
+)
+def test_bad_settings_are_one_line_errors_naming_the_argument(kwargs, name):
+    with pytest.raises(ConfigError, match=rf"^{name}=") as err:
+        SCALAPE(**kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_with_gamma_zero_it_is_scala_with_the_bottleneck_in_weights_traffic_and_simulated_time():
+    """The decoders warm up and train, but with γ = 0 nothing of them reaches the clients: the global model is SCALA's,
+    and the warm-up steps add no bytes and no simulated seconds (they train no client half)."""
+    metrics = {}
+    for name, cls, kwargs in (("pe", SCALAPE, {"gamma": 0.0}), ("base", SCALA, {"bottleneck_channels": 8})):
+        model, trainer = fit(cls, callbacks=[CommunicationBytes(), SimulatedClock()], **kwargs)
+        metrics[name] = (model, {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(KEYS)})
+    (pe, got), (base, want) = metrics["pe"], metrics["base"]
+    assert torch.equal(weights(pe), weights(base))
+    assert int(pe.inversion_steps.sum()) > 0 and bool(pe.schedule.warm.any())  # the simulated attackers did train
+    assert {"comm/cumulative_bytes", "clock/elapsed_seconds"} <= got.keys() and got == want
+
+
+def test_warm_up_is_adam_on_mse_over_the_clients_shard_as_a_plain_torch_loop_computes_it():
+    """The warm-up handler against ``torch.optim.Adam`` on a copy of the decoder (train mode), on the pairs of a client
+    that has not taken part yet, with the activations of the global client half."""
+    model, _ = fit(SCALAPE, rounds=1, inversion_warmup_epochs=1)
+    dm = small_digits()
+    schedule = WarmupRounds(local_iters=1, selection=UniformSelection(), epochs=2, batch_size=7)
+    steps = [s for s in dm.plan(3, schedule) if s.kind == "warmup"]
+    fresh = [i for i, k in enumerate(steps[0].clients.tolist()) if not model.schedule.warm[k]]
+    assert fresh, "round 3 of the fresh schedule should bring a client the fit's round 0 did not"
+    pos = fresh[0]
+    k = int(steps[0].clients[pos])
+    assert torch.equal(model.inversion_params[k], model._decoder.flat_parameters())  # never trained
+    reference = copy.deepcopy(model.inversion).requires_grad_(True).train()
+    opt = torch.optim.Adam(reference.parameters(), lr=model.inversion_lr)
+    model._warmup_adam.clear()
+    for step in steps:
+        start, size = int(step.sizes[:pos].sum()), int(step.sizes[pos])
+        model.warm_up_inversion(step)
+        if size:
+            x = step.x[start : start + size]
+            opt.zero_grad()
+            ((reference(model.client(x).detach()) - model.images(x)) ** 2).mean().backward()
+            opt.step()
+    assert sum(int(s.sizes[pos]) for s in steps) == 2 * int(dm.client_stats.sizes[k])  # two epochs of its shard
+    got = model.inversion_params[k]
+    want = torch.nn.utils.parameters_to_vector(reference.parameters()).detach()
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    assert not torch.equal(got, model._decoder.flat_parameters())
+    assert int(model.inversion_steps[k]) == 0  # the online Adam state is untouched by the warm-up
+
+
+@pytest.mark.parametrize("epochs", [0, 1, 3])
+def test_decoders_step_every_inversion_every_local_iterations_whatever_the_warm_up(epochs):
+    model, _ = fit(SCALAPE, rounds=2, local_iters=3, inversion_every=2, inversion_warmup_epochs=epochs)
+    assert int(model.inversion_steps.sum()) == 2 * 2 * 4  # local iterations 0 and 2 of 3, 4 clients, 2 rounds
+
+
+def test_the_regulariser_changes_training_when_it_is_active():
+    off, _ = fit(SCALAPE, gamma=0.0)
+    on, _ = fit(SCALAPE, gamma=1.0, threshold=0.0)  # hinge at 0: active from the first step
+    assert not torch.equal(weights(on), weights(off))
+
+
+def test_each_selected_client_trains_its_own_decoder_once_per_local_iteration():
+    model, trainer = fit(SCALAPE, rounds=2)
+    k = model.client_stats.num_clients
+    steps = model.inversion_steps
+    assert steps.shape == (k,) and int(steps.sum()) == 2 * 2 * 4  # rounds · T · clients per round
+    untouched = steps == 0
+    assert untouched.any()  # 8 clients, 4 a round, 2 rounds: someone sat out
+    assert torch.equal(
+        model.inversion_params[untouched], model._decoder.flat_parameters().expand(int(untouched.sum()), -1)
+    )
+    trained = ~untouched
+    assert (model.inversion_params[trained] != model._decoder.flat_parameters()).any(dim=1).all()
+    assert "train/inversion_ssim" in trainer.callback_metrics
+
+
+def test_inversion_every_and_reset_of_the_optimiser_state():
+    every, _ = fit(SCALAPE, rounds=2, inversion_every=2)
+    assert int(every.inversion_steps.sum()) == 2 * 1 * 4  # one decoder step of the 2 local iterations
+    reset, _ = fit(SCALAPE, rounds=2, inversion_optimizer_state="reset")
+    kept, _ = fit(SCALAPE, rounds=2)
+    assert int(reset.inversion_steps.max()) == 2 <= int(kept.inversion_steps.max())  # restart counts per round
+    assert torch.equal(weights(reset), weights(kept))  # no effect on the model while the hinge is 0
+
+
+def test_client_extra_loss_is_gamma_times_the_sum_of_the_clients_hinges():
+    """Hook 5 against a computation from scratch: each client's decoder (its row of the stores, eval mode) decodes its
+    activations; R_k = max(mean SSIM − τ, 0) with a written-out SSIM; the gradient reaches the activations only."""
+    model, _ = fit(SCALAPE, rounds=1, gamma=0.7, inversion_every=5)
+    model.log = lambda *a, **k: None  # outside a training loop
+    torch.manual_seed(3)
+    step = make_step([1, 6], [3, 2])
+    model._iteration = 1  # the round's local iteration 1 of every 5: the decoders do not step
+    x = torch.rand(5, 1, 8, 8)
+    step = step.replace(x=(x - model.pixel_mean) / model.pixel_std, owner=torch.tensor([0, 0, 0, 1, 1]))
+    acts = torch.randn(5, 8, 4, 4, requires_grad=True)
+    means = {}
+    for k, rows in ((1, slice(0, 3)), (6, slice(3, 5))):
+        decoder = inversion_decoder((8, 4, 4), (1, 8, 8), 16)
+        torch.nn.utils.vector_to_parameters(model.inversion_params[k], decoder.parameters())
+        state, offset = decoder.state_dict(), 0
+        for name, value in state.items():  # the store's row: every float buffer, in named order
+            if value.is_floating_point() and "running_" in name:
+                state[name] = model.inversion_buffers[k][offset : offset + value.numel()].view_as(value)
+                offset += value.numel()
+        assert offset == model.inversion_buffers.shape[1]
+        decoder.load_state_dict(state)
+        means[k] = float(reference_ssim(decoder.eval()(acts[rows].detach()), x[rows]).mean())
+    model.threshold = tau = (means[1] + means[6]) / 2  # one client above the hinge, one below
+    before = model.inversion_params.clone()
+    got = model.client_extra_loss(step, acts)
+    assert torch.equal(model.inversion_params, before)
+    want = 0.7 * sum(max(m - tau, 0.0) for m in means.values())
+    assert want > 0 and float(got.detach()) == pytest.approx(want, abs=1e-5)
+    got.backward()
+    above = slice(0, 3) if means[1] > means[6] else slice(3, 5)
+    below = slice(3, 5) if means[1] > means[6] else slice(0, 3)
+    assert acts.grad[above].abs().sum() > 0 and acts.grad[below].abs().sum() == 0
+
+
+def test_images_are_the_inputs_de_normalised():
+    model, _ = fit(SCALAPE, rounds=1)
+    dm = small_digits()
+    raw = dm.splits.train_x[:4]
+    torch.testing.assert_close(model.images(dm.splits.to_float(raw)), raw.float().clamp(0, 1), atol=1e-6, rtol=0)
