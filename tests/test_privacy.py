@@ -4,16 +4,19 @@ decoders, the per-client Adam, and the bottleneck at the cut (shapes, errors, by
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from _helpers import quiet_trainer, small_digits
 
-from lightning_sfl.algorithms import SCALA, FedAvg, SplitFedV1
+from lightning_sfl.algorithms import SCALA, SCALAPE, FedAvg, SplitFedV1
 from lightning_sfl.callbacks import CommunicationBytes
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.privacy.inversion import FlatModule, adam_update, inversion_decoder
 from lightning_sfl.privacy.metrics import mse_per_image, psnr_per_image, regulariser, ssim_per_image
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def reference_ssim(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -159,7 +162,8 @@ def test_bottleneck_narrows_the_cut_and_keeps_the_model_whole():
     "make,match",
     [
         (lambda: SCALA(bottleneck_channels=8, split_point="s5"), r"^bottleneck_channels=8 needs a convolutional cut"),
-        (lambda: SCALA(bottleneck_channels=0), r"^bottleneck_channels=0 must be a whole number >= 1"),
+        (lambda: SCALA(bottleneck_channels=-1), r"^bottleneck_channels=-1 must be a whole number >= 0"),
+        (lambda: SCALA(bottleneck_channels=2.5), r"^bottleneck_channels=2.5 must be a whole number >= 0"),
         (lambda: FedAvg(bottleneck_channels=8), r"^bottleneck_channels=8 needs a split method"),
     ],
 )
@@ -167,6 +171,21 @@ def test_bad_bottlenecks_are_one_line_errors(make, match):
     with pytest.raises(ConfigError, match=match) as err:
         make()
     assert "\n" not in str(err.value)
+
+
+def test_a_config_written_for_another_method_keeps_each_methods_own_bottleneck():
+    """``--config configs/digits/scala.yaml --model scala_pe`` (what ``compare`` does too) resolves SCALA's defaults
+    into the config; SCALA-PE must still get its 8 channels, and 0 in a config turns its bottleneck off."""
+    from lightning_sfl.lightning_cli import resolved_config
+
+    def build(*args):
+        model = resolved_config(["--config", str(REPO / "configs/digits/scala.yaml"), *args])["model"]
+        cls = {"SCALAPE": SCALAPE, "SCALA": SCALA}[model["class_path"].rpartition(".")[2]]
+        return cls(**model["init_args"]).client(torch.zeros(1, 1, 8, 8)).shape[1]
+
+    assert build("--model", "scala_pe") == 8 and build() == 64
+    assert build("--model", "scala_pe", "--model.bottleneck_channels", "0") == 64
+    assert build("--model.bottleneck_channels", "4") == 4
 
 
 def test_byte_ledger_counts_the_narrower_activations():

@@ -3,6 +3,11 @@ commands."""
 
 from __future__ import annotations
 
+import csv
+import json
+import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +148,65 @@ def test_gas_and_semi_sfl_numbers_are_reproduced_by_their_command(
     got = [rec["test/acc"] for rec in fresh.acc_records]
     assert len(got) == rounds
     assert got == pytest.approx([rec["test/acc"] for rec in committed.acc_records[:rounds]], abs=1e-6)
+
+
+#: The privacy study (docs/results/run_privacy.sh): setting folder -> its methods (every one attacked, 3 seeds).
+PRIVACY = {
+    "digits": ["scala", "scala_pe", "splitfedv1"],
+    "digits_bottleneck": ["scala"],
+    "mnist5k": ["scala", "scala_pe", "splitfedv1"],
+    "mnist5k_bottleneck": ["scala"],
+    "mnist5k_tau0.1": ["scala_pe"],
+}
+
+
+def _attacks(setting: str) -> dict[tuple[str, int], dict[str, float]]:
+    with open(RESULTS / "privacy" / setting / "attack.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {(r["method"], int(r["seed"])): {k: float(r[k]) for k in ("mse", "ssim", "psnr")} for r in rows}
+
+
+@pytest.mark.parametrize("setting,methods", PRIVACY.items())
+def test_privacy_study_covers_every_method_and_seed(setting, methods):
+    folder = RESULTS / "privacy" / setting
+    for name in ("results.md", "accuracy.png", "metrics.csv", "attack.csv"):
+        assert (folder / name).exists(), f"privacy/{setting}/{name} missing"
+    expected = {(m, s) for m in methods for s in (0, 1, 2)}
+    assert {(r.method, r.seed) for r in read_metrics_csv(folder / "metrics.csv")} == expected
+    attacks = _attacks(setting)
+    assert set(attacks) == expected
+    for a in attacks.values():  # per-image PSNR averaged is at least the PSNR of the mean MSE (Jensen)
+        assert 0 < a["mse"] < 1 and -1 <= a["ssim"] <= 1 and a["psnr"] >= 10 * math.log10(1 / a["mse"]) - 1e-6
+    readme = (RESULTS / "privacy" / "README.md").read_text()
+    assert "bash docs/results/run_privacy.sh" in readme and "bash docs/results/run_privacy.sh" in (
+        RESULTS / "README.md").read_text()  # fmt: skip
+    for dataset in ("digits", "mnist5k"):
+        assert (RESULTS / "privacy" / f"{dataset}_reconstructions.png").exists()
+
+
+def test_scala_pe_attacker_error_is_higher_than_scalas_on_the_same_data():
+    """Issue 15's must-show, on the committed attacks: the mean attacker MSE over seeds, per dataset."""
+    for dataset in ("digits", "mnist5k"):
+        attacks = _attacks(dataset)
+        mse = {m: sum(attacks[m, s]["mse"] for s in (0, 1, 2)) / 3 for m in ("scala", "scala_pe")}
+        assert mse["scala_pe"] > mse["scala"], (dataset, mse)
+
+
+def test_committed_attack_is_reproduced_by_its_commands(tmp_path):
+    """Seed 1 of SCALA on digits: the study's training (100 rounds, checkpoint kept) and attack give the committed
+    accuracy and scores."""
+    out = tmp_path / "o"
+    config = str(REPO / "configs/digits/scala.yaml")
+    compare_main(["--config", config, "--methods", "scala", "--seeds", "1", "--out", str(out), "--keep_checkpoints"])
+    (fresh,) = read_metrics_csv(out / "metrics.csv")
+    committed = {(r.method, r.seed): r for r in read_metrics_csv(RESULTS / "privacy" / "digits" / "metrics.csv")}
+    committed = committed["scala", 1]
+    assert fresh.acc_records[-1]["test/acc"] == pytest.approx(committed.acc_records[-1]["test/acc"], abs=1e-6)
+    ckpt = out / "runs" / "scala" / "seed1" / "logs" / "checkpoints" / "last.ckpt"
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", "attack", "--ckpt_path", str(ckpt), "--seed", "1"]
+    cmd += ["--out", str(tmp_path / "a"), "--no_wandb"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads((tmp_path / "a" / "metrics.json").read_text())
+    for key, want in _attacks("digits")["scala", 1].items():
+        assert got[key] == pytest.approx(want, rel=1e-4), key

@@ -22,7 +22,7 @@ METHODS = ALGORITHMS
 #: interrupted run (max_epochs=2) and the full one (4) are the same run; the resume lands on the head stage.
 #: SCALA-PE: its regulariser on from the first step (hinge at 0), so that the decoders' state shapes the weights; no
 #: bottleneck, whose linear Conv-Conv-Conv chain diverges in round 4 at this test's lr 0.05 with momentum 0.5.
-FIXED = {"fedconcat": {"encoder_rounds": 2}, "scala_pe": {"threshold": 0.0, "bottleneck_channels": None}}
+FIXED = {"fedconcat": {"encoder_rounds": 2}, "scala_pe": {"threshold": 0.0, "bottleneck_channels": 0}}
 
 
 def _dm(**kw) -> FederatedDataModule:

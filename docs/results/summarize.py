@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from summarize_privacy import privacy_section  # this folder, on sys.path when run as a script
+
 from lightning_sfl.compare import MethodSummary, format_acc, read_metrics_csv, summarize
 from lightning_sfl.compare.records import TIME_KEY
 
@@ -438,7 +440,8 @@ do not change it. The method's premise — clusters whose members share a label 
 classes — fails when every client holds one class; we keep the method as published.
 
 {GAS_TEXT.format(gas_acc=gas_acc, gas_90=gas_90, gas_95=gas_95, GAS_NOTES=GAS_NOTES)}
-{SEMI_TEXT.format(semi_acc=semi_acc, semi_pending=semi_pending, SEMI_NOTES=SEMI_NOTES)}"""
+{SEMI_TEXT.format(semi_acc=semi_acc, semi_pending=semi_pending, SEMI_NOTES=SEMI_NOTES)}
+{privacy_section()}"""
     (HERE / "README.md").write_text(text)
     print(f"wrote {HERE / 'README.md'}")
 

@@ -56,7 +56,7 @@ from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_cl
 from lightning_sfl.algorithms.stacked_bank import BANK_KINDS, StackedBank, make_bank
 from lightning_sfl.algorithms.state import MethodState
 from lightning_sfl.data.selection import ClientSelection, UniformSelection, resolve_selection
-from lightning_sfl.errors import ConfigError, NonFiniteError
+from lightning_sfl.errors import ConfigError, NonFiniteError, whole_number
 from lightning_sfl.loop import ClientStats, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.models import add_bottleneck, build_model, split_model
 from lightning_sfl.system.comm import CommLedger, module_bytes
@@ -113,7 +113,9 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
             sequential on CPU — what the benchmark shows faster on each).
         bottleneck_channels: ``b``: the client half ends with ``Conv2d(C → b)`` and the server half starts with
             ``Conv2d(b → C)`` (:func:`~lightning_sfl.models.add_bottleneck`; SCALA journal §5.7 uses 8), so ``b``
-            channels cross the cut; ``None``: the model's own cut. Needs a convolutional cut.
+            channels cross the cut (needs a convolutional cut); ``0``: the model's own cut; ``None``: the method's
+            default (``default_bottleneck_channels``: 0, SCALA-PE 8), so that a config written for one method and run
+            with another (``--model``, ``compare``) keeps each method's own default.
     """
 
     #: False for plain FL methods: the "client half" is the whole model and there is no server half.
@@ -125,6 +127,8 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
     server_copies: bool = False
     #: Floor of the log-priors of :meth:`server_prior`/:meth:`client_prior` (``0``: ``log 0 = −∞``; see ``log_prior``).
     missing_class_floor: float = 0.0
+    #: Channels of the bottleneck at the cut when ``bottleneck_channels`` is ``None`` (0: none).
+    default_bottleneck_channels: ClassVar[int] = 0
     #: True if :meth:`client_extra_loss` differentiates through the activations after ``G_k`` went back through them
     #: (SCALA-PE's regulariser): the clients' graph is then kept for a second backward pass.
     extra_loss_uses_activations: ClassVar[bool] = False
@@ -176,7 +180,11 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
                 f"{type(self).__name__} has no handler for step kind(s) {missing} of {type(self.schedule).__name__}; "
                 f"it handles: {', '.join(self.step_handlers)}"
             )
-        self.bottleneck_channels = bottleneck_channels
+        self.bottleneck_channels = (
+            self.default_bottleneck_channels
+            if bottleneck_channels is None
+            else whole_number("bottleneck_channels", bottleneck_channels, low=0)
+        )
         client_net, server_net = self.build_halves(arch, split_point, num_classes, tuple(input_shape))
         self.client = ClientModule(client_net)
         self.server = ServerModule(server_net)
@@ -190,15 +198,15 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         self, arch: str, split_point: str, num_classes: int, input_shape: tuple[int, int, int]
     ) -> tuple[nn.Sequential, nn.Sequential]:
         """The client half ``[B, *input_shape] -> [B, *act]`` and the server half ``[B, *act] -> [B, N]`` (plain FL:
-        the whole model and an empty server), with the bottleneck at the cut if ``bottleneck_channels`` is set."""
+        the whole model and an empty server), with a bottleneck at the cut unless ``bottleneck_channels`` is 0."""
         net = build_model(arch, num_classes, input_shape)
         channels = self.bottleneck_channels
         if not self.split:
-            if channels is not None:
+            if channels:
                 raise ConfigError(f"bottleneck_channels={channels} needs a split method; {type(self).__name__} is not")
             return net[:], nn.Sequential()
         client, server = split_model(net, split_point)
-        return (client, server) if channels is None else add_bottleneck(client, server, channels, input_shape)
+        return (client, server) if channels == 0 else add_bottleneck(client, server, channels, input_shape)
 
     def configure_schedule(self) -> Schedule:
         """How a round unfolds (executed by the data module): synchronous rounds of ``T`` local iterations."""

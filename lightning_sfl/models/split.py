@@ -66,7 +66,7 @@ def add_bottleneck(
     is not a ``[C, H, W]`` feature map, or ``channels`` is not a whole number >= 1.
     """
     if isinstance(channels, bool) or int(channels) != channels or channels < 1:
-        raise ConfigError(f"bottleneck_channels={channels!r} must be a whole number >= 1 (or None: no bottleneck)")
+        raise ConfigError(f"bottleneck_channels={channels!r} must be a whole number >= 1")
     shape = tuple(_dry_forward(client, input_shape).shape[1:])
     if len(shape) != 3:
         raise ConfigError(
