@@ -34,6 +34,7 @@ def train(
     dm: FederatedDataModule | None = None,
     seed: int = 0,
     callbacks=None,
+    precision: str = "32-true",
     **kwargs,
 ):
     cls = METHODS[name_or_cls] if isinstance(name_or_cls, str) else name_or_cls
@@ -42,7 +43,7 @@ def train(
         dm = dm or _dm(**data_kwargs(name_or_cls))
     torch.manual_seed(seed)
     model = cls(local_iters=local_iters, lr=0.05, **kwargs)
-    trainer = quiet_trainer(rounds, callbacks=callbacks or [CommunicationBytes()])
+    trainer = quiet_trainer(rounds, callbacks=callbacks or [CommunicationBytes()], precision=precision)
     trainer.fit(model, dm or _dm())
     return model, trainer
 
@@ -193,10 +194,19 @@ def test_fedcbs_is_fedavg_plus_fedcbs_selection():
     assert c.selection.counts.sum() == 2 * 4  # its state moved with the 2 rounds of 4 clients
 
 
+#: Methods compared in float64: SCALA-PE's decoders take Adam steps on near-zero gradients (Adam divides by their
+#: size), which turns float32 rounding differences of 1e-7 between the two banks into 1e-2 in the global model after
+#: two rounds of the SSIM hinge; in float64 the banks agree to 1e-12.
+FLOAT64_BANK_CHECK = {"scala_pe"}
+
+
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_stacked_client_bank_equals_sequential(name):
     """Every method gives the same global model with the batched (vmap) bank as with the reference loop."""
     momentum = 0.0 if name in ASYNC_METHODS else 0.5  # asynchronous steps leave clients out: stacked needs plain SGD
-    a, _ = train(name, client_bank="sequential", momentum=momentum)
-    b, _ = train(name, client_bank="stacked", momentum=momentum)
-    _assert_same(a, b, atol=1e-5)
+    precision, atol = ("64-true", 1e-9) if name in FLOAT64_BANK_CHECK else ("32-true", 1e-5)
+    a, _ = train(name, client_bank="sequential", momentum=momentum, precision=precision)
+    b, _ = train(name, client_bank="stacked", momentum=momentum, precision=precision)
+    _assert_same(a, b, atol=atol)
+    if name in FLOAT64_BANK_CHECK:  # the decoders too
+        torch.testing.assert_close(a.inversion_params, b.inversion_params, rtol=0, atol=atol)

@@ -23,6 +23,7 @@ from lightning_sfl.privacy.inversion import inversion_decoder
 from lightning_sfl.wandb_offline import read_offline_run
 
 KEYS = ("comm/", "clock/")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def fit(cls, rounds: int = 2, callbacks=(), **kwargs):
@@ -183,8 +184,7 @@ def test_images_are_the_inputs_de_normalised():
 def test_a_two_round_run_of_the_digits_config_trains_and_reaches_wandb(tmp_path):
     """``lightning-sfl fit --config configs/digits/scala_pe.yaml`` for 2 rounds, with the CLI's default loggers (W&B
     offline): accuracy rises above chance and the simulated attackers' SSIM reaches W&B's own run files."""
-    repo = Path(__file__).resolve().parents[1]
-    cmd = [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", str(repo / "configs/digits/scala_pe.yaml")]
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", str(REPO / "configs/digits/scala_pe.yaml")]
     cmd += ["--trainer.max_epochs=2", "--trainer.enable_progress_bar=false", "--dissimilarity.every_n_rounds=0"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -193,3 +193,16 @@ def test_a_two_round_run_of_the_digits_config_trains_and_reaches_wandb(tmp_path)
     ssim = [row["train/inversion_ssim"] for row in run.rows_with("train/inversion_ssim")]
     assert len(ssim) == 2 and all(0 < v <= 1 for v in ssim)
     assert run.config["bottleneck_channels"] == 8 and run.config["gamma"] == 0.3
+
+
+def test_the_cifar10_config_is_ressfls_setting():
+    """configs/cifar10/scala_pe.yaml: VGG-11 cut after its second block (128×8×8), a bottleneck of 8 channels (8×8×8
+    cross the cut), 16-channel simulated decoders back to 3×32×32 images."""
+    import yaml
+
+    init = yaml.safe_load((REPO / "configs/cifar10/scala_pe.yaml").read_text())["model"]["init_args"]
+    model = SCALAPE(**{**init, "num_classes": 10, "input_shape": (3, 32, 32)})
+    x = torch.zeros(2, 3, 32, 32)
+    cut = model.client.net[:-1](x)  # the model's own cut, before the bottleneck
+    assert cut.shape[1:] == (128, 8, 8) and model.client(x).shape[1:] == (8, 8, 8)
+    assert model.inversion[0].out_channels == 16 and model.inversion(model.client(x)).shape[1:] == (3, 32, 32)
