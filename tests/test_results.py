@@ -52,6 +52,24 @@ STUDIES = {
 LATER = {"s2fl", "scala_pe", "gas", "async_sfl", "fedbuff", "ca2fl", *SEMI_METHODS}
 STUDIED = [m for m in ALGORITHMS if m not in LATER]
 CELLS = [(study, setting) for study, (*_, settings) in STUDIES.items() for setting in settings]
+#: Test images per dataset (the stratified 20 % split of digits' 1797 and of MNIST-5k's 5000).
+TEST_IMAGES = {"digits": 360, "mnist5k": 1000}
+#: How many test images a re-run may classify differently per round. The committed runs were trained on one CPU and CI
+#: re-runs them on whichever it gets: torch's CPU kernels differ per instruction set (AVX2, AVX-512; measured: an
+#: AMD EPYC with AVX2 against the machine that produced the studies), and their last-bit differences flip one
+#: prediction within 5-10 rounds. On the same CPU the re-runs are exact.
+FLIPPED_IMAGES = 3
+
+
+def assert_same_trajectory(got: list[float], want: list[float], dataset: str) -> None:
+    """``got`` and ``want`` (test accuracy per round) agree to :data:`FLIPPED_IMAGES` test images in every round, and
+    both are accuracies over ``TEST_IMAGES[dataset]`` images (whole numbers of images)."""
+    n = TEST_IMAGES[dataset]
+    assert len(got) == len(want)
+    for acc in (*got, *want):
+        assert abs(acc * n - round(acc * n)) < 1e-3, (acc, n)
+    flips = [round(abs(g - w) * n) for g, w in zip(got, want, strict=True)]
+    assert max(flips) <= FLIPPED_IMAGES, f"test images classified differently per round: {flips}"
 
 
 @pytest.mark.parametrize("study,setting", CELLS, ids=[f"{s}/{c}" for s, c in CELLS])
@@ -88,7 +106,7 @@ def test_committed_numbers_are_reproduced_by_the_command(study, setting, method,
     got = [rec["test/acc"] for rec in fresh.acc_records]
     want = [rec["test/acc"] for rec in committed[0].acc_records[:rounds]]
     assert len(got) == rounds
-    assert got == pytest.approx(want, abs=1e-6)
+    assert_same_trajectory(got, want, study)
 
 
 #: The GAS study (docs/results/run_gas.sh): setting -> rounds; the Semi-SFL study (run_semi_sfl.sh): setting -> rounds.
@@ -147,7 +165,7 @@ def test_gas_and_semi_sfl_numbers_are_reproduced_by_their_command(
     assert script_args[1] in " ".join(overrides)
     got = [rec["test/acc"] for rec in fresh.acc_records]
     assert len(got) == rounds
-    assert got == pytest.approx([rec["test/acc"] for rec in committed.acc_records[:rounds]], abs=1e-6)
+    assert_same_trajectory(got, [rec["test/acc"] for rec in committed.acc_records[:rounds]], setting.split("_")[0])
 
 
 #: The privacy study (docs/results/run_privacy.sh): setting folder -> its methods (every one attacked, 3 seeds).
@@ -194,14 +212,17 @@ def test_scala_pe_attacker_error_is_higher_than_scalas_on_the_same_data():
 
 def test_committed_attack_is_reproduced_by_its_commands(tmp_path):
     """Seed 1 of SCALA on digits: the study's training (100 rounds, checkpoint kept) and attack give the committed
-    accuracy and scores."""
+    accuracy and scores (to 1e-4 where the training reproduced exactly, i.e. on the CPU that produced them, else to
+    5 %: see :data:`FLIPPED_IMAGES`)."""
     out = tmp_path / "o"
     config = str(REPO / "configs/digits/scala.yaml")
     compare_main(["--config", config, "--methods", "scala", "--seeds", "1", "--out", str(out), "--keep_checkpoints"])
     (fresh,) = read_metrics_csv(out / "metrics.csv")
     committed = {(r.method, r.seed): r for r in read_metrics_csv(RESULTS / "privacy" / "digits" / "metrics.csv")}
     committed = committed["scala", 1]
-    assert fresh.acc_records[-1]["test/acc"] == pytest.approx(committed.acc_records[-1]["test/acc"], abs=1e-6)
+    got_acc = [rec["test/acc"] for rec in fresh.acc_records]
+    assert_same_trajectory(got_acc, [rec["test/acc"] for rec in committed.acc_records], "digits")
+    exact = got_acc == [rec["test/acc"] for rec in committed.acc_records]  # same CPU kernels: the same weights
     ckpt = out / "runs" / "scala" / "seed1" / "logs" / "checkpoints" / "last.ckpt"
     cmd = [sys.executable, "-m", "lightning_sfl.cli", "attack", "--ckpt_path", str(ckpt), "--seed", "1"]
     cmd += ["--out", str(tmp_path / "a"), "--no_wandb"]
@@ -209,4 +230,4 @@ def test_committed_attack_is_reproduced_by_its_commands(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads((tmp_path / "a" / "metrics.json").read_text())
     for key, want in _attacks("digits")["scala", 1].items():
-        assert got[key] == pytest.approx(want, rel=1e-4), key
+        assert got[key] == pytest.approx(want, rel=1e-4 if exact else 0.05), key
