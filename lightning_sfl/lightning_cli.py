@@ -94,7 +94,7 @@ class SFLCLI(LightningCLI):
         parser.set_defaults(
             {
                 "model": {"class_path": "lightning_sfl.algorithms.SCALA"},
-                "checkpoint.save_last": True,
+                "checkpoint.save_last": "link",  # last.ckpt links to the round's numbered file: one write per round
                 "trainer.logger": [
                     {
                         "class_path": "lightning.pytorch.loggers.WandbLogger",
