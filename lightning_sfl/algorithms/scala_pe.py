@@ -29,7 +29,13 @@ Where the paper is silent and ResSFL's code decides (followed here, documented):
 * The decoder: ResSFL's ``conv_normN0C16`` (Conv+BN+ReLU, two up/conv blocks, Conv+BN+Sigmoid).
 * ResSFL keeps its decoders per *slot* of the round (slot ``i`` serves a different sampled client each epoch); here
   each client ``k`` owns one, as eq. 17's ``f_k`` reads. ResSFL's multi-client runs step the decoder every 5 batches
-  (``--optimize_computation 5``): ``inversion_every=5``; its Adam state is never reset (``"kept"``, the default).
+  (``--optimize_computation 5``); the default here steps it at every local iteration (``inversion_every=1``, ResSFL's
+  single-client cadence; with ``T = 5`` a step every 5 iterations trains a decoder once per round), and
+  ``inversion_every=5`` gives the multi-client one. Its Adam state is never reset (``"kept"``, the default).
+* Where this differs from ResSFL's code: the decoders start from PyTorch's default initialisation, one draw shared by
+  every client (ResSFL draws Xavier-uniform weights per decoder); their learning rate stays at ``1e-3`` (ResSFL decays
+  it ×0.2 at epochs 60/120/160 of its 200); SSIM pads image borders by reflection (torchmetrics) where ResSFL's
+  ``pytorch_ssim`` pads with zeros, so SSIM values on small images are not directly comparable with Table VI's.
 * ResSFL pre-trains each decoder before the alternation: 30 epochs of MSE (a fresh Adam, lr ``1e-3``, batch 32) on
   (activation, image) pairs of the current client model. Here (``inversion_warmup_epochs=30``,
   ``inversion_warmup_batch_size=32``) each client does the same on its own shard at the start of the first round it
@@ -43,10 +49,10 @@ Where the paper is silent and ResSFL's code decides (followed here, documented):
   even the 64-channel attacker's SSIM is about 0.5 at an MSE of 0.003 (SSIM's luminance term collapses on near-black
   backgrounds that come back faintly grey), the simulated decoders stay near 0.2-0.3, and the hinge never engages: set
   a lower ``threshold`` there (``docs/results/privacy``: 0.1).
+* ResSFL computes ``A_k`` for the decoder step with the client half in eval mode; here the step's own activations
+  are reused (the same values for halves without BatchNorm or dropout: every model of the zoo but ``resnet18``).
 
 Runs on one process (two would need the decoders' BatchNorm statistics and the per-client SSIM means synchronised).
-* ResSFL computes ``A_k`` for the decoder step with the client half in eval mode; here the step's own activations
-  are reused (the same values for halves without BatchNorm or dropout, as in the library's zoo by default).
 """
 
 from __future__ import annotations

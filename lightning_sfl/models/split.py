@@ -60,7 +60,8 @@ def add_bottleneck(
     and a stride of 1"; ResSFL's ``norelu_C8S1``): the client half ends with ``Conv2d(C → b, 3, stride 1, padding 1)``
     (no ReLU) and the server half starts with ``Conv2d(b → C, 3, stride 1, padding 1)``. Activations
     ``[B, C, H, W]`` become ``[B, b, H, W]``; the layers are appended as ``bottleneck`` (client) and prepended as
-    ``unbottleneck`` (server), initialised as ResSFL does (Glorot-uniform weights, zero biases).
+    ``unbottleneck`` (server), both with Glorot-uniform weights and zero biases (ResSFL initialises its client-side
+    layer so and leaves the server-side one at PyTorch's default).
 
     Raises :class:`~lightning_sfl.errors.ConfigError` when the cut's activation (for one input of ``input_shape``)
     is not a ``[C, H, W]`` feature map, or ``channels`` is not a whole number >= 1.
