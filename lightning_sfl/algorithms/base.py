@@ -469,7 +469,10 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         if client_loss is not None:  # G_k from the same (pre-update) server forward, eq. (8)
             (grad_a,) = torch.autograd.grad(client_loss, a, retain_graph=True)  # rows of client k: G_k
             self.ledger.add_rows("down", "gradients", grad_a, step.sizes, step.slots)
-        self.manual_backward(server_loss)
+        # into the optimised weights only: the leaf ``a`` needs no gradient of the server loss (G_k: the client loss)
+        self.manual_backward(
+            server_loss, inputs=[p for g in getattr(opt, "optimizer", opt).param_groups for p in g["params"]]
+        )
         if client_loss is not None:  # keep the client graph if the extra loss goes through the activations
             self.manual_backward(acts, grad_a, retain_graph=self.extra_loss_uses_activations)
         extra = self.client_extra_loss(step, acts)

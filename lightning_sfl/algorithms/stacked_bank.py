@@ -46,23 +46,28 @@ from __future__ import annotations
 import copy
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.func import functional_call, vmap
+from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from lightning_sfl.algorithms.aggregate import normalized_weights
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots, slot_list
+from lightning_sfl.algorithms.stacked_ops import StackedProgram
 from lightning_sfl.errors import ConfigError
 
 __all__ = ["BANK_KINDS", "SlotTensor", "StackedBank", "StackedSlot", "StackedSlots", "make_bank"]
 
 Tensors = dict[str, torch.Tensor]
-#: ``(params, buffers, x) -> tuple of outputs``, applied to one slot (vmapped over a group of slots).
+#: ``(params [G, ...], buffers [G, ...], x [R, G, ...]) -> outputs [R, G, ...]``: a group of ``G`` slots at once.
 _Apply = Callable[[Tensors, Tensors, torch.Tensor], tuple[torch.Tensor, ...]]
 
 BANK_KINDS: tuple[str, ...] = ("auto", "sequential", "stacked")
+#: Device type -> default ``group_cost`` of a StackedBank (see :func:`plan_groups`): on a CPU a group's fixed cost
+#: is small next to its arithmetic, on a GPU launches dominate and padding is nearly free.
+GROUP_COST: dict[str, float] = {"cpu": 0.05, "cuda": 0.25}
 
 
 class SlotTensor(torch.Tensor):
@@ -82,6 +87,9 @@ class SlotTensor(torch.Tensor):
 
     @data.setter
     def data(self, value: torch.Tensor) -> None:
+        bank = getattr(self, "_bank", None)
+        if bank is not None:
+            bank._fresh = False  # this slot now differs from the others: it must stay in its row
         with torch.no_grad():
             torch._C.TensorBase.data.__get__(self).copy_(value)
 
@@ -92,10 +100,17 @@ class StackedSlot:
     def __init__(self, bank: StackedBank, index: int) -> None:
         self.bank, self.index = bank, index
 
+    @property
+    def row(self) -> int:
+        """Row of the stacked tensors that holds this slot (see :attr:`StackedBank.rows`)."""
+        return self.bank.rows[self.index]
+
     def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, SlotTensor]]:
         """``(name, alias of row k)`` in the template's parameter order; differentiable, writable via ``.data``."""
         for name, p in zip(self.bank.param_names, self.bank.stacked_params):
-            yield prefix + name, p[self.index].as_subclass(SlotTensor)
+            alias = p[self.row].as_subclass(SlotTensor)
+            alias._bank = self.bank
+            yield prefix + name, alias
 
     def parameters(self, recurse: bool = True) -> Iterator[SlotTensor]:
         for _, p in self.named_parameters():
@@ -104,7 +119,7 @@ class StackedSlot:
     def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
         """``(name, view of row k)``: in-place changes (BatchNorm running statistics) write into the bank."""
         for name, b in zip(self.bank.buffer_names, self.bank.stacked_buffers()):
-            yield prefix + name, b[self.index]
+            yield prefix + name, b[self.row]
 
     def buffers(self, recurse: bool = True) -> Iterator[torch.Tensor]:
         for _, b in self.named_buffers():
@@ -116,7 +131,7 @@ class StackedSlot:
         if keep_vars:
             tensors = {**dict(self.named_parameters()), **dict(self.named_buffers())}
         else:
-            tensors = {name: t.detach()[self.index] for name, t in self.bank.named_stacked().items()}
+            tensors = {name: t.detach()[self.row] for name, t in self.bank.named_stacked().items()}
         return {key: tensors[key] for key in self.bank.state_keys}
 
     @torch.no_grad()
@@ -125,9 +140,10 @@ class StackedSlot:
         targets = {**dict(zip(self.bank.param_names, self.bank.stacked_params)), **self.bank.named_stacked_buffers()}
         if strict and set(state) != set(self.bank.state_keys):
             raise KeyError(f"state keys {sorted(state)} do not match the slot's {list(self.bank.state_keys)}")
+        self.bank._fresh = False
         for key, value in state.items():
             if key in targets:
-                targets[key][self.index].copy_(value)
+                targets[key][self.row].copy_(value)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """Slot ``k`` alone on ``[B_k, ...]`` (updates its running statistics in train mode, like the module)."""
@@ -135,8 +151,8 @@ class StackedSlot:
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.bank._sync_mode()
-        params = {n: p[self.index] for n, p in zip(self.bank.param_names, self.bank.stacked_params)}
-        buffers = {n: b[self.index] for n, b in zip(self.bank.buffer_names, self.bank.stacked_buffers())}
+        params = {n: p[self.row] for n, p in zip(self.bank.param_names, self.bank.stacked_params)}
+        buffers = {n: b[self.row] for n, b in zip(self.bank.buffer_names, self.bank.stacked_buffers())}
         return functional_call(self.bank.template, (params, buffers), (x,))
 
     def __repr__(self) -> str:
@@ -159,6 +175,20 @@ class StackedSlots(Sequence):
         return StackedSlot(self.bank, k)
 
 
+@dataclass
+class _Plan:
+    """A cached forward plan of :meth:`StackedBank._plan`: per group its stacked-tensor rows and ``R``; per group the
+    input rows to gather (``[R·G]``, ``[R, G]`` order) and which outputs are real (``None``: all); the permutation
+    from the groups' order back to row order (``None``: already in order); whether padding is gathered; and whether
+    the rows run as they are (one group, no padding)."""
+
+    groups: list[tuple[list[int], int]]
+    gathers: list[tuple[torch.Tensor, torch.Tensor | None]]
+    inverse: torch.Tensor | None
+    padded: bool
+    whole: bool
+
+
 def _uses_batch_statistics(module: nn.Module, training: bool) -> bool:
     if isinstance(module, _BatchNorm):
         return training or module.running_mean is None
@@ -174,6 +204,9 @@ class StackedBank(ClientBank):
         batch_coupled: module types whose output mixes the rows of a batch (default: BatchNorm, coupled in train
             mode or without running statistics). When one is active, slots are grouped by equal ``B_k`` instead
             of being padded (see the module docstring).
+        group_cost: price of running one more group, as a fraction of the rows ``B`` of a call, when the slots'
+            ``B_k`` differ (:func:`plan_groups` weighs it against the padded rows it saves); ``None``: the device's
+            default (:data:`GROUP_COST`).
 
     Attributes:
         stacked_params: one ``nn.Parameter`` ``[S, *p.shape]`` per template parameter, in template order.
@@ -187,10 +220,14 @@ class StackedBank(ClientBank):
         num_slots: int,
         *,
         batch_coupled: tuple[type[nn.Module], ...] = (_BatchNorm,),
+        group_cost: float | None = None,
     ) -> None:
         super().__init__()
         if num_slots < 1:
             raise ConfigError(f"num_slots={num_slots} must be >= 1")
+        if group_cost is not None and not group_cost >= 0:
+            raise ConfigError(f"group_cost={group_cost} must be >= 0 (or None for the device's default)")
+        self.group_cost = group_cost
         self.num_slots = num_slots
         named_params = list(template.named_parameters())
         named_buffers = list(template.named_buffers())
@@ -205,7 +242,12 @@ class StackedBank(ClientBank):
         # Unregistered on purpose: its (meta) tensors must not show up in parameters()/state_dict()/.to().
         self.__dict__["template"] = copy.deepcopy(template).to("meta")
         self.__dict__["_coupled"] = [m for m in self.template.modules() if isinstance(m, batch_coupled)]
-        self.__dict__["_split"] = None  # (body, head, head prefix) for forward_features, built on first use
+        self.__dict__["_compiled"] = None  # StackedPrograms of the template (whole, body, head), built on first use
+        #: Row of the stacked tensors holding each slot (slot ``j`` lives in row ``rows[j]``): the identity until a
+        #: forward right after a full reset re-places the slots so that its groups are slices (:meth:`_place`).
+        self.rows: list[int] = list(range(num_slots))
+        self._fresh = self._fresh_state = False  # every row reset (parameters / optimiser state) since the last forward
+        self.__dict__["_plans"] = {}  # forward plans by pattern (_plan)
 
     # ------------------------------------------------------------------ structure
     def __len__(self) -> int:
@@ -238,13 +280,14 @@ class StackedBank(ClientBank):
         """Broadcast: the ``slots`` (default all) take ``source``'s parameters and buffers (in place: the Parameter
         objects, hence an optimiser built over ``bank.parameters()``, stay valid)."""
         if slots is not None:
-            return super().reset(source, slots)
+            return super().reset(source, slots)  # through the slot views (which set _fresh = False)
         src = {**dict(source.named_parameters()), **dict(source.named_buffers())}
         mine = self.named_stacked()
         if set(src) != set(mine):
             raise ValueError(f"source tensors {sorted(src)} do not match the bank's {sorted(mine)}")
         for name, t in mine.items():
             t.copy_(src[name].detach().unsqueeze(0).expand_as(t))
+        self._fresh = True  # every row holds the same state: the next forward may choose where each slot lives
 
     def reset_optimizer_state(self, optimizer: torch.optim.Optimizer, slots: Slots = None) -> None:
         """All slots: drop the state of the stacked parameters. A subset: zero the slots' rows of every per-element
@@ -254,8 +297,10 @@ class StackedBank(ClientBank):
         if slots is None:
             for p in self.stacked_params:
                 optimizer.state.pop(p, None)
+            self._fresh_state = True
             return
-        rows = torch.tensor(slot_list(slots, self.num_slots), dtype=torch.long)
+        self._fresh = False
+        rows = torch.tensor(self._rows_of(slots), dtype=torch.long)
         for p in self.stacked_params:
             state = optimizer.state.get(p)
             if not state:
@@ -274,8 +319,9 @@ class StackedBank(ClientBank):
         """FL phase, eq. (10): ``target ← Σ_k w_k · slot_k / Σ_k w_k`` over ``slots`` (default all; float64 sum,
         cast back); integer buffers (``num_batches_tracked``) are not averaged: the first slot's value is kept, as
         in SequentialBank."""
-        chosen = None if slots is None else torch.tensor(slot_list(slots, self.num_slots), dtype=torch.long)
-        count = self.num_slots if chosen is None else len(chosen)
+        rows = self._rows_of(slots)  # summed in the order of the slots, wherever they live
+        chosen = None if rows == list(range(self.num_slots)) else torch.tensor(rows, dtype=torch.long)
+        count = len(rows)
         w = torch.as_tensor(weights)
         if w.shape != (count,):
             raise ValueError(f"weights must have shape [{count}], got {tuple(w.shape)}")
@@ -295,120 +341,169 @@ class StackedBank(ClientBank):
     # ------------------------------------------------------------------ forward
     def forward(self, x: torch.Tensor, sizes: torch.Tensor, slots: Slots = None) -> torch.Tensor:
         """Run slot ``slots[i]`` (default ``i``) on its ``sizes[i]`` rows. ``x``: ``[B, ...]`` in that order."""
-        template = self.template
-
-        def apply(params: Tensors, buffers: Tensors, xk: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            return (functional_call(template, (params, buffers), (xk,)),)
-
-        return self._run(x, sizes, apply, slots)[0]
+        program = self._programs()[0]
+        return self._run(x, sizes, lambda p, b, xg: (program(p, b, xg),), slots)[0]
 
     def forward_features(
         self, x: torch.Tensor, sizes: torch.Tensor, slots: Slots = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Like :meth:`forward` for an ``nn.Sequential`` template, also returning the input of the last layer
         (the features ``z`` before the classifier): ``([B, D], [B, N])``."""
-        body, head, prefix = self._body_head()
+        _, body, head = self._programs()
+        if body is None or head is None:
+            raise TypeError("forward_features needs an nn.Sequential template")
 
-        def apply(params: Tensors, buffers: Tensors, xk: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            pb, bb, ph, bh = {}, {}, {}, {}
-            for src, b_dst, h_dst in ((params, pb, ph), (buffers, bb, bh)):
-                for name, t in src.items():
-                    if name.startswith(prefix):
-                        h_dst[name[len(prefix) :]] = t
-                    else:
-                        b_dst[name] = t
-            feats = functional_call(body, (pb, bb), (xk,))
-            return feats, functional_call(head, (ph, bh), (feats,))
+        def apply(params: Tensors, buffers: Tensors, xg: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            feats = body(params, buffers, xg)
+            return feats, head(params, buffers, feats)
 
         feats, logits = self._run(x, sizes, apply, slots)
         return feats, logits
 
-    def _body_head(self) -> tuple[nn.Module, nn.Module, str]:
-        if self._split is None:
-            if not isinstance(self.template, nn.Sequential) or len(self.template) < 1:
-                raise TypeError("forward_features needs an nn.Sequential template")
-            last = list(self.template._modules)[-1]
-            self.__dict__["_split"] = (self.template[:-1], self.template[-1], f"{last}.")
-        return self._split
+    def _programs(self) -> tuple[StackedProgram, StackedProgram | None, StackedProgram | None]:
+        """The template compiled (:class:`StackedProgram`), and for ``forward_features`` its body (all layers but
+        the last) and head (the last layer), built on first use."""
+        if self._compiled is None:
+            whole = StackedProgram(self.template)
+            body = head = None
+            if isinstance(self.template, nn.Sequential) and len(self.template) >= 1:
+                last = list(self.template._modules)[-1]
+                body, head = StackedProgram(self.template[:-1]), StackedProgram(self.template[-1], f"{last}.")
+            self.__dict__["_compiled"] = (whole, body, head)
+        return self._compiled
 
     def _batch_coupled(self) -> bool:
         return any(_uses_batch_statistics(m, self.training) for m in self._coupled)
 
     def _run(self, x: torch.Tensor, sizes: torch.Tensor, apply: _Apply, slots: Slots) -> tuple[torch.Tensor, ...]:
-        """Evaluate ``apply`` for every chosen slot on its rows; outputs concatenated in row order. Groups below
-        are lists of positions ``k`` (row blocks); ``slot_of[k]`` is the slot that runs block ``k``."""
+        """Evaluate ``apply`` for every chosen slot on its rows; outputs concatenated in row order (see
+        :meth:`_plan`)."""
         self._sync_mode()
+        plan = self._plan(x, sizes, slots)
+        if plan.whole:  # one group of every block, none padded: the rows as they are
+            g, r = len(plan.groups[0][0]), plan.groups[0][1]
+            ys = self._apply_group(plan.groups[0][0], x.view(g, r, *x.shape[1:]).transpose(0, 1), apply)
+            return tuple(y.transpose(0, 1).reshape(len(x), *y.shape[2:]) for y in ys)
+        if plan.padded:
+            x = torch.cat([x, x.new_zeros((1, *x.shape[1:]))])  # row len(x): the padding
+        parts = self._split_params([idx for idx, _ in plan.groups])
+        outs: list[tuple[torch.Tensor, ...]] = []
+        for (idx, rows), part, (pos, valid) in zip(plan.groups, parts, plan.gathers):
+            ys = self._apply_group(idx, x[pos].view(rows, len(idx), *x.shape[1:]), apply, part)
+            outs.append(tuple(y.reshape(-1, *y.shape[2:]) if valid is None else y.reshape(-1, *y.shape[2:])[valid]
+                              for y in ys))  # fmt: skip
+        result = []
+        for i in range(len(outs[0])):
+            y = torch.cat([o[i] for o in outs]) if len(outs) > 1 else outs[0][i]
+            result.append(y if plan.inverse is None else y[plan.inverse])
+        return tuple(result)
+
+    def _plan(self, x: torch.Tensor, sizes: torch.Tensor, slots: Slots) -> _Plan:
+        """How the row blocks of ``x`` (``sizes[k]`` rows for slot ``slots[k]``) run: the groups of
+        :func:`plan_groups` with the rows of the stacked tensors that run them, the gather of each group's input in
+        ``[R, G]`` order (padding: row ``len(x)``), and the permutation back to row order. Right after a full reset the
+        slots are first placed so that the groups are slices (:meth:`_place`). Cached per pattern (a synchronous
+        round repeats its ``B_k`` every local iteration)."""
         sizes_l = [int(s) for s in torch.as_tensor(sizes).tolist()]
         slot_of = slot_list(slots, self.num_slots)
         if len(sizes_l) != len(slot_of) or sum(sizes_l) != len(x) or min(sizes_l) < 0:
             raise ValueError(f"sizes {sizes_l} do not split {len(x)} rows into {len(slot_of)} slots")
-        offsets = [0]
-        for b in sizes_l:
-            offsets.append(offsets[-1] + b)
-        if self._batch_coupled():  # groups of equal B_k, no padding; B_k = 0: nothing to run
-            by_size: dict[int, list[int]] = defaultdict(list)
-            for k, b in enumerate(sizes_l):
-                if b > 0:
-                    by_size[b].append(k)
-            groups = [(idx, b) for b, idx in by_size.items()]
-        else:
-            groups = [(list(range(len(sizes_l))), max(sizes_l))]
-        if len(groups) == 1 and all(sizes_l[k] == groups[0][1] for k in groups[0][0]):
-            idx, rows = groups[0]
-            if idx == list(range(idx[0], idx[-1] + 1)):  # contiguous rows, no padding: no gather/scatter
-                xg = x[offsets[idx[0]] : offsets[idx[-1] + 1]].reshape(len(idx), rows, *x.shape[1:])
-                return tuple(y.flatten(0, 1) for y in self._apply_group([slot_of[k] for k in idx], xg, apply))
-        pad_row = len(x)
-        x_ext = None
-        outs: list[tuple[torch.Tensor, ...]] = []
-        positions: list[torch.Tensor] = []
-        for idx, rows in groups:
-            j = torch.arange(rows)
-            starts = torch.tensor([offsets[k] for k in idx]).unsqueeze(1)
-            counts = torch.tensor([sizes_l[k] for k in idx]).unsqueeze(1)
-            pos = torch.where(j < counts, starts + j, pad_row).flatten()  # [G * rows], pad_row: padding
-            valid = (pos < pad_row).nonzero().squeeze(1)
-            if bool((pos == pad_row).any()):
-                if x_ext is None:
-                    x_ext = torch.cat([x, x.new_zeros((1, *x.shape[1:]))])
-                xg = x_ext[pos.to(x.device)]
-            else:
-                xg = x[pos.to(x.device)]
-            ys = self._apply_group([slot_of[k] for k in idx], xg.reshape(len(idx), rows, *x.shape[1:]), apply)
-            valid_dev = valid.to(x.device)
-            outs.append(tuple(y.flatten(0, 1)[valid_dev] for y in ys))
-            positions.append(pos[valid])
-        cat_pos = torch.cat(positions)
-        ordered = bool((cat_pos == torch.arange(len(x))).all())
-        inverse = None if ordered else torch.argsort(cat_pos).to(x.device)
-        result = []
-        for i in range(len(outs[0])):
-            y = torch.cat([o[i] for o in outs]) if len(outs) > 1 else outs[0][i]
-            result.append(y if inverse is None else y[inverse])
-        return tuple(result)
+        coupled = self._batch_coupled()
+        cost = GROUP_COST.get(x.device.type, GROUP_COST["cuda"]) if self.group_cost is None else self.group_cost
+        if self._fresh and self._fresh_state and self._may_move_slots():
+            self._place(plan_groups(sizes_l, equal_sizes=coupled, group_cost=cost * len(x)), slot_of)
+        self._fresh = self._fresh_state = False
+        rows_of = [self.rows[j] for j in slot_of]  # from here on: rows of the stacked tensors
+        key = (tuple(sizes_l), tuple(rows_of), coupled, cost, x.device)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        positions = plan_groups(sizes_l, equal_sizes=coupled, group_cost=cost * len(x))
+        groups = [([rows_of[k] for k in idx], r) for idx, r in positions]
+        whole = len(positions) == 1 and len(positions[0][0]) == len(sizes_l) and all(b == positions[0][1]
+                                                                                      for b in sizes_l)  # fmt: skip
+        offsets = torch.tensor([0, *sizes_l]).cumsum(0)
+        gathers, order, padded = [], [], False
+        for idx, r in positions:
+            j = torch.arange(r).unsqueeze(1)
+            pos = torch.where(j < torch.tensor([sizes_l[k] for k in idx]), offsets[idx] + j, len(x)).flatten()
+            valid = (pos < len(x)).nonzero().squeeze(1)  # [R * G] in [R, G] order
+            padded = padded or len(valid) < len(pos)
+            gathers.append((pos.to(x.device), None if len(valid) == len(pos) else valid.to(x.device)))
+            order.append(pos[valid])
+        order_t = torch.cat(order)
+        inverse = None if bool((order_t == torch.arange(len(x))).all()) else torch.argsort(order_t).to(x.device)
+        if len(self._plans) >= 8:
+            self._plans.clear()
+        plan = self._plans[key] = _Plan(groups, gathers, inverse, padded, whole)
+        return plan
 
-    def _apply_group(self, idx: list[int], xg: torch.Tensor, apply: _Apply) -> tuple[torch.Tensor, ...]:
-        """``apply`` for slots ``idx`` on ``xg`` ``[G, rows, ...]``: ``G`` outputs ``[G, rows, ...]``.
+    def _may_move_slots(self) -> bool:
+        """Slots may change rows when nothing outside the bank depends on where they live: not in a checkpointed bank
+        (its state dict is saved row by row) and not across processes (DDP sums gradients row by row, and every
+        process sees other ``B_k``)."""
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        return not self.checkpointed and not (distributed and torch.distributed.get_world_size() > 1)
 
-        Parameters are differentiable slices of the stacked ones; buffers are views (in-place running-statistic
-        updates write through) except for a non-contiguous group, whose buffers are gathered and written back.
+    def _place(self, groups: list[tuple[list[int], int]], slot_of: list[int]) -> None:
+        """Right after a full reset of the slots and of their optimiser state every row holds the same state, so the
+        slots can move to any rows: put each group's slots in consecutive rows, in the group's order (a group is then
+        a slice of the stacked tensors: no gather of its parameters, whose backward would allocate and add a gradient
+        the size of the whole bank per group)."""
+        order = [slot_of[k] for idx, _ in groups for k in idx]
+        placed = set(order)
+        order += [j for j in range(self.num_slots) if j not in placed]
+        rows = [0] * self.num_slots
+        for row, j in enumerate(order):
+            rows[j] = row
+        self.rows = rows
+
+    def _rows_of(self, slots: Slots) -> list[int]:
+        """The rows of the stacked tensors that hold ``slots`` (default all), in that order."""
+        return [self.rows[j] for j in slot_list(slots, self.num_slots)]
+
+    def _split_params(self, groups: list[list[int]]) -> list[Tensors | None]:
+        """When the groups' rows are disjoint ranges (as :meth:`_place` arranges them), the stacked parameters cut
+        into those ranges by ONE ``torch.split`` each, whose backward writes the bank's gradient once (a slice per
+        group would allocate, fill and add a bank-sized gradient per group); otherwise ``None`` per group."""
+        if len(groups) < 2 or any(g != list(range(g[0], g[0] + len(g))) for g in groups):
+            return [None] * len(groups)
+        starts = sorted((g[0], i) for i, g in enumerate(groups))
+        cuts, chunk_of, end = [], {}, 0
+        for start, i in starts:
+            if start < end:
+                return [None] * len(groups)
+            if start > end:
+                cuts.append(start - end)  # rows no group runs
+            chunk_of[i], end = len(cuts), start + len(groups[i])
+            cuts.append(len(groups[i]))
+        if end < self.num_slots:
+            cuts.append(self.num_slots - end)
+        chunks = {n: t.split(cuts) for n, t in zip(self.param_names, self.stacked_params)}
+        return [{n: c[chunk_of[i]] for n, c in chunks.items()} for i in range(len(groups))]
+
+    def _apply_group(
+        self, idx: list[int], xg: torch.Tensor, apply: _Apply, params: Tensors | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """``apply`` for the slots in rows ``idx`` on ``xg`` ``[R, G, ...]`` (row ``r`` of the slot in row ``idx[g]``:
+        ``xg[r, g]``).
+
+        Parameters are differentiable slices of the stacked ones (``params``: already cut, see :meth:`_split_params`);
+        buffers are views (in-place running-statistic updates write through) except for a non-contiguous group,
+        whose buffers are gathered and written back.
         """
-        params, buffers = self.stacked_params, self.stacked_buffers()
-        if len(idx) == 1:
-            k = idx[0]
-            p = {n: t[k] for n, t in zip(self.param_names, params)}
-            b = {n: t[k] for n, t in zip(self.buffer_names, buffers)}
-            return tuple(y.unsqueeze(0) for y in apply(p, b, xg[0]))
+        stacked, buffers = self.stacked_params, self.stacked_buffers()
         contiguous = idx == list(range(idx[0], idx[-1] + 1))
         if contiguous:
             sl = slice(idx[0], idx[-1] + 1)
-            p = {n: t[sl] for n, t in zip(self.param_names, params)}
-            b = {n: t[sl] for n, t in zip(self.buffer_names, buffers)}
+            whole = sl == slice(0, self.num_slots)
+            p = params or {n: t if whole else t[sl] for n, t in zip(self.param_names, stacked)}
+            b = {n: t if whole else t[sl] for n, t in zip(self.buffer_names, buffers)}
         else:
             index = torch.tensor(idx, device=xg.device)
-            p = {n: t.index_select(0, index.to(t.device)) for n, t in zip(self.param_names, params)}
+            p = {n: t.index_select(0, index.to(t.device)) for n, t in zip(self.param_names, stacked)}
             b = {n: t.index_select(0, index.to(t.device)) for n, t in zip(self.buffer_names, buffers)}
-        ys = vmap(apply, randomness="different")(p, b, xg)
+        ys = apply(p, b, xg)
         if not contiguous:
             with torch.no_grad():
                 for name, t in zip(self.buffer_names, buffers):
@@ -416,24 +511,78 @@ class StackedBank(ClientBank):
         return ys
 
 
+def plan_groups(
+    sizes: Sequence[int], equal_sizes: bool = False, group_cost: float = 0.0
+) -> list[tuple[list[int], int]]:
+    """How :class:`StackedBank` batches row blocks of unequal sizes ``B_k``: a list of ``(positions, R)``, each group
+    run as one ``[R, G, ...]`` batch whose blocks are zero-padded to ``R`` rows; blocks of 0 rows are left out.
+
+    ``equal_sizes`` (a layer mixes the rows of a batch, e.g. BatchNorm in training): groups of equal ``B_k``, no
+    padding. Otherwise the groups minimise ``Σ_groups (group_cost + G·R)``: the rows computed (padding included) plus
+    a price per extra batch (``group_cost`` rows; 0: one group per distinct size), by dynamic programming over the
+    sorted distinct sizes (a group holds the blocks whose sizes fall in a range).
+
+    >>> plan_groups([2, 1, 1, 2, 1], group_cost=0)  # 10 rows as one group (3 of padding), 7 as two
+    [([1, 2, 4], 1), ([0, 3], 2)]
+    >>> plan_groups([2, 1, 1, 2, 1], group_cost=4)  # an extra group costs more than the 3 padded rows it saves
+    [([0, 1, 2, 3, 4], 2)]
+    >>> plan_groups([3, 0, 1, 3], equal_sizes=True)
+    [([0, 3], 3), ([2], 1)]
+    """
+    if equal_sizes:
+        by_size: dict[int, list[int]] = defaultdict(list)
+        for k, b in enumerate(sizes):
+            if b > 0:
+                by_size[b].append(k)
+        return [(idx, b) for b, idx in by_size.items()]
+    distinct = sorted({b for b in sizes if b > 0})
+    if not distinct:
+        return []
+    count = [sum(1 for b in sizes if b == d) for d in distinct]
+    best = [0.0] + [float("inf")] * len(distinct)  # best[j]: cheapest plan of the j smallest sizes
+    start = [0] * (len(distinct) + 1)
+    for j in range(1, len(distinct) + 1):
+        members = 0
+        for i in range(j, 0, -1):  # the last group holds sizes distinct[i-1 .. j-1], padded to distinct[j-1]
+            members += count[i - 1]
+            cost = best[i - 1] + group_cost + members * distinct[j - 1]
+            if cost < best[j]:
+                best[j], start[j] = cost, i - 1
+    bounds, j = [], len(distinct)
+    while j > 0:
+        bounds.append((distinct[start[j]], distinct[j - 1]))
+        j = start[j]
+    return [([k for k, b in enumerate(sizes) if lo <= b <= hi], hi) for lo, hi in reversed(bounds)]
+
+
 def _repeat(t: torch.Tensor, num_slots: int) -> torch.Tensor:
     """``[S, *t.shape]`` copy of ``t`` repeated along a new leading dimension (contiguous, detached)."""
     return t.detach().unsqueeze(0).expand(num_slots, *t.shape).clone()
+
+
+#: ``client_bank="auto"`` on a CPU: the stacked bank from this many slots on (for models without BatchNorm).
+AUTO_STACKED_MIN_SLOTS_CPU = 10
 
 
 def make_bank(
     template: nn.Module, num_slots: int, kind: str = "auto", device: torch.device | str | None = None
 ) -> SequentialBank | StackedBank:
     """Build the client bank ``kind``: ``"sequential"`` (:class:`SequentialBank`), ``"stacked"``
-    (:class:`StackedBank`) or ``"auto"``: stacked on CUDA, sequential on CPU, where the batched (grouped)
-    convolutions of ``vmap`` do not pay off (1 thread, S=5, forward+backward: cnn_small equal, AlexNet 1.35x and
-    ResNet-18 1.07x slower stacked). ``device``: where the bank will run; default the template's, but in a
-    LightningModule's ``setup`` the template is still on the CPU: pass ``trainer.strategy.root_device``."""
+    (:class:`StackedBank`) or ``"auto"``, what ``benchmarks/client_scaling.py`` measured faster: stacked on CUDA; on a
+    CPU stacked from :data:`AUTO_STACKED_MIN_SLOTS_CPU` slots on, unless the template has BatchNorm layers (their
+    batch statistics need groups of equal ``B_k``, i.e. many small groups), else sequential (one thread, cnn_small
+    cut at s2, B = 64: S = 5 sequential 0.90x the time of stacked, S = 10 1.08x, S = 20 1.36x, S = 50 1.62x).
+    ``device``: where the bank will run; default the template's, but in a LightningModule's ``setup`` the template is
+    still on the CPU: pass ``trainer.strategy.root_device``."""
     if kind not in BANK_KINDS:
         raise ConfigError(f"client_bank={kind!r} is not one of: {', '.join(BANK_KINDS)}")
     if kind == "auto":
         if device is None:
             ref = next(iter(template.parameters()), None)
             device = ref.device if ref is not None else "cpu"
-        kind = "stacked" if torch.device(device).type == "cuda" else "sequential"
+        if torch.device(device).type == "cuda":
+            kind = "stacked"
+        else:
+            batch_norm = any(isinstance(m, _BatchNorm) for m in template.modules())
+            kind = "stacked" if num_slots >= AUTO_STACKED_MIN_SLOTS_CPU and not batch_norm else "sequential"
     return StackedBank(template, num_slots) if kind == "stacked" else SequentialBank(template, num_slots)
