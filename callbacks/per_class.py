@@ -147,16 +147,14 @@ def wandb_payload(accuracy: torch.Tensor, confusion: torch.Tensor, round_idx: in
     import wandb
 
     n = len(accuracy)
-    support = confusion.sum(dim=1)
-    table = wandb.Table(
-        columns=["class", "accuracy", "support"],
-        data=[[c, float(accuracy[c]), int(support[c])] for c in range(n)],
+    support = confusion.sum(dim=1).tolist()
+    table = typed_table(
+        ["class", "accuracy", "support"], [[c, a, s] for c, (a, s) in enumerate(zip(accuracy.tolist(), support))]
     )
     names = [str(c) for c in range(n)]
-    cells = wandb.Table(
-        columns=["Actual", "Predicted", "nPredictions"],
-        data=[[names[i], names[j], int(confusion[i, j])] for i in range(n) for j in range(n)],
-    )
+    counts = confusion.tolist()
+    cells = [[names[i], names[j], counts[i][j]] for i in range(n) for j in range(n)]
+    cells = typed_table(["Actual", "Predicted", "nPredictions"], cells)
     return {
         "per_class/table": table,
         "per_class/bar_chart": wandb.plot.bar(
@@ -170,3 +168,17 @@ def wandb_payload(accuracy: torch.Tensor, confusion: torch.Tensor, round_idx: in
         ),
         "round": float(round_idx),
     }
+
+
+def typed_table(columns: list[str], rows: list[list[Any]]):
+    """``wandb.Table(columns=columns, data=rows)`` for rows whose cells have the same Python type in every row (as
+    here: ints, floats, strings): W&B infers the column types from the first row and the other rows are appended as
+    it stores them, skipping ``add_data``'s per-row type check (~0.02 ms a cell; the same table, see the tests)."""
+    import wandb
+
+    table = wandb.Table(columns=columns, data=rows[:1])
+    for row in rows[1:]:
+        if [type(v) for v in row] != [type(v) for v in rows[0]]:
+            raise TypeError(f"row {row} does not have the types of the first row {rows[0]}")
+    table.data.extend(list(row) for row in rows[1:])
+    return table

@@ -44,6 +44,9 @@ def main(args: list[str] | None = None) -> None:
     if argv[0] not in COMMANDS and not argv[0].startswith("-"):
         print(f"error: unknown subcommand {argv[0]!r}; choose from: {', '.join(COMMANDS)}", file=sys.stderr)
         raise SystemExit(2)
+    from lightning_sfl.system.memory import retain_freed_memory
+
+    retain_freed_memory()  # a training process reuses its freed memory (no page faults on bank-sized gradients)
     if argv[0] == "compare":
         from lightning_sfl.compare import main as compare_main
 

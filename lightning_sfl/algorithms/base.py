@@ -60,6 +60,9 @@ from lightning_sfl.errors import ConfigError, NonFiniteError, whole_number
 from lightning_sfl.loop import ClientStats, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.models import add_bottleneck, build_model, split_model
 from lightning_sfl.system.comm import CommLedger, module_bytes
+from lightning_sfl.system.fast_logging import skip_redundant_metric_moves
+
+skip_redundant_metric_moves()  # Lightning's self.log re-moves every logged metric to its device: skip the no-op moves
 
 
 class ClientModule(L.LightningModule):
