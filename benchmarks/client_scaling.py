@@ -81,6 +81,7 @@ from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank  # noqa
 from lightning_sfl.data.sampling import client_batch_sizes  # noqa: E402
 from lightning_sfl.loop import Step  # noqa: E402
 from lightning_sfl.models import build_model, split_model  # noqa: E402
+from lightning_sfl.system.memory import retain_freed_memory  # noqa: E402
 
 CUT = "s2"
 LR = 0.01
@@ -314,8 +315,9 @@ def check_weights(snapshots: dict, init: nn.Module, device: torch.device) -> dic
     return {"ok": bool(ok), "max_diff_over_update": worst, "rtol": rtol, "atol_rel": atol_rel}
 
 
-def time_config(cfg: Config, device: torch.device, warmup: int, repeats: int) -> dict:
-    """Interleaved timing of the four implementations on one configuration; medians in seconds."""
+def time_config(cfg: Config, device: torch.device, warmup: int, repeats: int, clock=time.perf_counter) -> dict:
+    """Interleaved timing of the four implementations on one configuration; medians in seconds (``clock``: wall
+    time, or the thread's CPU time with ``--clock cpu``)."""
     rnd = synthetic_round(cfg, device)
     init = initial_model(cfg.arch)
     impls = {name: build(name, init, cfg, rnd, device) for name in IMPLS}
@@ -325,10 +327,10 @@ def time_config(cfg: Config, device: torch.device, warmup: int, repeats: int) ->
     for r in range(warmup + repeats):
         for name, impl in impls.items():
             sync()
-            t0 = time.perf_counter()
+            t0 = clock()
             impl.step()
             sync()
-            dt = time.perf_counter() - t0
+            dt = clock() - t0
             if r == 0:
                 snapshots[name] = impl.weights()  # after the first iteration, outside the timed region
             if r >= warmup:
@@ -436,12 +438,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=None, help="untimed iterations first (default 2, quick 1)")
     p.add_argument("--quick", action="store_true", help="short run: AlexNet B=100, one memory probe pair")
     p.add_argument("--no-memory", action="store_true", help="skip the memory probes")
+    p.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall time (default) or this thread's CPU time (one thread on a shared machine: no waiting for a core)",
+    )
+    p.add_argument(
+        "--glibc-defaults",
+        action="store_true",
+        help="keep glibc's allocator defaults (default: retain freed memory, as lightning-sfl does)",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write every number to this JSON file")
     p.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    probe = json.loads(args.memory_probe) if args.memory_probe is not None else {}
+    defaults = args.glibc_defaults or probe.get("glibc_defaults", False)
+    retained = False if defaults else retain_freed_memory()  # what the CLI does before every command
 
     if args.memory_probe is not None:
-        print(json.dumps(memory_probe(json.loads(args.memory_probe))))
+        print(json.dumps(memory_probe(probe)))
         return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         print("CUDA is not available: nothing measured")
@@ -452,7 +468,13 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats if args.repeats is not None else (3 if args.quick else 7)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
     cfgs = configs(args.quick)
-    auto = "stacked" if isinstance(make_bank(nn.Linear(1, 1), 1, "auto", device=device), StackedBank) else "sequential"
+    large = {arch: max(c.clients for c in cfgs if c.arch == arch) for arch in MODELS}
+    small = {arch: min(c.clients for c in cfgs if c.arch == arch) for arch in MODELS}
+    auto = {}  # what client_bank="auto" builds for the client half of each model at its largest S
+    for arch in MODELS:
+        bank = make_bank(split_model(initial_model(arch), CUT)[0], large[arch], "auto", device)
+        auto[arch] = "stacked" if isinstance(bank, StackedBank) else "sequential"
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
     dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
 
     print(
@@ -460,14 +482,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"device {device.type} ({dev_name}), torch {torch.__version__}, {torch.get_num_threads()} threads, "
-        f"median of {repeats} after {warmup} warm-up, interleaved{'  [--quick]' if args.quick else ''}"
+        f"median of {repeats} after {warmup} warm-up, interleaved, {args.clock} clock, "
+        f"freed memory {'retained' if retained else 'returned (glibc defaults)'}{'  [--quick]' if args.quick else ''}"
     )
     print()
     head = f"{'configuration':<30} {'B_k':>6} " + " ".join(f"{n:>15}" for n in IMPLS)
     print(head + "   (ms per local iteration)")
     results = []
     for cfg in cfgs:
-        res = time_config(cfg, device, warmup, repeats)
+        res = time_config(cfg, device, warmup, repeats, clock)
         results.append(res)
         rows = f"{res['client_rows']['min']}-{res['client_rows']['max']}"
         cells = " ".join(f"{_ms(res['median_s'][n]):>15}" for n in IMPLS)
@@ -488,8 +511,6 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     # "ours" per model = the faster bank at that model's largest S
-    large = {arch: max(c.clients for c in cfgs if c.arch == arch) for arch in MODELS}
-    small = {arch: min(c.clients for c in cfgs if c.arch == arch) for arch in MODELS}
     ours: dict[str, str] = {}
     banks: dict[str, dict] = {}
     print()
@@ -500,30 +521,30 @@ def main(argv: list[str] | None = None) -> int:
         faster = BANK_OF[ours[arch]]
         print(
             f"{arch}: at S={s} stacked/sequential = {stk / seq:.2f}; faster bank: {faster}; "
-            f'client_bank="auto" picks {auto} on {device.type}'
+            f'client_bank="auto" picks {auto[arch]} on {device.type}'
         )
         gain = max(stk, seq) / min(stk, seq)
         banks[arch] = {
             "clients": s,
             "stacked_over_sequential": stk / seq,
             "faster": faster,
-            "auto": auto,
-            "suggest_changing_auto": faster != auto and gain > 1 + AUTO_MARGIN,
+            "auto": auto[arch],
+            "suggest_changing_auto": faster != auto[arch] and gain > 1 + AUTO_MARGIN,
         }
-        if faster != auto and gain > 1 + AUTO_MARGIN:
+        if faster != auto[arch] and gain > 1 + AUTO_MARGIN:
             print(
                 f'  NOTE: on {device.type} the {faster} bank is {gain:.2f}x FASTER than the one client_bank="auto" '
-                f"picks ({auto}) for {arch} at S={s}: consider changing the auto rule."
+                f"picks ({auto[arch]}) for {arch} at S={s}: consider changing the auto rule."
             )
-        elif faster != auto:
+        elif faster != auto[arch]:
             print(f"  (the {faster} bank is faster by only {gain:.2f}x, within the {AUTO_MARGIN:.0%} noise margin)")
 
     memory = []
-    mem_ratio = None
+    mem_ratio = bank_mem_ratio = None
     if not args.no_memory:
         arch = "alexnet_cifar"
         b = next(c.batch for c in cfgs if c.arch == arch)
-        impls = [ours[arch]] if args.quick else ["ours-sequential", "ours-stacked", "naive", "centralized"]
+        impls = ["ours-sequential", "ours-stacked"] if args.quick else [*BANK_OF, "naive", "centralized"]
         print()
         print(f"memory (MiB): {arch} B={b}, a fresh process per probe builds one round and runs one local iteration")
         peaks: dict[tuple[str, int], int | None] = {}
@@ -531,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
             for s in (small[arch], large[arch]) if impl != "centralized" else (small[arch],):
                 spec = {"impl": impl, "arch": arch, "clients": s, "batch": b, "device": device.type}
                 spec["threads"] = args.threads
+                spec["glibc_defaults"] = args.glibc_defaults
                 res = run_probe(spec)
                 memory.append(res)
                 peaks[(impl, s)] = res["peak_bytes"]
@@ -546,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
         lo, hi = peaks.get((ours[arch], small[arch])), peaks.get((ours[arch], large[arch]))
         mem_ratio = hi / lo if lo and hi else None
+        seq, stk = peaks.get(("ours-sequential", large[arch])), peaks.get(("ours-stacked", large[arch]))
+        bank_mem_ratio = stk / seq if seq and stk else None
 
     ca, cc = "alexnet_cifar", "cnn_small"
     ratios = {
@@ -574,6 +598,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{ca} ours: S={large[ca]} / S={small[ca]}",
         ),
         "alexnet_memory": ratio(mem_ratio, 2.0, "<=", f"{ca} ours peak memory: S={large[ca]} / S={small[ca]}"),
+        "alexnet_stacked_memory": ratio(
+            bank_mem_ratio, 1.1, "<=", f"{ca} S={large[ca]} peak memory: stacked / sequential"
+        ),
     }
 
     print()
@@ -597,6 +624,8 @@ def main(argv: list[str] | None = None) -> int:
             "cut": CUT,
             "lr": LR,
             "auto_bank": auto,
+            "clock": args.clock,
+            "freed_memory_retained": retained,
             "ours": ours,
             "banks": banks,
             "configs": results,

@@ -16,6 +16,7 @@ RATIOS = {
     "cnn_scaling",
     "alexnet_scaling",
     "alexnet_memory",
+    "alexnet_stacked_memory",
 }
 
 

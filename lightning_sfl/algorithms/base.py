@@ -112,8 +112,9 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
             --model.client_selection.lam 5``) or a short name (``uniform``, ``fedcbs``, ``class_balanced``);
             ``None``: the method's own (``default_selection``).
         client_bank: how the client copies run: ``sequential`` (one module per client, one after another),
-            ``stacked`` (parameters stacked on a client dimension, one ``vmap`` call) or ``auto`` (stacked on CUDA,
-            sequential on CPU — what the benchmark shows faster on each).
+            ``stacked`` (parameters stacked on a client dimension, every layer run for all clients at once) or
+            ``auto`` (what ``benchmarks/client_scaling.py`` shows faster: stacked on CUDA; on a CPU stacked from 10
+            clients per round on for models without BatchNorm, else sequential; see ``make_bank``).
         bottleneck_channels: ``b``: the client half ends with ``Conv2d(C → b)`` and the server half starts with
             ``Conv2d(b → C)`` (:func:`~lightning_sfl.models.add_bottleneck`; SCALA journal §5.7 uses 8), so ``b``
             channels cross the cut (needs a convolutional cut); ``0``: the model's own cut; ``None``: the method's
