@@ -282,17 +282,39 @@ def _sync(device: torch.device) -> Callable[[], None]:
     return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
 
+def check_arithmetic(cfg: Config, device: torch.device) -> dict:
+    """Whether the four implementations do the same arithmetic: one iteration of each from the same start on the
+    same batch, in float64 (:func:`check_weights`). In float32 the banks' convolutions sum in other orders, and on
+    AlexNet with 1-6 rows per client a slot's first-layer update can differ by ~1% of itself (cancellation in its
+    gradient) where float64 agrees to 1e-7; float64 makes the check tight enough to catch a wrong gradient."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        rnd = synthetic_round(cfg, device)
+        rnd.batch = rnd.batch.replace(x=rnd.batch.x.double())
+        init = initial_model(cfg.arch)
+        snapshots = {}
+        for name in IMPLS:
+            impl = build(name, init, cfg, rnd, device)
+            impl.step()
+            snapshots[name] = impl.weights()
+            del impl
+        return check_weights(snapshots, init, device)
+    finally:
+        torch.set_default_dtype(default)
+
+
 def check_weights(snapshots: dict, init: nn.Module, device: torch.device) -> dict:
-    """Weights after one iteration from the same start ``init``: every client slot and the server of
-    ours-sequential, ours-stacked and naive agree; the centralized model's server half agrees with theirs.
+    """Weights after one iteration from the same start ``init`` (float64, :func:`check_arithmetic`): every client
+    slot and the server of ours-sequential, ours-stacked and naive agree; the centralized model's server half agrees
+    with theirs.
 
     The comparison is ``allclose`` on the UPDATES ``w - w0`` (an SGD step is small next to the weights, so a check
-    on the weights alone could pass with wrong gradients): ``rtol`` per element, ``atol`` = a few float32 ulps of
-    the tensor's weights plus ``atol_rel`` times its largest update (1%: float32 sums taken in another order — the
-    vmap'd bank against the loop — differ by ~1e-6 on updates of ~5e-4, e.g. on AlexNet's zero-initialised biases; a
-    wrong gradient differs by the size of the update itself). CUDA is looser: convolutions use TF32."""
-    cuda = device.type == "cuda"
-    rtol, atol_rel = (1e-2, 1e-2) if cuda else (1e-3, 1e-2)
+    on the weights alone could pass with wrong gradients): ``rtol`` 1e-5 per element, ``atol`` = a few ulps of the
+    tensor's weights plus 1e-5 times its largest update (the label priors enter in float32: differences up to ~2e-7
+    of the update were measured); a wrong gradient (e.g. ``P_s`` instead of a client's ``P_k``) differs by about the
+    size of the update itself."""
+    rtol, atol_rel = 1e-5, 1e-5
     client0, server0 = (list(h.parameters()) for h in split_model(copy.deepcopy(init), CUT))
     ref_slots, ref_server = snapshots["naive"]
     worst, ok = 0.0, True
@@ -323,7 +345,6 @@ def time_config(cfg: Config, device: torch.device, warmup: int, repeats: int, cl
     impls = {name: build(name, init, cfg, rnd, device) for name in IMPLS}
     sync = _sync(device)
     samples: dict[str, list[float]] = {name: [] for name in IMPLS}
-    snapshots = {}
     for r in range(warmup + repeats):
         for name, impl in impls.items():
             sync()
@@ -331,13 +352,11 @@ def time_config(cfg: Config, device: torch.device, warmup: int, repeats: int, cl
             impl.step()
             sync()
             dt = clock() - t0
-            if r == 0:
-                snapshots[name] = impl.weights()  # after the first iteration, outside the timed region
             if r >= warmup:
                 samples[name].append(dt)
-    check = check_weights(snapshots, init, device)
     del impls
     gc.collect()
+    check = check_arithmetic(cfg, device)
     return {
         "arch": cfg.arch,
         "clients": cfg.clients,
@@ -504,8 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     weights_ok = all(c["ok"] for c in checks)
     print()
     print(
-        "weights after one iteration (same start, same batch): ours-sequential = ours-stacked = naive for every "
-        "client slot and the server, centralized = the others' server half: "
+        "weights after one float64 iteration (same start, same batch): ours-sequential = ours-stacked = naive for "
+        "every client slot and the server, centralized = the others' server half: "
         f"{'OK' if weights_ok else 'MISMATCH'} (largest difference {max(c['max_diff_over_update'] for c in checks):.1e}"
         f" of the update; allclose on updates, rtol {checks[0]['rtol']:g})"
     )
