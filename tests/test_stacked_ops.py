@@ -19,6 +19,7 @@ from torch import nn
 from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank, plan_groups
 from lightning_sfl.algorithms.stacked_ops import StackedProgram
+from lightning_sfl.errors import ConfigError
 from lightning_sfl.models import build_model, split_model
 
 
@@ -224,3 +225,16 @@ def test_retained_memory_removes_the_page_faults_of_the_stacked_gradients():
         assert proc.returncode == 0, proc.stderr[-2000:]
         faults[mode] = float(proc.stdout.split()[-1])
     assert faults["retain"] < 0.1 * faults["default"], faults
+
+
+def test_group_cost_is_estimated_from_the_templates_flops_per_row():
+    """A bigger model per row makes padding dearer against an extra group: cnn_small pays ~4 rows for one more
+    group on a CPU, AlexNet's client half ~1 (so its groups are nearly unpadded); on CUDA padding is nearly free."""
+    cnn = StackedBank(split_model(build_model("cnn_small", 10, (1, 8, 8)), "s2")[0], 4)
+    alex = StackedBank(split_model(build_model("alexnet_cifar", 10, (3, 32, 32)), "s2")[0], 4)
+    x_cnn, x_alex = torch.zeros(5, 1, 8, 8), torch.zeros(5, 3, 32, 32)
+    assert 2 < cnn._group_cost(x_cnn) < 8  # 5 layers x 2 MFLOP / 2.4 MFLOP per row
+    assert 0.5 < alex._group_cost(x_alex) < 2  # 6 layers x 2 MFLOP / 11.2 MFLOP per row
+    assert plan_groups([1, 2, 1, 2, 6], group_cost=alex._group_cost(x_alex)) == [([0, 2], 1), ([1, 3], 2), ([4], 6)]
+    with pytest.raises(ConfigError, match="group_cost=-1"):
+        StackedBank(nn.Linear(2, 2), 2, group_cost=-1)

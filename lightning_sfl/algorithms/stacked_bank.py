@@ -52,6 +52,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils.flop_counter import FlopCounterMode
 
 from lightning_sfl.algorithms.aggregate import normalized_weights
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots, slot_list
@@ -65,9 +66,10 @@ Tensors = dict[str, torch.Tensor]
 _Apply = Callable[[Tensors, Tensors, torch.Tensor], tuple[torch.Tensor, ...]]
 
 BANK_KINDS: tuple[str, ...] = ("auto", "sequential", "stacked")
-#: Device type -> default ``group_cost`` of a StackedBank (see :func:`plan_groups`): on a CPU a group's fixed cost
-#: is small next to its arithmetic, on a GPU launches dominate and padding is nearly free.
-GROUP_COST: dict[str, float] = {"cpu": 0.05, "cuda": 0.25}
+#: Device type -> fixed cost of running one more group, in FLOPs per layer of the template: what a layer's forward
+#: and backward kernels cost to start, against the arithmetic of a row (a CPU core: ~20 µs, i.e. ~2 MFLOP; a GPU:
+#: launches of ~10 µs against tens of TFLOP/s, so padding is nearly free there).
+GROUP_OVERHEAD_FLOPS: dict[str, float] = {"cpu": 2e6, "cuda": 5e8}
 
 
 class SlotTensor(torch.Tensor):
@@ -204,9 +206,11 @@ class StackedBank(ClientBank):
         batch_coupled: module types whose output mixes the rows of a batch (default: BatchNorm, coupled in train
             mode or without running statistics). When one is active, slots are grouped by equal ``B_k`` instead
             of being padded (see the module docstring).
-        group_cost: price of running one more group, as a fraction of the rows ``B`` of a call, when the slots'
-            ``B_k`` differ (:func:`plan_groups` weighs it against the padded rows it saves); ``None``: the device's
-            default (:data:`GROUP_COST`).
+        group_cost: price of running one more group, in rows, when the slots' ``B_k`` differ (:func:`plan_groups`
+            weighs it against the padded rows it saves); ``None``: estimated per input shape and device, the
+            template's layers times :data:`GROUP_OVERHEAD_FLOPS` over its forward FLOPs per row (cnn_small on a CPU:
+            ~4 rows, AlexNet's client half ~1 row, so its groups are nearly unpadded and its memory that of the
+            sequential bank).
 
     Attributes:
         stacked_params: one ``nn.Parameter`` ``[S, *p.shape]`` per template parameter, in template order.
@@ -226,7 +230,7 @@ class StackedBank(ClientBank):
         if num_slots < 1:
             raise ConfigError(f"num_slots={num_slots} must be >= 1")
         if group_cost is not None and not group_cost >= 0:
-            raise ConfigError(f"group_cost={group_cost} must be >= 0 (or None for the device's default)")
+            raise ConfigError(f"group_cost={group_cost} must be >= 0 rows (or None: estimated from the template)")
         self.group_cost = group_cost
         self.num_slots = num_slots
         named_params = list(template.named_parameters())
@@ -248,6 +252,7 @@ class StackedBank(ClientBank):
         self.rows: list[int] = list(range(num_slots))
         self._fresh = self._fresh_state = False  # every row reset (parameters / optimiser state) since the last forward
         self.__dict__["_plans"] = {}  # forward plans by pattern (_plan)
+        self.__dict__["_costs"] = {}  # group cost in rows by input shape (_group_cost)
 
     # ------------------------------------------------------------------ structure
     def __len__(self) -> int:
@@ -409,16 +414,16 @@ class StackedBank(ClientBank):
         if len(sizes_l) != len(slot_of) or sum(sizes_l) != len(x) or min(sizes_l) < 0:
             raise ValueError(f"sizes {sizes_l} do not split {len(x)} rows into {len(slot_of)} slots")
         coupled = self._batch_coupled()
-        cost = GROUP_COST.get(x.device.type, GROUP_COST["cuda"]) if self.group_cost is None else self.group_cost
+        cost = self._group_cost(x) if self.group_cost is None else self.group_cost
         if self._fresh and self._fresh_state and self._may_move_slots():
-            self._place(plan_groups(sizes_l, equal_sizes=coupled, group_cost=cost * len(x)), slot_of)
+            self._place(plan_groups(sizes_l, equal_sizes=coupled, group_cost=cost), slot_of)
         self._fresh = self._fresh_state = False
         rows_of = [self.rows[j] for j in slot_of]  # from here on: rows of the stacked tensors
         key = (tuple(sizes_l), tuple(rows_of), coupled, cost, x.device)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
-        positions = plan_groups(sizes_l, equal_sizes=coupled, group_cost=cost * len(x))
+        positions = plan_groups(sizes_l, equal_sizes=coupled, group_cost=cost)
         groups = [([rows_of[k] for k in idx], r) for idx, r in positions]
         whole = len(positions) == 1 and len(positions[0][0]) == len(sizes_l) and all(b == positions[0][1]
                                                                                       for b in sizes_l)  # fmt: skip
@@ -437,6 +442,20 @@ class StackedBank(ClientBank):
             self._plans.clear()
         plan = self._plans[key] = _Plan(groups, gathers, inverse, padded, whole)
         return plan
+
+    def _group_cost(self, x: torch.Tensor) -> float:
+        """The price of one more group in rows for inputs like ``x``: the template's layers times
+        :data:`GROUP_OVERHEAD_FLOPS` of the device over the template's forward FLOPs per row (counted once per
+        input shape on the meta device)."""
+        key = (tuple(x.shape[1:]), x.dtype, x.device.type)
+        if key not in self._costs:
+            with FlopCounterMode(display=False) as counter, torch.no_grad():
+                self.template(torch.empty(2, *key[0], dtype=x.dtype, device="meta"))
+            per_row = max(counter.get_total_flops() / 2, 1.0)
+            layers = len(self._programs()[0].steps)
+            overhead = GROUP_OVERHEAD_FLOPS.get(x.device.type, GROUP_OVERHEAD_FLOPS["cuda"])
+            self._costs[key] = layers * overhead / per_row
+        return self._costs[key]
 
     def _may_move_slots(self) -> bool:
         """Slots may change rows when nothing outside the bank depends on where they live: not in a checkpointed bank
