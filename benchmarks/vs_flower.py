@@ -23,9 +23,11 @@ Each side runs as a fresh process in an empty temporary folder (also Ray's), wit
 
 ``ours``
     ``lightning-sfl fit --config configs/digits/fedavg.yaml --data.num_clients K --data.participation ρ
-    --trainer.max_epochs R --dissimilarity.every_n_rounds 0`` plus ``--ours-args``: one process on one thread, the
-    selected clients' copies in one client bank, and everything else the CLI does (W&B offline and CSV loggers, a
-    checkpoint per round, per-class accuracy, byte ledger, simulated clock, progress bar).
+    --trainer.max_epochs R --dissimilarity.every_n_rounds 0 --torch_threads N`` plus ``--ours-args``: one process on
+    ``N = --ours-threads`` torch threads (default: as many as Flower's actors, so that both sides use the same cores;
+    on 2 cores and 100x50 one thread took 174 ms a round, two 130 ms), the selected clients' copies in one client
+    bank, and everything else the CLI does (W&B offline and CSV loggers, a checkpoint per round, per-class accuracy,
+    byte ledger, simulated clock, progress bar).
 ``flower``
     This file with ``--flower-run``: ``flwr.simulation.run_simulation`` with ``K`` virtual nodes, a ``ServerApp``
     running the legacy ``flwr.server.strategy.FedAvg`` (subclassed only in ``configure_fit``, to send the round's
@@ -378,10 +380,11 @@ def flower_missing() -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------ timing
-def _ours_command(clients: int, per_round: int, rounds: int, extra: list[str]) -> list[str]:
+def _ours_command(clients: int, per_round: int, rounds: int, threads: int, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", str(CONFIG),
             f"--data.num_clients={clients}", f"--data.participation={per_round / clients}",
-            f"--trainer.max_epochs={rounds}", "--dissimilarity.every_n_rounds=0", *extra]  # fmt: skip
+            f"--trainer.max_epochs={rounds}", "--dissimilarity.every_n_rounds=0", f"--torch_threads={threads}",
+            *extra]  # fmt: skip
 
 
 def _flower_command(clients: int, per_round: int, rounds: int, actors: int, api: str, workers: int | None) -> list:
@@ -415,10 +418,12 @@ def _timed(cmd: list[str]) -> dict:
     return {"seconds": seconds, "accuracy": accuracy, "in_process_s": _printed(proc.stdout, "later rounds ")}
 
 
-def measure(settings, rounds: int, repeats: int, sides, ours_args: list[str], actors: int, api: str, workers) -> dict:
+def measure(
+    settings, rounds: int, repeats: int, sides, ours_args: list[str], actors: int, api: str, workers, threads: int
+) -> dict:
     """Medians of ``repeats`` interleaved timings of every side and setting at 1 and ``rounds`` rounds."""
     commands = {
-        "ours": lambda k, s, r: _ours_command(k, s, r, ours_args),
+        "ours": lambda k, s, r: _ours_command(k, s, r, threads, ours_args),
         "flower": lambda k, s, r: _flower_command(k, s, r, actors, api, workers),
     }
     runs: dict = {(k, s, side, r): [] for k, s in settings for side in sides for r in (1, rounds)}
@@ -428,6 +433,7 @@ def measure(settings, rounds: int, repeats: int, sides, ours_args: list[str], ac
             samples.append(_timed(commands[side](k, s, r)))
         load.append(os.getloadavg()[0])
     out: dict = {"rounds": rounds, "repeats": repeats, "sides": list(sides), "ours_args": ours_args,
+                 "ours_threads": threads,
                  "flower": {"actors": actors, "api": api, "max_workers": workers or "S"} if "flower" in sides else None,
                  "load_avg_1min": load, "versions": _versions(), "settings": []}  # fmt: skip
     for k, s in settings:
@@ -480,6 +486,7 @@ def _num(value, scale: float = 1.0, digits: int = 2) -> str:
 def report(r: dict) -> str:
     flower, v = r["flower"], r["versions"]
     head = f"ours: lightning-sfl {v['lightning-sfl']}, fedavg.yaml {shlex.join(r['ours_args'])}".rstrip()
+    head += f", {r['ours_threads']} torch thread{'s' if r['ours_threads'] != 1 else ''}"
     if flower:
         head += (f"; flower: flwr {v['flwr']}, ray {v['ray']}, {flower['api']} API, {flower['actors']} actors"
                  + (f", server thread pool {flower['max_workers']}" if flower["api"] == "numpy" else ""))  # fmt: skip
@@ -544,6 +551,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ours-only", action="store_true", help="time lightning-sfl only (Flower not needed)")
     parser.add_argument("--ours-args", default="", help="extra overrides for lightning-sfl fit, one shell string")
     parser.add_argument("--actors", type=int, default=2, help="Flower: Ray actors (CPUs of the Ray node), 1 CPU each")
+    parser.add_argument("--ours-threads", type=int, default=None,
+                        help="ours: torch threads (default: --actors, the cores Flower uses)")  # fmt: skip
     parser.add_argument("--flower-api", choices=("numpy", "message"), default="numpy",
                         help="Flower: legacy NumPyClient + flwr.server FedAvg (default), or the Message API's "
                         "ClientApp + flwr.serverapp FedAvg")  # fmt: skip
@@ -569,14 +578,16 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.quick:
         args.settings, args.rounds, args.repeats = list(QUICK_SETTINGS), 3, 1
-    if args.rounds < 2 or args.repeats < 1 or args.actors < 1:
-        parser.error(f"--rounds={args.rounds} must be >= 2, --repeats={args.repeats} and --actors={args.actors} >= 1")
+    args.ours_threads = args.actors if args.ours_threads is None else args.ours_threads
+    if args.rounds < 2 or args.repeats < 1 or args.actors < 1 or args.ours_threads < 1:
+        parser.error(f"--rounds={args.rounds} must be >= 2, --repeats={args.repeats}, --actors={args.actors} and "
+                     f"--ours-threads={args.ours_threads} >= 1")  # fmt: skip
     sides = ("ours",) if args.ours_only else ("ours", "flower")
     if not args.ours_only and (message := flower_missing()) is not None:
         print(message, file=sys.stderr)
         raise SystemExit(2)
     result = measure(args.settings, args.rounds, args.repeats, sides, shlex.split(args.ours_args), args.actors,
-                     args.flower_api, args.flower_max_workers)  # fmt: skip
+                     args.flower_api, args.flower_max_workers, args.ours_threads)  # fmt: skip
     print(report(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
