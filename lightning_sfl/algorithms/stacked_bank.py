@@ -1,23 +1,30 @@
-"""Client slots with stacked parameters: the ``S`` per-client copies run in one batched (``vmap``) call.
+"""Client slots with stacked parameters: the ``S`` per-client copies run as one batched computation.
 
 :class:`StackedBank` has the interface of :class:`~lightning_sfl.algorithms.client_bank.SequentialBank` (the
 reference it is tested against) but keeps, for every parameter ``p`` of the template, ONE ``nn.Parameter`` of
-shape ``[S, *p.shape]`` (row ``k``: slot ``k``), and likewise one stacked buffer per buffer (BatchNorm running
-statistics are per client). A forward pass evaluates all slots at once with
-``torch.func.vmap(functional_call(template, (params_k, buffers_k), x_k))`` over the client dimension, as in
-PyTorch's "model ensembling" tutorial.
+shape ``[S, *p.shape]``, and likewise one stacked buffer per buffer (BatchNorm running statistics are per client).
+Slot ``j`` lives in row ``rows[j]`` of those tensors (the identity unless the bank moved its slots, see below).
+
+A forward pass runs the template's layers for many slots at once on a tensor ``[R, G, ...]`` (``R`` rows of each
+of ``G`` slots), layer by layer (:class:`~lightning_sfl.algorithms.stacked_ops.StackedProgram`: a grouped
+convolution, a batched matmul, BatchNorm over ``G·C`` channels; ``vmap`` of ``functional_call`` for any layer
+without a rule, as in PyTorch's "model ensembling" tutorial).
 
 Unequal client batch sizes ``B_k`` (eq. 3)
-    The slots' rows are cut from the row-concatenated ``x`` (``x.split(sizes)``). When no layer mixes the rows
-    of a batch (convolutions, pooling, linear layers, BatchNorm in eval mode), every client's rows are padded
-    with zeros to ``B_max = max_k B_k``, one ``vmap`` runs ``[S, B_max, ...]`` and the valid rows are gathered
-    back into ``[B, ...]`` order; padded rows are dropped before anything (a loss) sees them, so they receive a
-    zero gradient. Layers that DO mix rows (``batch_coupled``, default: every BatchNorm in train mode or without
-    running statistics) would see padded rows in their batch statistics, so then the bank falls back to
-    **grouping by size**: slots with equal ``B_k`` form one group, each group is one ``vmap`` without any
-    padding (a group of one slot is a plain ``functional_call``). Outputs, gradients and the running-statistic
-    updates (``running_mean``/``running_var``/``num_batches_tracked``) then equal the reference's; with ``g``
-    distinct sizes a forward costs ``g`` batched calls instead of ``S`` (``g = 1`` when all ``B_k`` are equal).
+    The slots' rows are cut from the row-concatenated ``x``. :func:`plan_groups` splits the slots into groups;
+    within a group every client's rows are padded with zeros to the group's largest ``B_k``, and the valid rows
+    are gathered back into ``[B, ...]`` order, so padded rows never reach a loss (they receive a zero gradient).
+    The plan weighs the padded rows against the fixed cost of one more group (``group_cost``). Layers that mix the
+    rows of a batch (``batch_coupled``, default: every BatchNorm in train mode or without running statistics) would
+    see padded rows in their batch statistics, so then only slots of equal ``B_k`` share a group (no padding).
+    Outputs, gradients and the running-statistic updates equal the reference's.
+
+Where slots live
+    Right after a full reset of the slots and of their optimiser state every row holds the same state, so at the
+    next forward the bank may move the slots (``rows``) so that each group is a slice of the stacked tensors,
+    cut by one ``split`` whose backward writes the bank's gradient once (a gather per group would allocate, fill
+    and add a bank-sized gradient per group). Every per-slot operation (views, subsets, snapshots, aggregation in
+    slot order) goes through ``rows``; slots never move in a checkpointed bank or across processes.
 
 Optimisers
     ``bank.parameters()`` yields ``S`` times fewer, ``S`` times larger tensors than SequentialBank's. SGD (with
