@@ -3,8 +3,8 @@ same arithmetic, and the start-up of both; measured in the same run, as ratios.
 
 Run (from the repository root, with the package installed)::
 
-    python benchmarks/framework_overhead.py                       # 1- and 21-round runs, 3 repeats each (~3 min)
-    python benchmarks/framework_overhead.py --rounds 41 --repeats 5 --json overhead.json
+    python benchmarks/framework_overhead.py                       # 1- and 61-round runs, 5 repeats each (~4 min)
+    python benchmarks/framework_overhead.py --rounds 101 --repeats 7 --json overhead.json
     python benchmarks/framework_overhead.py --quick               # 1- and 3-round runs, 1 repeat (a smoke run)
 
 Both sides run as fresh processes on one thread, timed from the start of the process to its exit (the median of
@@ -23,9 +23,10 @@ Both sides run as fresh processes on one thread, timed from the start of the pro
     halves averaged with ``|D_k|`` weights (eq. 10), then the test accuracy (and per-class accuracy) of the global
     model. It imports torch and scikit-learn only, logs nothing and writes no file.
 
-Per round = (R-round run − 1-round run) / (R − 1); start-up = 1-round run − per round (process start, imports, data,
-partition, model, first evaluation set-up). The ratios printed are ours ÷ plain. ``lightning-sfl --help`` is timed
-too (the CLI imports nothing heavy for it).
+Per round = (R-round run − 1-round run) / (R − 1) (R = 61 by default: a run's start varies by a few tenths of a
+second on a shared machine, which 20 rounds would turn into ±15 ms a round); start-up = 1-round run − per round
+(process start, imports, data, partition, model, first evaluation set-up). The ratios printed are ours ÷ plain.
+``lightning-sfl --help`` is timed too (the CLI imports nothing heavy for it).
 """
 
 from __future__ import annotations
@@ -194,8 +195,8 @@ def report(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=21, help="rounds of the long run (>= 2)")
-    parser.add_argument("--repeats", type=int, default=3, help="timings per configuration (median)")
+    parser.add_argument("--rounds", type=int, default=61, help="rounds of the long run (>= 2)")
+    parser.add_argument("--repeats", type=int, default=5, help="timings per configuration (median)")
     parser.add_argument("--quick", action="store_true", help="3 rounds, 1 repeat (a smoke run)")
     parser.add_argument("--plain", action="store_true", help="run the plain loop itself for --rounds rounds")
     parser.add_argument("--json", type=Path, help="also write the figures here")
