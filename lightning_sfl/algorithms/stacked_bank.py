@@ -456,8 +456,10 @@ class StackedBank(ClientBank):
         input shape on the meta device)."""
         key = (tuple(x.shape[1:]), x.dtype, x.device.type)
         if key not in self._costs:
+            # FLOPs do not depend on the dtype: count in the template's own (it may not follow the slots to float64)
+            dtype = next((p.dtype for p in self.template.parameters()), x.dtype)
             with FlopCounterMode(display=False) as counter, torch.no_grad():
-                self.template(torch.empty(2, *key[0], dtype=x.dtype, device="meta"))
+                self.template(torch.empty(2, *key[0], dtype=dtype, device="meta"))
             per_row = max(counter.get_total_flops() / 2, 1.0)
             layers = len(self._programs()[0].steps)
             overhead = GROUP_OVERHEAD_FLOPS.get(x.device.type, GROUP_OVERHEAD_FLOPS["cuda"])
