@@ -441,6 +441,7 @@ classes — fails when every client holds one class; we keep the method as publi
 
 {GAS_TEXT.format(gas_acc=gas_acc, gas_90=gas_90, gas_95=gas_95, GAS_NOTES=GAS_NOTES)}
 {SEMI_TEXT.format(semi_acc=semi_acc, semi_pending=semi_pending, SEMI_NOTES=SEMI_NOTES)}
+
 {privacy_section()}"""
     (HERE / "README.md").write_text(text)
     print(f"wrote {HERE / 'README.md'}")
