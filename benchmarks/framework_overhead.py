@@ -6,6 +6,8 @@ Run (from the repository root, with the package installed)::
     python benchmarks/framework_overhead.py                       # 1- and 61-round runs, 5 repeats each (~4 min)
     python benchmarks/framework_overhead.py --rounds 101 --repeats 7 --json overhead.json
     python benchmarks/framework_overhead.py --quick               # 1- and 3-round runs, 1 repeat (a smoke run)
+    python benchmarks/framework_overhead.py --ours-args='--trainer.logger lightning.pytorch.loggers.CSVLogger
+        --trainer.logger.save_dir runs'                            # what W&B costs: ours with the CSV logger alone
 
 Both sides run as fresh processes on one thread, timed from the start of the process to its exit (the median of
 ``--repeats``, interleaved so that both see the same machine load):
@@ -32,8 +34,10 @@ second on a shared machine, which 20 rounds would turn into ±15 ms a round); st
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -134,9 +138,9 @@ def plain_scala(rounds: int, seed: int = 0) -> float:
     return acc
 
 
-def _ours_command(rounds: int) -> list[str]:
+def _ours_command(rounds: int, extra: tuple[str, ...] = ()) -> list[str]:
     return [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", str(CONFIG),
-            f"--trainer.max_epochs={rounds}", "--dissimilarity.every_n_rounds=0"]  # fmt: skip
+            f"--trainer.max_epochs={rounds}", "--dissimilarity.every_n_rounds=0", *extra]  # fmt: skip
 
 
 def _plain_command(rounds: int) -> list[str]:
@@ -155,9 +159,9 @@ def _timed(cmd: list[str]) -> float:
     return seconds
 
 
-def measure(rounds: int, repeats: int) -> dict:
+def measure(rounds: int, repeats: int, ours_args: tuple[str, ...] = ()) -> dict:
     """Medians of ``repeats`` interleaved timings of both sides at 1 and ``rounds`` rounds, and what follows."""
-    commands = {"ours": _ours_command, "plain": _plain_command}
+    commands = {"ours": functools.partial(_ours_command, extra=ours_args), "plain": _plain_command}
     runs: dict = {(side, r): [] for side in commands for r in (1, rounds)}
     helps = []
     for _ in range(repeats):
@@ -166,7 +170,7 @@ def measure(rounds: int, repeats: int) -> dict:
         helps.append(_timed([sys.executable, "-m", "lightning_sfl.cli", "--help"]))
     med = {k: statistics.median(v) for k, v in runs.items()}
     med["help"] = statistics.median(helps)
-    out: dict = {"rounds": rounds, "repeats": repeats, "help_s": med["help"]}
+    out: dict = {"rounds": rounds, "repeats": repeats, "help_s": med["help"], "ours_args": list(ours_args)}
     for side in ("ours", "plain"):
         per_round = (med[side, rounds] - med[side, 1]) / (rounds - 1)
         out[side] = {"one_round_s": med[side, 1], "long_run_s": med[side, rounds], "per_round_s": per_round,
@@ -178,7 +182,8 @@ def measure(rounds: int, repeats: int) -> dict:
 
 def report(r: dict) -> str:
     lines = [
-        f"framework overhead, digits main job, 1 thread, medians of {r['repeats']} (1- and {r['rounds']}-round runs)",
+        f"framework overhead, digits main job, 1 thread, medians of {r['repeats']} (1- and {r['rounds']}-round runs)"
+        + (f"; ours with {shlex.join(r['ours_args'])}" if r.get("ours_args") else ""),
         f"{'':8}{'1 round (s)':>13}{str(r['rounds']) + ' rounds (s)':>15}{'per round (ms)':>16}{'start-up (s)':>14}",
     ]
     for side in ("ours", "plain"):
@@ -200,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="3 rounds, 1 repeat (a smoke run)")
     parser.add_argument("--plain", action="store_true", help="run the plain loop itself for --rounds rounds")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--ours-args", default="", help="extra fit options for our side (e.g. a logger)")
     args = parser.parse_args(argv)
     if args.plain:
         print(f"plain SCALA: test accuracy {plain_scala(args.rounds):.4f} after {args.rounds} rounds")
@@ -208,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
         args.rounds, args.repeats = 3, 1
     if args.rounds < 2 or args.repeats < 1:
         parser.error(f"--rounds={args.rounds} must be >= 2 and --repeats={args.repeats} >= 1")
-    result = measure(args.rounds, args.repeats)
+    result = measure(args.rounds, args.repeats, tuple(shlex.split(args.ours_args)))
     print(report(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

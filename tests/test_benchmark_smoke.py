@@ -57,11 +57,13 @@ def test_framework_overhead_benchmark_runs_and_its_plain_loop_learns(tmp_path):
     plain-PyTorch SCALA loop is real training: above 90 % test accuracy on digits after 20 rounds (chance: 10 %)."""
     out = tmp_path / "overhead.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "framework_overhead.py"), "--quick", "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    csv_only = "--trainer.logger lightning.pytorch.loggers.CSVLogger --trainer.logger.save_dir runs"
+    proc = subprocess.run([*cmd, f"--ours-args={csv_only}"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for line in ("per-round ratio ours / plain:", "start-up ratio ours / plain:", "lightning-sfl --help:"):
+    for line in ("per-round ratio ours / plain:", "start-up ratio ours / plain:", "lightning-sfl --help:", csv_only):
         assert line in proc.stdout, proc.stdout
     report = json.loads(out.read_text())
+    assert report["ours_args"] == csv_only.split()  # our side ran with them (an unknown option would fail the run)
     for side in ("ours", "plain"):
         assert report[side]["one_round_s"] > 0 and report[side]["long_run_s"] > 0
     assert report["help_s"] > 0 and report["rounds"] == 3
