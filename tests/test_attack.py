@@ -17,7 +17,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl.algorithms import SCALA, SCALAPE, FedAvg, SplitFedV1
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.privacy.attack import check_args, parse_args, train_attacker
+from lightning_sfl.privacy.attack import check_args, grid_indices, parse_args, train_attacker
 from lightning_sfl.privacy.metrics import mse_per_image
 from lightning_sfl.wandb_offline import read_offline_run
 
@@ -154,3 +154,17 @@ def test_attack_is_reproducible_sees_the_wider_cut_and_can_skip_wandb(tmp_path):
         runs.append(json.loads((tmp_path / f"a{i}" / "metrics.json").read_text()))
     assert runs[0]["mse"] == runs[1]["mse"] and runs[0]["activation_shape"] == [64, 4, 4]
     assert not (tmp_path / "a0" / "wandb").exists()
+
+
+def test_grid_shows_each_class_in_turn():
+    """The figure's test images: a split stored class by class (as MNIST-5k's test split is) still shows every class;
+    checked against a direct construction (round r takes the r-th image of every class, classes in order)."""
+    g = torch.Generator().manual_seed(0)
+    labels = torch.cat([torch.full((int(n),), c) for c, n in enumerate(torch.randint(1, 6, (7,), generator=g))])
+    labels = labels[torch.randperm(len(labels), generator=g)]  # any order of images
+    by_class = {c: (labels == c).nonzero().squeeze(1).tolist() for c in range(7)}
+    expected = [by_class[c][r] for r in range(6) for c in range(7) if r < len(by_class[c])]
+    for n in (1, 7, 10, len(labels)):
+        assert grid_indices(labels, n).tolist() == expected[:n]
+    sorted_split = torch.arange(10).repeat_interleave(100)  # 10 classes stored one after another
+    assert sorted(sorted_split[grid_indices(sorted_split, 10)].tolist()) == list(range(10))

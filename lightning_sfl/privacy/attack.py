@@ -48,7 +48,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=1e-3, help="decoder Adam learning rate (default 1e-3)")
     parser.add_argument("--val_fraction", type=float, default=0.1, help="training-split share for model selection")
     parser.add_argument("--train_size", type=int, default=None, help="use at most this many training images")
-    parser.add_argument("--grid", type=int, default=16, help="test images shown in reconstructions.png")
+    parser.add_argument("--grid", type=int, default=16, help="test images in reconstructions.png, classes in turn")
     parser.add_argument("--seed", type=int, default=0, help="decoder initialisation and shuffling")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1; 0: torch's default)")
     parser.add_argument("--device", default="auto", help="where the decoder trains: auto (cuda if available), cpu, …")
@@ -236,7 +236,8 @@ def run_attack(args: argparse.Namespace) -> dict:
         f"| {method} | {metrics['mse']:.4f} | {metrics['ssim']:.4f} | {metrics['psnr']:.2f} | {len(x_test)} |\n"
     )
     grid = out / "reconstructions.png"
-    save_grid(x_test[: args.grid].cpu(), x_hat[: args.grid].cpu(), grid)
+    shown = grid_indices(splits.test_y, args.grid).to(x_test.device)
+    save_grid(x_test[shown].cpu(), x_hat[shown].cpu(), grid)
     if not args.no_wandb:
         _log_to_wandb(args, metrics, history, grid, (ckpt.get("lightning_sfl") or {}).get("wandb_id"))
     return metrics
@@ -272,6 +273,25 @@ def _log_to_wandb(args: argparse.Namespace, metrics: dict, history: list[dict], 
         run.summary.update(scores)
     finally:
         run.finish()
+
+
+def grid_indices(labels, n: int):
+    """The ``n`` test images the figure shows: each class's first image in class order, then each class's second, and
+    so on (a test split stored class by class would otherwise show one class only).
+
+    >>> import torch
+    >>> grid_indices(torch.tensor([0, 0, 0, 1, 1, 2]), 5).tolist()
+    [0, 3, 5, 1, 4]
+    """
+    import torch
+
+    labels = torch.as_tensor(labels).cpu()
+    rank = torch.zeros_like(labels)  # how many earlier images share the image's class
+    for c in labels.unique():
+        where = (labels == c).nonzero().squeeze(1)
+        rank[where] = torch.arange(len(where))
+    order = sorted(range(len(labels)), key=lambda i: (int(rank[i]), int(labels[i])))
+    return torch.tensor(order[:n], dtype=torch.long)
 
 
 def save_grid(originals, reconstructions, path: Path) -> None:
