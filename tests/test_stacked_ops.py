@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from torch import nn
 
 from lightning_sfl.algorithms.client_bank import SequentialBank
-from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank, plan_groups
+from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank
 from lightning_sfl.algorithms.stacked_ops import StackedProgram
+from lightning_sfl.algorithms.stacked_plan import plan_groups
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.models import build_model, split_model
 

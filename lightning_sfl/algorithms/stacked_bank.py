@@ -51,19 +51,17 @@ Mixed train/eval flags inside one slot are not supported: the template follows t
 from __future__ import annotations
 
 import copy
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
-from torch.utils.flop_counter import FlopCounterMode
 
 from lightning_sfl.algorithms.aggregate import normalized_weights
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots, slot_list
 from lightning_sfl.algorithms.stacked_ops import StackedProgram
+from lightning_sfl.algorithms.stacked_plan import Plan, build_plan, group_cost_rows, plan_groups
 from lightning_sfl.errors import ConfigError
 
 __all__ = ["BANK_KINDS", "SlotTensor", "StackedBank", "StackedSlot", "StackedSlots", "make_bank"]
@@ -73,10 +71,6 @@ Tensors = dict[str, torch.Tensor]
 _Apply = Callable[[Tensors, Tensors, torch.Tensor], tuple[torch.Tensor, ...]]
 
 BANK_KINDS: tuple[str, ...] = ("auto", "sequential", "stacked")
-#: Device type -> fixed cost of running one more group, in FLOPs per layer of the template: what a layer's forward
-#: and backward kernels cost to start, against the arithmetic of a row (a CPU core: ~20 µs, i.e. ~2 MFLOP; a GPU:
-#: launches of ~10 µs against tens of TFLOP/s, so padding is nearly free there).
-GROUP_OVERHEAD_FLOPS: dict[str, float] = {"cpu": 2e6, "cuda": 5e8}
 
 
 class SlotTensor(torch.Tensor):
@@ -184,20 +178,6 @@ class StackedSlots(Sequence):
         return StackedSlot(self.bank, k)
 
 
-@dataclass
-class _Plan:
-    """A cached forward plan of :meth:`StackedBank._plan`: per group its stacked-tensor rows and ``R``; per group the
-    input rows to gather (``[R·G]``, ``[R, G]`` order) and which outputs are real (``None``: all); the permutation
-    from the groups' order back to row order (``None``: already in order); whether padding is gathered; and whether
-    the rows run as they are (one group, no padding)."""
-
-    groups: list[tuple[list[int], int]]
-    gathers: list[tuple[torch.Tensor, torch.Tensor | None]]
-    inverse: torch.Tensor | None
-    padded: bool
-    whole: bool
-
-
 def _uses_batch_statistics(module: nn.Module, training: bool) -> bool:
     if isinstance(module, _BatchNorm):
         return training or module.running_mean is None
@@ -214,10 +194,10 @@ class StackedBank(ClientBank):
             mode or without running statistics). When one is active, slots are grouped by equal ``B_k`` instead
             of being padded (see the module docstring).
         group_cost: price of running one more group, in rows, when the slots' ``B_k`` differ (:func:`plan_groups`
-            weighs it against the padded rows it saves); ``None``: estimated per input shape and device, the
-            template's layers times :data:`GROUP_OVERHEAD_FLOPS` over its forward FLOPs per row (cnn_small on a CPU:
-            ~4 rows, AlexNet's client half ~1 row, so its groups are nearly unpadded and its memory that of the
-            sequential bank).
+            weighs it against the padded rows it saves); ``None``: estimated per input shape and device
+            (:func:`.stacked_plan.group_cost_rows`: the template's layers times a device's per-layer cost over its
+            forward FLOPs per row; cnn_small on a CPU: ~4 rows, AlexNet's client half ~1 row, so its groups are
+            nearly unpadded and its memory that of the sequential bank).
 
     Attributes:
         stacked_params: one ``nn.Parameter`` ``[S, *p.shape]`` per template parameter, in template order.
@@ -410,7 +390,7 @@ class StackedBank(ClientBank):
             result.append(y if plan.inverse is None else y[plan.inverse])
         return tuple(result)
 
-    def _plan(self, x: torch.Tensor, sizes: torch.Tensor, slots: Slots) -> _Plan:
+    def _plan(self, x: torch.Tensor, sizes: torch.Tensor, slots: Slots) -> Plan:
         """How the row blocks of ``x`` (``sizes[k]`` rows for slot ``slots[k]``) run: the groups of
         :func:`plan_groups` with the rows of the stacked tensors that run them, the gather of each group's input in
         ``[R, G]`` order (padding: row ``len(x)``), and the permutation back to row order. Right after a full reset the
@@ -431,39 +411,17 @@ class StackedBank(ClientBank):
         if plan is not None:
             return plan
         positions = plan_groups(sizes_l, equal_sizes=coupled, group_cost=cost)
-        groups = [([rows_of[k] for k in idx], r) for idx, r in positions]
-        whole = len(positions) == 1 and len(positions[0][0]) == len(sizes_l) and all(b == positions[0][1]
-                                                                                      for b in sizes_l)  # fmt: skip
-        offsets = torch.tensor([0, *sizes_l]).cumsum(0)
-        gathers, order, padded = [], [], False
-        for idx, r in positions:
-            j = torch.arange(r).unsqueeze(1)
-            pos = torch.where(j < torch.tensor([sizes_l[k] for k in idx]), offsets[idx] + j, len(x)).flatten()
-            valid = (pos < len(x)).nonzero().squeeze(1)  # [R * G] in [R, G] order
-            padded = padded or len(valid) < len(pos)
-            gathers.append((pos.to(x.device), None if len(valid) == len(pos) else valid.to(x.device)))
-            order.append(pos[valid])
-        order_t = torch.cat(order)
-        inverse = None if bool((order_t == torch.arange(len(x))).all()) else torch.argsort(order_t).to(x.device)
         if len(self._plans) >= 8:
             self._plans.clear()
-        plan = self._plans[key] = _Plan(groups, gathers, inverse, padded, whole)
+        plan = self._plans[key] = build_plan(positions, sizes_l, rows_of, x.device)
         return plan
 
     def _group_cost(self, x: torch.Tensor) -> float:
-        """The price of one more group in rows for inputs like ``x``: the template's layers times
-        :data:`GROUP_OVERHEAD_FLOPS` of the device over the template's forward FLOPs per row (counted once per
-        input shape on the meta device)."""
+        """The price of one more group in rows for inputs like ``x`` (:func:`.stacked_plan.group_cost_rows`), once per
+        input shape, dtype and device type."""
         key = (tuple(x.shape[1:]), x.dtype, x.device.type)
         if key not in self._costs:
-            # FLOPs do not depend on the dtype: count in the template's own (it may not follow the slots to float64)
-            dtype = next((p.dtype for p in self.template.parameters()), x.dtype)
-            with FlopCounterMode(display=False) as counter, torch.no_grad():
-                self.template(torch.empty(2, *key[0], dtype=dtype, device="meta"))
-            per_row = max(counter.get_total_flops() / 2, 1.0)
-            layers = len(self._programs()[0].steps)
-            overhead = GROUP_OVERHEAD_FLOPS.get(x.device.type, GROUP_OVERHEAD_FLOPS["cuda"])
-            self._costs[key] = layers * overhead / per_row
+            self._costs[key] = group_cost_rows(self.template, len(self._programs()[0].steps), x)
         return self._costs[key]
 
     def _may_move_slots(self) -> bool:
@@ -537,50 +495,6 @@ class StackedBank(ClientBank):
                 for name, t in zip(self.buffer_names, buffers):
                     t.index_copy_(0, index.to(t.device), b[name])
         return ys
-
-
-def plan_groups(
-    sizes: Sequence[int], equal_sizes: bool = False, group_cost: float = 0.0
-) -> list[tuple[list[int], int]]:
-    """How :class:`StackedBank` batches row blocks of unequal sizes ``B_k``: a list of ``(positions, R)``, each group
-    run as one ``[R, G, ...]`` batch whose blocks are zero-padded to ``R`` rows; blocks of 0 rows are left out.
-
-    ``equal_sizes`` (a layer mixes the rows of a batch, e.g. BatchNorm in training): groups of equal ``B_k``, no
-    padding. Otherwise the groups minimise ``Σ_groups (group_cost + G·R)``: the rows computed (padding included) plus
-    a price per extra batch (``group_cost`` rows; 0: one group per distinct size), by dynamic programming over the
-    sorted distinct sizes (a group holds the blocks whose sizes fall in a range).
-
-    >>> plan_groups([2, 1, 1, 2, 1], group_cost=0)  # 10 rows as one group (3 of padding), 7 as two
-    [([1, 2, 4], 1), ([0, 3], 2)]
-    >>> plan_groups([2, 1, 1, 2, 1], group_cost=4)  # an extra group costs more than the 3 padded rows it saves
-    [([0, 1, 2, 3, 4], 2)]
-    >>> plan_groups([3, 0, 1, 3], equal_sizes=True)
-    [([0, 3], 3), ([2], 1)]
-    """
-    if equal_sizes:
-        by_size: dict[int, list[int]] = defaultdict(list)
-        for k, b in enumerate(sizes):
-            if b > 0:
-                by_size[b].append(k)
-        return [(idx, b) for b, idx in by_size.items()]
-    distinct = sorted({b for b in sizes if b > 0})
-    if not distinct:
-        return []
-    count = [sum(1 for b in sizes if b == d) for d in distinct]
-    best = [0.0] + [float("inf")] * len(distinct)  # best[j]: cheapest plan of the j smallest sizes
-    start = [0] * (len(distinct) + 1)
-    for j in range(1, len(distinct) + 1):
-        members = 0
-        for i in range(j, 0, -1):  # the last group holds sizes distinct[i-1 .. j-1], padded to distinct[j-1]
-            members += count[i - 1]
-            cost = best[i - 1] + group_cost + members * distinct[j - 1]
-            if cost < best[j]:
-                best[j], start[j] = cost, i - 1
-    bounds, j = [], len(distinct)
-    while j > 0:
-        bounds.append((distinct[start[j]], distinct[j - 1]))
-        j = start[j]
-    return [([k for k, b in enumerate(sizes) if lo <= b <= hi], hi) for lo, hi in reversed(bounds)]
 
 
 def _repeat(t: torch.Tensor, num_slots: int) -> torch.Tensor:
