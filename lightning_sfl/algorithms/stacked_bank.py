@@ -402,15 +402,18 @@ class StackedBank(ClientBank):
             raise ValueError(f"sizes {sizes_l} do not split {len(x)} rows into {len(slot_of)} slots")
         coupled = self._batch_coupled()
         cost = self._group_cost(x) if self.group_cost is None else self.group_cost
+        positions = None
         if self._fresh and self._fresh_state and self._may_move_slots():
-            self._place(plan_groups(sizes_l, equal_sizes=coupled, group_cost=cost), slot_of)
+            positions = plan_groups(sizes_l, equal_sizes=coupled, group_cost=cost)
+            self._place(positions, slot_of)
         self._fresh = self._fresh_state = False
         rows_of = [self.rows[j] for j in slot_of]  # from here on: rows of the stacked tensors
         key = (tuple(sizes_l), tuple(rows_of), coupled, cost, x.device)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
-        positions = plan_groups(sizes_l, equal_sizes=coupled, group_cost=cost)
+        if positions is None:
+            positions = plan_groups(sizes_l, equal_sizes=coupled, group_cost=cost)
         if len(self._plans) >= 8:
             self._plans.clear()
         plan = self._plans[key] = build_plan(positions, sizes_l, rows_of, x.device)
@@ -418,8 +421,8 @@ class StackedBank(ClientBank):
 
     def _group_cost(self, x: torch.Tensor) -> float:
         """The price of one more group in rows for inputs like ``x`` (:func:`.stacked_plan.group_cost_rows`), once per
-        input shape, dtype and device type."""
-        key = (tuple(x.shape[1:]), x.dtype, x.device.type)
+        input shape and device type."""
+        key = (tuple(x.shape[1:]), x.device.type)
         if key not in self._costs:
             self._costs[key] = group_cost_rows(self.template, len(self._programs()[0].steps), x)
         return self._costs[key]
