@@ -26,6 +26,8 @@ import torch
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
+from lightning_sfl.wandb_payloads import heatmap_payload, log_built
+
 PNG_NAME = "partition_heatmap.png"
 
 
@@ -141,13 +143,10 @@ class PartitionReport(L.Callback):
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / PNG_NAME).write_bytes(png)
         for logger in trainer.loggers:
-            metrics = dict(stats)
-            if isinstance(logger, WandbLogger):
-                import wandb
-                from PIL import Image
-
-                metrics["partition/heatmap"] = wandb.Image(Image.open(io.BytesIO(png)), caption=partition_title(dm))
-            logger.log_metrics(metrics, step=trainer.global_step)
+            if isinstance(logger, WandbLogger):  # the image is built in W&B's process where the logger has one
+                log_built(logger, heatmap_payload, (png, partition_title(dm), stats), step=trainer.global_step)
+            else:
+                logger.log_metrics(dict(stats), step=trainer.global_step)
 
 
 def _png_dir(trainer: L.Trainer) -> Path | None:

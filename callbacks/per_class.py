@@ -39,6 +39,8 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from lightning_sfl.wandb_payloads import log_built, per_class_payload
+
 
 def rounds_completed(trainer: L.Trainer, pl_module: L.LightningModule | None = None) -> int:
     """``round`` as the coordinator logs it (its ``rounds_completed``: a checkpoint's round in ``validate``/``test``);
@@ -116,8 +118,9 @@ class PerClassAccuracy(L.Callback):
         pl_module.log_dict(values, on_step=False, on_epoch=True, batch_size=1)  # already synchronised
         if trainer.is_global_zero:
             for logger in trainer.loggers:
-                if isinstance(logger, WandbLogger):
-                    logger.log_metrics(wandb_payload(accuracy, confusion, round_idx), step=trainer.global_step)
+                if isinstance(logger, WandbLogger):  # built in W&B's process where the logger has one
+                    args = (accuracy.tolist(), confusion.tolist(), round_idx)
+                    log_built(logger, per_class_payload, args, step=trainer.global_step)
 
     # ------------------------------------------------------------------ Lightning hooks
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
@@ -140,45 +143,3 @@ class PerClassAccuracy(L.Callback):
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self._active = False
-
-
-def wandb_payload(accuracy: torch.Tensor, confusion: torch.Tensor, round_idx: int) -> dict[str, Any]:
-    """The W&B objects of one report: per-class table, bar chart, confusion-matrix chart, and ``round``."""
-    import wandb
-
-    n = len(accuracy)
-    support = confusion.sum(dim=1).tolist()
-    table = typed_table(
-        ["class", "accuracy", "support"], [[c, a, s] for c, (a, s) in enumerate(zip(accuracy.tolist(), support))]
-    )
-    names = [str(c) for c in range(n)]
-    counts = confusion.tolist()
-    cells = [[names[i], names[j], counts[i][j]] for i in range(n) for j in range(n)]
-    cells = typed_table(["Actual", "Predicted", "nPredictions"], cells)
-    return {
-        "per_class/table": table,
-        "per_class/bar_chart": wandb.plot.bar(
-            table, "class", "accuracy", title=f"Per-class test accuracy (round {round_idx})"
-        ),
-        "per_class/confusion_matrix": wandb.plot.plot_table(
-            "wandb/confusion_matrix/v1",
-            cells,
-            {"Actual": "Actual", "Predicted": "Predicted", "nPredictions": "nPredictions"},
-            {"title": f"Confusion matrix (round {round_idx})"},
-        ),
-        "round": float(round_idx),
-    }
-
-
-def typed_table(columns: list[str], rows: list[list[Any]]):
-    """``wandb.Table(columns=columns, data=rows)`` for rows whose cells have the same Python type in every row (as
-    here: ints, floats, strings): W&B infers the column types from the first row and the other rows are appended as
-    it stores them, skipping ``add_data``'s per-row type check (~0.02 ms a cell; the same table, see the tests)."""
-    import wandb
-
-    table = wandb.Table(columns=columns, data=rows[:1])
-    for row in rows[1:]:
-        if [type(v) for v in row] != [type(v) for v in rows[0]]:
-            raise TypeError(f"row {row} does not have the types of the first row {rows[0]}")
-    table.data.extend(list(row) for row in rows[1:])
-    return table

@@ -62,6 +62,10 @@ def main(args: list[str] | None = None) -> None:
 
         attack_main(argv[1:])
         return
+    if not {"-h", "--help", "--print_config"} & {a.split("=")[0] for a in argv[1:]}:
+        from lightning_sfl.wandb_process import prestart
+
+        prestart()  # W&B's worker imports W&B while this process imports Lightning (its WandbLogger takes it)
     from lightning_sfl.lightning_cli import run
 
     run(args)

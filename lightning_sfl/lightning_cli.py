@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -38,6 +37,7 @@ from lightning_sfl.callbacks import (
 from lightning_sfl.checkpoint import SPECIAL, check_checkpoint
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError, NonFiniteError, reported_cause
+from lightning_sfl.wandb_process import wandb_switch
 
 TRAINER_DEFAULTS = {
     "max_epochs": 50,
@@ -97,8 +97,8 @@ class SFLCLI(LightningCLI):
                 "checkpoint.save_last": "link",  # last.ckpt links to the round's numbered file: one write per round
                 "trainer.logger": [
                     {
-                        "class_path": "lightning.pytorch.loggers.WandbLogger",
-                        "init_args": {"project": "lightning-sfl", "save_dir": "runs", "offline": False},
+                        "class_path": "lightning_sfl.loggers.WandbLogger",  # W&B in a process of its own
+                        "init_args": {"project": "lightning-sfl", "save_dir": "runs", "offline": None},
                     },
                     {
                         "class_path": "lightning.pytorch.loggers.CSVLogger",
@@ -140,8 +140,9 @@ class SFLCLI(LightningCLI):
             for lg in (loggers if isinstance(loggers, list) else [loggers])
             if str(getattr(lg, "class_path", "")).endswith("WandbLogger")
         ]
-        if wandb_loggers and wandb_switch() is None:  # nothing says otherwise: no account needed
-            for lg in wandb_loggers:
+        lightnings = [lg for lg in wandb_loggers if not str(lg.class_path).startswith("lightning_sfl.")]
+        if lightnings and wandb_switch() is None:  # nothing says otherwise: no account needed
+            for lg in lightnings:  # (ours decides so in its own W&B process: offline=None)
                 lg.init_args.offline = True
         if self.subcommand == "fit" and wandb_loggers:
             self._resume_where_the_same_command_left_off(config, key, wandb_loggers)
@@ -223,22 +224,6 @@ def run_key(config) -> str:
     values.pop("checkpoint", None)
     values.get("trainer", {}).pop("max_epochs", None)
     return hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
-
-
-def wandb_switch() -> str | None:
-    """The W&B mode that W&B's own switches set, if any: ``WANDB_MODE``, a sweep agent's environment
-    (``WANDB_SWEEP_ID``: online) or ``wandb online|offline`` (the ``mode`` of W&B's settings files). ``None``: the CLI
-    runs its WandbLogger offline."""
-    if os.environ.get("WANDB_MODE"):
-        return os.environ["WANDB_MODE"]
-    if os.environ.get("WANDB_SWEEP_ID"):
-        return "online"
-    import wandb
-
-    try:
-        return wandb.Settings().read_system_settings().all().get("mode") or None
-    except Exception:  # unreadable settings files: W&B itself would ignore them
-        return None
 
 
 def resolve_algorithm_names(argv: list[str]) -> list[str]:

@@ -74,7 +74,7 @@ def test_fit_logs_the_same_with_the_fast_path(tmp_path):
 @pytest.mark.parametrize("classes", [3, 10])
 def test_typed_table_is_the_table_wandb_builds(classes):
     wandb = pytest.importorskip("wandb")
-    from lightning_sfl.callbacks.per_class import typed_table, wandb_payload
+    from lightning_sfl.wandb_payloads import per_class_payload, typed_table
 
     g = torch.Generator().manual_seed(classes)
     rows = [[c, float(torch.rand(1, generator=g)), int(torch.randint(0, 9, (1,), generator=g))] for c in range(classes)]
@@ -88,5 +88,5 @@ def test_typed_table_is_the_table_wandb_builds(classes):
     assert repr(fast._to_table_json()) == repr(reference._to_table_json())
     with pytest.raises(TypeError, match="types of the first row"):
         typed_table(["a", "b"], [[1, "x"], [1.5, "y"]])
-    payload = wandb_payload(torch.rand(classes), torch.randint(0, 5, (classes, classes)), 4)
+    payload = per_class_payload(torch.rand(classes).tolist(), torch.randint(0, 5, (classes, classes)).tolist(), 4)
     assert len(payload["per_class/table"].data) == classes and payload["round"] == 4.0

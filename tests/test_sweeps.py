@@ -370,8 +370,10 @@ def test_cached_parser_prints_what_the_cli_prints(agent_command, capsys):
 )
 def test_wandbs_own_switches_decide_the_mode(env, settings, offline, mode, tmp_path, monkeypatch):
     """W&B's switches (WANDB_MODE, `wandb online|offline`, an agent's environment) win over the CLI's offline
-    default, and no overlay config is needed for a sweep."""
-    import wandb
+    default, and no overlay config is needed for a sweep: the CLI's logger leaves the choice to its W&B process
+    (``offline=None``), which sets ``WANDB_MODE`` to ``init_mode(None)`` if that is not None; Lightning's own
+    WandbLogger given by class path is set offline by the CLI unless a switch says otherwise."""
+    from lightning_sfl.wandb_process import init_mode
 
     monkeypatch.chdir(tmp_path)
     for key in ("WANDB_MODE", "WANDB_SWEEP_ID"):
@@ -384,11 +386,11 @@ def test_wandbs_own_switches_decide_the_mode(env, settings, offline, mode, tmp_p
         (tmp_path / "wandb" / "settings").write_text(f"[default]\nmode = {settings}\n")
     cli = SFLCLI(args=["--config", str(REPO / "configs/digits/scala.yaml")], run=False)
     (logger,) = [lg for lg in cli.trainer.loggers if type(lg).__name__ == "WandbLogger"]
-    assert logger._offline is offline
-    seen = []
-    monkeypatch.setattr(wandb, "init", lambda **_: seen.append(os.environ.get("WANDB_MODE")) or object())
-    _ = logger.experiment
-    assert seen == [mode]
+    assert logger._offline_choice is None
+    assert (init_mode(logger._offline_choice) or os.environ.get("WANDB_MODE")) == mode
+    lightning_logger = "--trainer.logger=lightning.pytorch.loggers.WandbLogger"
+    cli = SFLCLI(args=["--config", str(REPO / "configs/digits/scala.yaml"), lightning_logger], run=False)
+    assert cli.trainer.logger._offline is offline
 
 
 def test_readme_lists_every_sweep():

@@ -249,7 +249,7 @@ def _log_to_wandb(args: argparse.Namespace, metrics: dict, history: list[dict], 
     for ``fit``: ``WANDB_MODE``, ``wandb online``) say otherwise."""
     import wandb
 
-    from lightning_sfl.lightning_cli import wandb_switch
+    from lightning_sfl.wandb_process import wandb_switch
 
     config = {k: v for k, v in metrics.items() if k not in ("mse", "ssim", "psnr", "best_val_mse", "best_epoch")}
     run = wandb.init(

@@ -1,0 +1,410 @@
+"""W&B in a process of its own: the training process sends its W&B calls down a pipe, in order, and a worker process
+makes them (``wandb.init``, ``run.log``, ``run.define_metric``, ``run.config.update``, ... and at the end
+``run.finish``), so what W&B costs — importing it (~0.5 s), starting its run (~0.8 s) and turning every logged table
+and chart into files and artifacts (15-20 ms for the per-class report of a round) — is spent on another core, while
+the run it writes is the one the same calls would have written in the training process.
+
+This module imports neither torch nor Lightning (nor W&B: the worker does), so the command line can start a worker
+before it imports Lightning (:func:`prestart`) and the worker's import of W&B overlaps the training process's.
+
+Pieces:
+
+* :class:`WandbProcess` — the training process's end: spawns ``python -m lightning_sfl.wandb_process`` (its stdout
+  and stderr are the training process's, so W&B's messages appear as before), sends calls, raises the worker's
+  errors as :class:`WandbProcessError` at the next call, finishes the run at exit (``atexit``) or on
+  ``finish()``. Calls that return nothing in practice (``log``, ``define_metric``, ``config.update``,
+  ``summary.update``) do not wait for the worker; every other call waits for its result.
+* :class:`RemoteRun` — what ``WandbLogger.experiment`` returns: ``run.log(...)``, ``run.config.update(...)``,
+  ``run.id``, ``run.dir``, ... forwarded to the worker's ``wandb.Run``.
+* :func:`serve` — the worker's loop. :meth:`WandbProcess.log_built` has the worker build what it logs from plain
+  data (``build(*args)``: a module-level function of a module that does not import torch, e.g.
+  :func:`lightning_sfl.wandb_payloads.per_class_payload`), so W&B's objects are not even built in the training
+  process.
+
+The Lightning logger on top is :class:`lightning_sfl.loggers.WandbLogger`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import secrets
+import string
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = [
+    "RemoteRun",
+    "WandbProcess",
+    "WandbProcessError",
+    "generate_run_id",
+    "init_mode",
+    "prestart",
+    "serve",
+    "wandb_switch",
+]
+
+#: Calls sent without waiting for the worker (their results are not used): a path of attribute names from the run.
+FIRE_AND_FORGET = {("log",), ("define_metric",), ("config", "update"), ("summary", "update")}
+#: Attributes of the run that are objects whose methods are forwarded (``run.config.update(...)``).
+SUB_OBJECTS = {"config", "summary"}
+_RUN_ID_CHARS = string.ascii_lowercase + string.digits
+
+
+class WandbProcessError(RuntimeError):
+    """A W&B call failed in the worker process (its message), or the worker is gone."""
+
+
+def wandb_switch() -> str | None:
+    """The W&B mode that W&B's own switches set, if any: ``WANDB_MODE``, a sweep agent's environment
+    (``WANDB_SWEEP_ID``: online) or ``wandb online|offline`` (the ``mode`` of W&B's settings files). ``None``: the CLI
+    runs its WandbLogger offline."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if os.environ.get("WANDB_SWEEP_ID"):
+        return "online"
+    import wandb
+
+    try:
+        return wandb.Settings().read_system_settings().all().get("mode") or None
+    except Exception:  # unreadable settings files: W&B itself would ignore them
+        return None
+
+
+def init_mode(offline: bool | None) -> str | None:
+    """The ``WANDB_MODE`` a worker sets before ``wandb.init``: ``"dryrun"`` (offline) for ``offline=True`` (as
+    Lightning's WandbLogger sets it) and for ``offline=None`` when W&B's own switches say nothing
+    (:func:`wandb_switch`); ``None`` otherwise (W&B's switches decide)."""
+    if offline or (offline is None and wandb_switch() is None):
+        return "dryrun"
+    return None
+
+
+def generate_run_id() -> str:
+    """A run id as ``wandb.util.generate_id`` makes them (8 characters of ``[a-z0-9]``), chosen here so that the
+    training process knows it without waiting for the worker."""
+    return "".join(secrets.choice(_RUN_ID_CHARS) for _ in range(8))
+
+
+class WandbProcess:
+    """The training process's end of a W&B worker (see the module docstring). ``start`` spawns the worker, which
+    imports W&B at once; ``init`` starts the run (without waiting for it)."""
+
+    def __init__(self) -> None:
+        parent_to_child, child_reads = os.pipe()[::-1]  # (write end, read end)
+        parent_reads, child_to_parent = os.pipe()
+        cmd = [sys.executable, "-m", "lightning_sfl.wandb_process", str(child_reads), str(child_to_parent)]
+        self._proc = subprocess.Popen(cmd, pass_fds=(child_reads, child_to_parent), stdin=subprocess.DEVNULL)
+        os.close(child_reads), os.close(child_to_parent)
+        self._send_end = Connection(parent_to_child, readable=False)
+        self._recv_end = Connection(parent_reads, writable=False)
+        self._lock = threading.RLock()  # one exchange at a time (a call and its reply)
+        self._async_error: str | None = None  # reported by the worker for a call that did not wait
+        self._tee: _ConsoleTee | None = None
+        self.initialised = False
+        self.closed = False
+        self.exit_code = 0
+        atexit.register(self.close)
+
+    # ------------------------------------------------------------------ run lifetime
+    def init(self, init_kwargs: dict[str, Any], offline: bool | None) -> None:
+        """``wandb.init(**init_kwargs)`` in the worker. ``offline``: True sets ``WANDB_MODE=dryrun`` there (as
+        Lightning's WandbLogger does); None: W&B's own switches decide (:func:`wandb_switch`), else offline. From
+        now on what this process writes to ``sys.stdout``/``sys.stderr`` is also W&B's console log of the run (what
+        W&B's own console capture records in the process that calls ``wandb.init``), unless
+        ``WANDB_CONSOLE=off``."""
+        self._send(("init", init_kwargs, offline))
+        self.initialised = True
+        if os.environ.get("WANDB_CONSOLE", "").lower() != "off":
+            self._tee = _ConsoleTee(self)
+
+    def close(self, exit_code: int | None = None) -> None:
+        """Finish the run (``run.finish(exit_code)``, default :attr:`exit_code`), wait for the worker to write it
+        and exit. Idempotent; called at exit of the training process."""
+        if self.closed:
+            return
+        self.closed = True
+        atexit.unregister(self.close)
+        if self._tee is not None:
+            self._tee.uninstall()
+        try:
+            if self.initialised:
+                with self._lock:
+                    self._send_end.send(("finish", self.exit_code if exit_code is None else exit_code))
+                    self._receive()
+        except WandbProcessError as exc:
+            print(f"wandb process: {exc}", file=sys.stderr)
+        except (BrokenPipeError, OSError):
+            pass  # the worker is gone already; it finished the run itself
+        finally:
+            self._send_end.close()
+            self._proc.wait()
+            self._recv_end.close()
+        if self._async_error is not None:
+            print(f"wandb process: {self._async_error}", file=sys.stderr)
+
+    # ------------------------------------------------------------------ calls
+    def call(self, path: tuple[str, ...], args: tuple = (), kwargs: dict | None = None) -> Any:
+        """``run.<path>(*args, **kwargs)`` in the worker; waits for its result unless ``path`` is in
+        :data:`FIRE_AND_FORGET`."""
+        wait = path not in FIRE_AND_FORGET
+        with self._lock:
+            self._send(("call", path, _picklable(args), _picklable(kwargs or {}), wait))
+            return self._receive() if wait else None
+
+    def get(self, path: tuple[str, ...]) -> Any:
+        """``run.<path>`` in the worker: its value, or ``CALLABLE`` for a method."""
+        with self._lock:
+            self._send(("get", path))
+            return self._receive()
+
+    def log_built(
+        self, build: Callable[..., dict[str, Any]], args: tuple = (), extra: dict | None = None, prefix: str = ""
+    ) -> None:
+        """``run.log({**{prefix + k: v for k, v in build(*args).items()}, **extra})`` with ``build`` called in the
+        worker (a module-level function: it travels by name, its ``args`` by value)."""
+        self._send(("log_built", build, args, extra or {}, prefix))
+
+    def console(self, stream: str, text: str) -> None:
+        """``text`` written to this process's ``stream`` (``"stdout"``/``"stderr"``), for the run's console log."""
+        self._send(("console", stream, text))
+
+    # ------------------------------------------------------------------ plumbing
+    def _send(self, message: tuple) -> None:
+        if self.closed and message[0] != "finish":
+            raise WandbProcessError("the W&B run of this logger has finished; nothing more can be logged to it")
+        self._raise_pending()
+        try:
+            with self._lock:
+                self._send_end.send(message)
+        except (BrokenPipeError, OSError):
+            raise WandbProcessError(f"the W&B process has exited (exit code {self._proc.poll()})") from None
+
+    def _receive(self) -> Any:
+        """The reply to the call just sent (an earlier call's error that arrives first is kept for later)."""
+        while True:
+            try:
+                kind, value = self._recv_end.recv()
+            except (EOFError, OSError):
+                raise WandbProcessError(f"the W&B process has exited (exit code {self._proc.poll()})") from None
+            if kind == "async_error":
+                self._async_error = self._async_error or value
+                continue
+            if kind == "error":
+                raise WandbProcessError(value)
+            return value
+
+    def _raise_pending(self) -> None:
+        """An error the worker reported for a call that did not wait (``log``, ``init``, ...), raised now."""
+        try:
+            while self._async_error is None and self._recv_end.poll():
+                kind, value = self._recv_end.recv()
+                if kind == "async_error":
+                    self._async_error = value
+        except (EOFError, OSError):
+            return  # the worker has exited; the next send says so
+        if self._async_error is not None:
+            error, self._async_error = self._async_error, None
+            raise WandbProcessError(error)
+
+
+CALLABLE = "<callable>"
+
+
+class _ConsoleTee:
+    """Wraps ``write`` of ``sys.stdout`` and ``sys.stderr`` (as W&B's ``wrap`` console capture wraps them in the
+    process running ``wandb.init``) so that the text also goes to the worker."""
+
+    def __init__(self, process: WandbProcess) -> None:
+        self._process, self._streams, self._busy = process, [], False
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if stream is None:
+                continue
+            try:
+                original = stream.write
+                stream.write = self._wrap(name, original)
+            except (AttributeError, TypeError):  # a stream whose write cannot be replaced: not recorded
+                continue
+            self._streams.append((stream, original))
+
+    def _wrap(self, name: str, original: Callable[[str], int]) -> Callable[[str], int]:
+        def write(text: str) -> int:
+            written = original(text)
+            if not self._busy and text:
+                self._busy = True
+                try:
+                    self._process.console(name, text)
+                except Exception:  # the worker is gone or failed: the console log stops, the output does not
+                    self.uninstall()
+                finally:
+                    self._busy = False
+            return written
+
+        return write
+
+    def uninstall(self) -> None:
+        for stream, original in self._streams:
+            try:
+                stream.write = original
+            except (AttributeError, TypeError):
+                pass
+        self._streams = []
+
+
+class RemoteRun:
+    """The worker's ``wandb.Run`` seen from the training process: attribute reads and method calls are forwarded
+    (``run.log``, ``run.define_metric``, ``run.config.update``, ``run.summary.update`` without waiting). ``id`` is
+    known here."""
+
+    def __init__(self, process: WandbProcess, run_id: str, path: tuple[str, ...] = ()) -> None:
+        object.__setattr__(self, "_process", process)
+        object.__setattr__(self, "_path", path)
+        object.__setattr__(self, "id", run_id)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        path = (*self._path, name)
+        if path in FIRE_AND_FORGET:
+            return _RemoteMethod(self._process, path)
+        if not self._path and name in SUB_OBJECTS:
+            return RemoteRun(self._process, self.id, path)
+        value = self._process.get(path)
+        return _RemoteMethod(self._process, path) if value == CALLABLE else value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"set {name} through a method of the run (e.g. run.config.update), not an attribute")
+
+    def __setitem__(self, key: str, value: Any) -> None:  # run.config["lr"] = ..., run.summary["acc"] = ...
+        self._process.call((*self._path, "update"), ({key: value},))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._process.call((*self._path, "__getitem__"), (key,))
+
+    def finish(self, exit_code: int | None = None, **_: Any) -> None:
+        """``run.finish``: the run ends and the worker exits."""
+        self._process.close(exit_code)
+
+    def watch(self, *args: Any, **kwargs: Any) -> None:
+        raise WandbProcessError(
+            "run.watch needs the model in W&B's process: use lightning.pytorch.loggers.WandbLogger to watch gradients"
+        )
+
+
+class _RemoteMethod:
+    def __init__(self, process: WandbProcess, path: tuple[str, ...]) -> None:
+        self._process, self._path = process, path
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._process.call(self._path, args, kwargs)
+
+
+def _picklable(value: Any) -> Any:
+    """``value`` itself if it pickles; else its containers rebuilt with ``str`` of the leaves that do not (what W&B
+    would do with them: it stores such config values as strings)."""
+    try:
+        pickle.dumps(value)
+        return value
+    except Exception:
+        if isinstance(value, dict):
+            return {k: _picklable(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return type(value)(_picklable(v) for v in value)
+        return str(value)
+
+
+# ---------------------------------------------------------------------- pre-started worker
+_spare: WandbProcess | None = None
+
+
+def prestart() -> None:
+    """Start a worker now (it imports W&B while the caller imports Lightning); the next :func:`take` gets it. Only
+    where this process is rank zero (no ``LOCAL_RANK``/``RANK`` other than 0 in the environment)."""
+    global _spare
+    ranks = [os.environ.get(k) for k in ("LOCAL_RANK", "RANK", "NODE_RANK")]
+    if _spare is None and all(r in (None, "", "0") for r in ranks):
+        _spare = WandbProcess()
+
+
+def take() -> WandbProcess:
+    """The pre-started worker if there is one, else a new one."""
+    global _spare
+    process, _spare = _spare, None
+    return process if process is not None and process._proc.poll() is None else WandbProcess()
+
+
+# ---------------------------------------------------------------------- the worker
+def serve(receive: Connection, reply: Connection) -> int:
+    """The worker's loop: imports W&B, then makes the calls it receives, in order, until ``finish`` or the end of
+    the pipe (the training process is gone: the run is finished with exit code 1). Returns the exit code."""
+    import wandb
+
+    run = None
+    reported = False  # only the first error of a call that did not wait is sent back (the others go to stderr)
+
+    def failed(text: str, wait: bool) -> None:
+        nonlocal reported
+        if wait:
+            reply.send(("error", text))
+        elif not reported:
+            reported = True
+            reply.send(("async_error", text))
+        else:
+            print(f"wandb process: {text}", file=sys.stderr)
+
+    while True:
+        try:
+            message = receive.recv()
+        except (EOFError, OSError):
+            if run is not None:
+                run.finish(exit_code=1)
+            return 0
+        kind = message[0]
+        wait = kind in ("get", "finish") or (kind == "call" and message[4])
+        try:
+            if kind == "init":
+                _, init_kwargs, offline = message
+                mode = init_mode(offline)
+                if mode:
+                    os.environ["WANDB_MODE"] = mode
+                run = wandb.init(**init_kwargs)
+                if getattr(run, "define_metric", None) is None:
+                    raise WandbProcessError("wandb.init returned no run")
+            elif kind == "finish":
+                if run is not None:
+                    run.finish(exit_code=message[1])
+                reply.send(("ok", None))
+                return 0
+            elif run is None:
+                raise WandbProcessError(f"{kind} before the run was started")
+            elif kind == "console":  # what W&B's console capture passes on in the process of wandb.init
+                record = getattr(run, "_console_raw_callback", None)
+                if record is not None:
+                    record(message[1], message[2])
+            elif kind == "log_built":
+                _, build, args, extra, prefix = message
+                run.log({**{prefix + k: v for k, v in build(*args).items()}, **extra})
+            else:
+                target = run
+                for name in message[1][:-1]:
+                    target = getattr(target, name)
+                value = getattr(target, message[1][-1])
+                if kind == "get":
+                    reply.send(("ok", CALLABLE if callable(value) else _picklable(value)))
+                else:
+                    result = value(*message[2], **message[3])
+                    if wait:
+                        reply.send(("ok", _picklable(result)))
+        except Exception as exc:  # the training process raises it (at once if it waits, else at its next call)
+            failed(f"{type(exc).__name__}: {exc}".splitlines()[0], wait)
+
+
+if __name__ == "__main__":
+    read_fd, write_fd = (int(a) for a in sys.argv[1:3])
+    raise SystemExit(serve(Connection(read_fd, writable=False), Connection(write_fd, readable=False)))
