@@ -5,7 +5,9 @@ Once per ``fit`` (``on_fit_start``, after the data module built its partition), 
 * ``partition/heatmap`` — a ``wandb.Image`` (to every ``WandbLogger``) of the ``K × N`` count matrix
   ``n[k, c]`` (clients on y, classes on x, colour bar, title with the partition settings); the same PNG is
   written to ``<log dir>/partition_heatmap.png`` where the run has a log directory (the first CSV or
-  TensorBoard logger's versioned ``log_dir``, otherwise ``trainer.log_dir``);
+  TensorBoard logger's versioned ``log_dir``, otherwise ``trainer.log_dir``). With the CLI's
+  :class:`~lightning_sfl.loggers.WandbLogger` both are drawn and written by W&B's process
+  (:func:`~lightning_sfl.wandb_payloads.heatmap_payload`), not during the training process's start-up;
 * ``partition/<stat>`` scalars (to every logger, so also into the W&B summary), from
   :func:`partition_statistics`: ``num_clients``, ``size_min``, ``size_median``, ``size_max``,
   ``mean_classes_per_client``, ``mean_max_class_share``, ``mean_kl_to_global``, ``mean_emd_to_global``.
@@ -17,7 +19,6 @@ otherwise the callback warns and does nothing. It holds no state; a resumed fit 
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import lightning as L
@@ -26,7 +27,7 @@ import torch
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lightning_sfl.wandb_payloads import heatmap_payload, log_built
+from lightning_sfl.wandb_payloads import heatmap_payload, heatmap_png, log_built
 
 PNG_NAME = "partition_heatmap.png"
 
@@ -92,36 +93,6 @@ def partition_title(dm) -> str:
     return ", ".join(parts)
 
 
-def heatmap_png(label_counts: torch.Tensor | np.ndarray, title: str) -> bytes:
-    """PNG bytes of the client × class count heatmap (counts written in the cells when there are few)."""
-    from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend
-
-    n = torch.as_tensor(label_counts).detach().cpu().numpy()
-    k, c = n.shape
-    fig = Figure(figsize=(min(max(4.0, 0.5 * c + 2.5), 24.0), min(max(3.0, 0.32 * k + 1.8), 24.0)), dpi=100)
-    ax = fig.add_subplot()
-    im = ax.imshow(n, aspect="auto", cmap="viridis", interpolation="nearest")
-    fig.colorbar(im, ax=ax, label="samples")
-    ax.set_xlabel("class")
-    ax.set_ylabel("client")
-    ax.set_title(title, fontsize=9)
-    if c <= 40:
-        ax.set_xticks(range(c))
-    if k <= 40:
-        ax.set_yticks(range(k))
-    if k * c <= 400:
-        threshold = n.max() / 2 if n.size else 0
-        for i in range(k):
-            for j in range(c):
-                if n[i, j]:
-                    colour = "black" if n[i, j] > threshold else "white"
-                    ax.text(j, i, int(n[i, j]), ha="center", va="center", fontsize=7, color=colour)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
-
-
 class PartitionReport(L.Callback):
     """Logs the partition heatmap and its summary statistics once per fit (see the module docstring)."""
 
@@ -138,15 +109,18 @@ class PartitionReport(L.Callback):
             return
         stats = {f"partition/{k}": v for k, v in partition_statistics(counts).items()}
         stats["round"] = float(trainer.current_epoch)
-        png = heatmap_png(counts, partition_title(dm))
-        if out_dir is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / PNG_NAME).write_bytes(png)
+        title = partition_title(dm)
+        png_path = str((out_dir / PNG_NAME).resolve()) if out_dir is not None else None
+        args = (torch.as_tensor(counts).tolist(), title, stats)
         for logger in trainer.loggers:
-            if isinstance(logger, WandbLogger):  # the image is built in W&B's process where the logger has one
-                log_built(logger, heatmap_payload, (png, partition_title(dm), stats), step=trainer.global_step)
+            if isinstance(logger, WandbLogger):  # the heatmap is drawn in W&B's process where the logger has one
+                log_built(logger, heatmap_payload, (*args, png_path), step=trainer.global_step)
+                png_path = None  # written (by the first W&B logger's payload)
             else:
                 logger.log_metrics(dict(stats), step=trainer.global_step)
+        if png_path is not None:
+            Path(png_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(png_path).write_bytes(heatmap_png(args[0], title))
 
 
 def _png_dir(trainer: L.Trainer) -> Path | None:

@@ -6,16 +6,18 @@ Pure functions of this module's own: it imports neither torch nor Lightning, so 
 
 * :func:`per_class_payload` — :class:`~lightning_sfl.callbacks.PerClassAccuracy`'s table, bar chart and confusion
   matrix of one report;
-* :func:`heatmap_payload` — :class:`~lightning_sfl.callbacks.PartitionReport`'s heatmap image.
+* :func:`heatmap_payload` — :class:`~lightning_sfl.callbacks.PartitionReport`'s heatmap image (drawn by
+  :func:`heatmap_png`, with matplotlib: also off the training process's start-up).
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["heatmap_payload", "log_built", "per_class_payload", "typed_table"]
+__all__ = ["heatmap_payload", "heatmap_png", "log_built", "per_class_payload", "typed_table"]
 
 
 def per_class_payload(accuracy: Sequence[float], confusion: Sequence[Sequence[int]], round_idx: int) -> dict[str, Any]:
@@ -48,12 +50,51 @@ def per_class_payload(accuracy: Sequence[float], confusion: Sequence[Sequence[in
     }
 
 
-def heatmap_payload(png: bytes, caption: str, stats: dict[str, float]) -> dict[str, Any]:
-    """``stats`` and ``partition/heatmap``: a ``wandb.Image`` of the PNG bytes ``png`` with ``caption``."""
+def heatmap_payload(
+    label_counts: Sequence[Sequence[int]], title: str, stats: dict[str, float], png_path: str | None = None
+) -> dict[str, Any]:
+    """``stats`` and ``partition/heatmap``: a ``wandb.Image`` of :func:`heatmap_png` (caption ``title``), whose PNG
+    is also written to ``png_path`` if given."""
     import wandb
     from PIL import Image
 
-    return {**stats, "partition/heatmap": wandb.Image(Image.open(io.BytesIO(png)), caption=caption)}
+    png = heatmap_png(label_counts, title)
+    if png_path is not None:
+        Path(png_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(png_path).write_bytes(png)
+    return {**stats, "partition/heatmap": wandb.Image(Image.open(io.BytesIO(png)), caption=title)}
+
+
+def heatmap_png(label_counts: Sequence[Sequence[int]], title: str) -> bytes:
+    """PNG bytes of the client × class count heatmap of ``label_counts`` (``[K, N]``: clients × classes; counts
+    written in the cells when there are few)."""
+    import numpy as np
+    from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend
+
+    n = np.asarray(label_counts)
+    k, c = n.shape
+    fig = Figure(figsize=(min(max(4.0, 0.5 * c + 2.5), 24.0), min(max(3.0, 0.32 * k + 1.8), 24.0)), dpi=100)
+    ax = fig.add_subplot()
+    im = ax.imshow(n, aspect="auto", cmap="viridis", interpolation="nearest")
+    fig.colorbar(im, ax=ax, label="samples")
+    ax.set_xlabel("class")
+    ax.set_ylabel("client")
+    ax.set_title(title, fontsize=9)
+    if c <= 40:
+        ax.set_xticks(range(c))
+    if k <= 40:
+        ax.set_yticks(range(k))
+    if k * c <= 400:
+        threshold = n.max() / 2 if n.size else 0
+        for i in range(k):
+            for j in range(c):
+                if n[i, j]:
+                    colour = "black" if n[i, j] > threshold else "white"
+                    ax.text(j, i, int(n[i, j]), ha="center", va="center", fontsize=7, color=colour)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
 
 
 def typed_table(columns: list[str], rows: list[list[Any]]):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from lightning_sfl.callbacks.partition_report import PNG_NAME
 from lightning_sfl.wandb_offline import read_offline_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,6 +81,8 @@ def test_the_cli_logger_writes_the_run_lightnings_logger_writes(tmp_path):
     assert _stable(ours.summary) == _stable(theirs.summary)
     assert ours.media_files == theirs.media_files and ours.media_files
     assert _console(ours) == _console(theirs) and any("final test accuracy" in line for line, _ in _console(ours))
+    pngs = [(tmp_path / name / "runs" / "csv" / "version_0" / PNG_NAME).read_bytes() for name in runs]
+    assert pngs[0] == pngs[1]  # the heatmap file of the log dir, drawn by W&B's process for ours
     kinds = [[r["type"] for r in run.records] for run in (ours, theirs)]
     last = max(i for i, kind in enumerate(kinds[1]) if kind == "history")
     assert kinds[0][: last + 1] == kinds[1][: last + 1]  # the same records in the same order
