@@ -308,8 +308,10 @@ def test_sweep_command_is_a_block_list_ending_in_args_with_existing_configs(path
 def test_console_script_is_the_cli():
     from importlib.metadata import entry_points
 
+    from lightning_sfl.cli import console_main
+
     (script,) = entry_points(group="console_scripts", name="lightning-sfl")
-    assert script.load() is main
+    assert script.load() is console_main  # main, then an exit without the module teardown
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=_ids)
