@@ -16,8 +16,9 @@ Both sides run as fresh processes on one thread, timed from the start of the pro
     ``lightning-sfl fit --config configs/digits/scala.yaml --trainer.max_epochs R --dissimilarity.every_n_rounds 0``
     in a temporary folder: SCALA, cnn_small cut at s2, 20 clients with 2 classes each (quantity skew α = 2), 5 per
     round, B = 64 rows per local iteration split by eq. 3, T = 5, lr 0.05; evaluation every round; everything else
-    as the CLI has it (W&B offline — in its own process, the CLI's logger — and CSV loggers, checkpoints, per-class accuracy, byte ledger, simulated clock,
-    round progress bar). Gradient dissimilarity is off: it is an optional measurement, not the method.
+    as the CLI has it (W&B offline, in a process of its own, and CSV loggers, checkpoints, per-class accuracy, byte
+    ledger, simulated clock, round progress bar; the process ends without Python's module teardown). Gradient
+    dissimilarity is off: it is an optional measurement, not the method.
 ``plain``
     This file with ``--plain``: the same setting written as a plain PyTorch loop (:func:`plain_scala`): one copy of
     the client half per selected client, its activations concatenated, the server updated on ``CE(s + log P_s)``,
