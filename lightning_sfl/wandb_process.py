@@ -46,6 +46,7 @@ __all__ = [
     "init_mode",
     "prestart",
     "serve",
+    "take",
     "wandb_switch",
 ]
 
@@ -92,8 +93,8 @@ def generate_run_id() -> str:
 
 
 class WandbProcess:
-    """The training process's end of a W&B worker (see the module docstring). ``start`` spawns the worker, which
-    imports W&B at once; ``init`` starts the run (without waiting for it)."""
+    """The training process's end of a W&B worker (see the module docstring). Constructing it spawns the worker,
+    which imports W&B at once; ``init`` starts the run (without waiting for it)."""
 
     def __init__(self) -> None:
         parent_to_child, child_reads = os.pipe()[::-1]  # (write end, read end)
@@ -176,7 +177,7 @@ class WandbProcess:
 
     # ------------------------------------------------------------------ plumbing
     def _send(self, message: tuple) -> None:
-        if self.closed and message[0] != "finish":
+        if self.closed:
             raise WandbProcessError("the W&B run of this logger has finished; nothing more can be logged to it")
         self._raise_pending()
         try:
