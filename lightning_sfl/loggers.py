@@ -34,7 +34,14 @@ from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from lightning_sfl.wandb_process import RemoteRun, WandbProcess, WandbProcessError, generate_run_id, take
+from lightning_sfl.wandb_process import (
+    WATCH_REFUSED,
+    RemoteRun,
+    WandbProcess,
+    WandbProcessError,
+    generate_run_id,
+    take,
+)
 
 __all__ = ["WandbLogger"]
 
@@ -109,9 +116,7 @@ class WandbLogger(LightningWandbLogger):
         run._process.log_built(build, args, extra, prefix)
 
     def watch(self, model: Any, log: str | None = "gradients", log_freq: int = 100, log_graph: bool = True) -> None:
-        raise WandbProcessError(
-            "WandbLogger.watch needs the model in W&B's process: use lightning.pytorch.loggers.WandbLogger to watch it"
-        )
+        raise WandbProcessError(WATCH_REFUSED)
 
     @rank_zero_only
     def finalize(self, status: str) -> None:

@@ -55,6 +55,8 @@ FIRE_AND_FORGET = {("log",), ("define_metric",), ("config", "update"), ("summary
 #: Attributes of the run that are objects whose methods are forwarded (``run.config.update(...)``).
 SUB_OBJECTS = {"config", "summary"}
 _RUN_ID_CHARS = string.ascii_lowercase + string.digits
+#: Why ``watch`` is refused (by the run and by :class:`lightning_sfl.loggers.WandbLogger`).
+WATCH_REFUSED = "watch needs the model in W&B's process: use lightning.pytorch.loggers.WandbLogger to watch it"
 
 
 class WandbProcessError(RuntimeError):
@@ -293,9 +295,7 @@ class RemoteRun:
         self._process.close(exit_code)
 
     def watch(self, *args: Any, **kwargs: Any) -> None:
-        raise WandbProcessError(
-            "run.watch needs the model in W&B's process: use lightning.pytorch.loggers.WandbLogger to watch gradients"
-        )
+        raise WandbProcessError(WATCH_REFUSED)
 
 
 class _RemoteMethod:
