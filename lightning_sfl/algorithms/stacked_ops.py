@@ -43,6 +43,8 @@ from torch import nn
 from torch.func import functional_call, vmap
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from lightning_sfl.models.pooling import MaxPool2d
+
 __all__ = ["StackedProgram"]
 
 Tensors = dict[str, torch.Tensor]
@@ -53,6 +55,7 @@ AS_IS = (nn.ReLU, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, n
 PER_SAMPLE = (
     nn.MaxPool1d,
     nn.MaxPool2d,
+    MaxPool2d,  # the zoo's: nn.MaxPool2d through the channels-last kernel on a CPU
     nn.AvgPool1d,
     nn.AvgPool2d,
     nn.AdaptiveAvgPool1d,

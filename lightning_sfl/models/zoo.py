@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.models.pooling import MaxPool2d
 
 __all__ = ["MODELS", "BasicBlock", "SplittableModel", "build_model"]
 
@@ -173,15 +174,15 @@ def _alexnet(num_classes: int, input_shape: Shape) -> tuple[list[nn.Module], dic
     c = input_shape[0]
     layers: list[nn.Module] = [
         *_conv_block(c, 32, relu=False),
-        nn.MaxPool2d(2, 2),
+        MaxPool2d(2, 2),
         nn.ReLU(),
         *_conv_block(32, 64, relu=False),
-        nn.MaxPool2d(2, 2),
+        MaxPool2d(2, 2),
         nn.ReLU(),
         *_conv_block(64, 128, relu=False),
         *_conv_block(128, 256, relu=False),
         *_conv_block(256, 256, relu=False),
-        nn.MaxPool2d(3, 2),
+        MaxPool2d(3, 2),
         nn.ReLU(),
         *_mlp(256 * 3 * 3, [1024, 512], num_classes, relu=False),
     ]
@@ -263,7 +264,7 @@ def _vgg(
         for out_ch in stage:
             layers += _conv_block(c, out_ch, batch_norm=batch_norm)
             c = out_ch
-        layers.append(nn.MaxPool2d(2, 2))
+        layers.append(MaxPool2d(2, 2))
     layers += _mlp(512 * (h // 32) * (w // 32), [512, 512], num_classes)
     return layers, _cuts_after(layers, nn.MaxPool2d)
 
@@ -295,9 +296,9 @@ def _cnn_small(num_classes: int, input_shape: Shape) -> tuple[list[nn.Module], d
     layers: list[nn.Module] = [
         *_conv_block(c, 32),
         *_conv_block(32, 64),
-        nn.MaxPool2d(2, 2),
+        MaxPool2d(2, 2),
         *_conv_block(64, 64),
-        nn.MaxPool2d(2, 2),
+        MaxPool2d(2, 2),
         *_mlp(64 * (h // 4) * (w // 4), [128], num_classes),
     ]
     # Kaiming init (zero biases) instead of PyTorch's default: with the default init, plain SGD sits on a
@@ -327,10 +328,10 @@ def _cnn_svhn(num_classes: int, input_shape: Shape) -> tuple[list[nn.Module], di
     layers: list[nn.Module] = [
         nn.Conv2d(c, 32, 5, padding=2),
         nn.ReLU(),
-        nn.MaxPool2d(2, 2),
+        MaxPool2d(2, 2),
         nn.Conv2d(32, 64, 5, padding=2),
         nn.ReLU(),
-        nn.MaxPool2d(2, 2),
+        MaxPool2d(2, 2),
         *_mlp(64 * (h // 4) * (w // 4), [512], num_classes),
     ]
     _kaiming_init(layers, (nn.Conv2d, nn.Linear), mode="fan_in", zero_bias=True)
