@@ -17,6 +17,7 @@ from lightning_sfl.checkpoint import check_checkpoint
 from lightning_sfl.cli import main
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError, NonFiniteError
+from lightning_sfl.loop import Step
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS = str(REPO / "configs" / "digits" / "scala.yaml")
@@ -140,6 +141,28 @@ def test_nan_stops_the_run_naming_round_and_client_and_keeps_last_good_checkpoin
     ckpt = torch.load(tmp_path / "last.ckpt", weights_only=True)
     assert ckpt["epoch"] == 1  # end of round 2, the last good one
     assert all(torch.isfinite(v).all() for v in ckpt["state_dict"].values() if v.is_floating_point())
+
+
+@pytest.mark.parametrize(
+    ("rows", "bad_client"),
+    [
+        ([[3e38, 3e38], [1.0, 2.0]], None),  # finite values whose sum overflows: not an error
+        ([[3e38, 3e38], [1.0, float("-inf")]], 7),
+        ([[float("nan"), 0.0], [1.0, 2.0]], 5),
+        ([[float("inf"), float("-inf")], [1.0, 2.0]], 5),  # the sum is NaN, not inf
+    ],
+)
+def test_check_finite_on_its_own(rows, bad_client):
+    """The guard's one-pass test (is the sum finite?) against the elementwise one: overflowing sums of finite rows
+    pass, any NaN or infinity stops, naming the client of the row."""
+    sizes = torch.tensor([1, 1])
+    step = Step("local", 0, 1, False, torch.tensor([5, 7]), sizes, torch.arange(2), owner=torch.arange(2))
+    values = torch.tensor(rows, dtype=torch.float32)
+    if bad_client is None:
+        SCALA().check_finite("activations", values, step)
+    else:
+        with pytest.raises(NonFiniteError, match=rf"round 1, local iteration 2, client\(s\) \[{bad_client}\]"):
+            SCALA().check_finite("activations", values, step)
 
 
 def test_divergence_from_the_cli_is_one_line(tmp_path):
