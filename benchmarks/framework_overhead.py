@@ -24,7 +24,9 @@ Both sides run as fresh processes on one thread, timed from the start of the pro
     the client half per selected client, its activations concatenated, the server updated on ``CE(s + log P_s)``,
     each client's gradient from ``CE(s + log P_k)`` of the same forward (eqs. 14-15), every client stepped, the
     halves averaged with ``|D_k|`` weights (eq. 10), then the test accuracy (and per-class accuracy) of the global
-    model. It imports torch and scikit-learn only, logs nothing and writes no file.
+    model. It imports torch, scikit-learn and, for the max pooling, ``lightning_sfl.models.pooling`` (the zoo's:
+    PyTorch's channels-last kernel forward, the NCHW one backward; ``--plain-pool torch``: ``nn.MaxPool2d``, which
+    makes the plain loop slower, not the framework's tax smaller), logs nothing and writes no file.
 
 Per round = (R-round run − 1-round run) / (R − 1) (R = 61 by default: a run's start varies by a few tenths of a
 second on a shared machine, which 20 rounds would turn into ±15 ms a round); start-up = 1-round run − per round
@@ -52,8 +54,9 @@ CONFIG = REPO / "configs" / "digits" / "scala.yaml"
 CLIENTS, PER_ROUND, BATCH, LOCAL_ITERS, LR, TEST_FRACTION = 20, 5, 64, 5, 0.05, 0.2
 
 
-def plain_scala(rounds: int, seed: int = 0) -> float:
-    """SCALA on digits in plain PyTorch (see the module docstring); returns the final test accuracy."""
+def plain_scala(rounds: int, seed: int = 0, pool: str = "zoo") -> float:
+    """SCALA on digits in plain PyTorch (see the module docstring); returns the final test accuracy. ``pool``:
+    ``"zoo"``, the zoo's max pooling (the same kernels as ours), or ``"torch"``, ``nn.MaxPool2d``."""
     import copy
 
     import numpy as np
@@ -62,6 +65,10 @@ def plain_scala(rounds: int, seed: int = 0) -> float:
     from sklearn.datasets import load_digits
     from torch import nn
 
+    if pool == "zoo":
+        from lightning_sfl.models.pooling import MaxPool2d
+    else:
+        MaxPool2d = nn.MaxPool2d  # noqa: N806
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     data, target = load_digits(return_X_y=True)
@@ -87,8 +94,8 @@ def plain_scala(rounds: int, seed: int = 0) -> float:
     priors = torch.stack([torch.bincount(y[s], minlength=10).double() / len(s) for s in shards]).float()
 
     client = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
-                           nn.MaxPool2d(2))  # fmt: skip
-    server = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                           MaxPool2d(2))  # fmt: skip
+    server = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), MaxPool2d(2), nn.Flatten(),
                            nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))  # fmt: skip
     for layer in [*client, *server]:  # the zoo's cnn_small: Kaiming normal (fan-in), zero biases
         if isinstance(layer, nn.Conv2d | nn.Linear):
@@ -144,8 +151,8 @@ def _ours_command(rounds: int, extra: tuple[str, ...] = ()) -> list[str]:
             f"--trainer.max_epochs={rounds}", "--dissimilarity.every_n_rounds=0", *extra]  # fmt: skip
 
 
-def _plain_command(rounds: int) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), "--plain", "--rounds", str(rounds)]
+def _plain_command(rounds: int, pool: str = "zoo") -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "--plain", "--rounds", str(rounds), "--plain-pool", pool]
 
 
 def _timed(cmd: list[str]) -> float:
@@ -160,9 +167,10 @@ def _timed(cmd: list[str]) -> float:
     return seconds
 
 
-def measure(rounds: int, repeats: int, ours_args: tuple[str, ...] = ()) -> dict:
+def measure(rounds: int, repeats: int, ours_args: tuple[str, ...] = (), plain_pool: str = "zoo") -> dict:
     """Medians of ``repeats`` interleaved timings of both sides at 1 and ``rounds`` rounds, and what follows."""
-    commands = {"ours": functools.partial(_ours_command, extra=ours_args), "plain": _plain_command}
+    commands = {"ours": functools.partial(_ours_command, extra=ours_args),
+                "plain": functools.partial(_plain_command, pool=plain_pool)}  # fmt: skip
     runs: dict = {(side, r): [] for side in commands for r in (1, rounds)}
     helps = []
     for _ in range(repeats):
@@ -171,7 +179,8 @@ def measure(rounds: int, repeats: int, ours_args: tuple[str, ...] = ()) -> dict:
         helps.append(_timed([sys.executable, "-m", "lightning_sfl.cli", "--help"]))
     med = {k: statistics.median(v) for k, v in runs.items()}
     med["help"] = statistics.median(helps)
-    out: dict = {"rounds": rounds, "repeats": repeats, "help_s": med["help"], "ours_args": list(ours_args)}
+    out: dict = {"rounds": rounds, "repeats": repeats, "help_s": med["help"], "ours_args": list(ours_args),
+                 "plain_pool": plain_pool}  # fmt: skip
     for side in ("ours", "plain"):
         per_round = (med[side, rounds] - med[side, 1]) / (rounds - 1)
         out[side] = {"one_round_s": med[side, 1], "long_run_s": med[side, rounds], "per_round_s": per_round,
@@ -184,7 +193,8 @@ def measure(rounds: int, repeats: int, ours_args: tuple[str, ...] = ()) -> dict:
 def report(r: dict) -> str:
     lines = [
         f"framework overhead, digits main job, 1 thread, medians of {r['repeats']} (1- and {r['rounds']}-round runs)"
-        + (f"; ours with {shlex.join(r['ours_args'])}" if r.get("ours_args") else ""),
+        + (f"; ours with {shlex.join(r['ours_args'])}" if r.get("ours_args") else "")
+        + ("; plain with nn.MaxPool2d" if r.get("plain_pool") == "torch" else ""),
         f"{'':8}{'1 round (s)':>13}{str(r['rounds']) + ' rounds (s)':>15}{'per round (ms)':>16}{'start-up (s)':>14}",
     ]
     for side in ("ours", "plain"):
@@ -207,15 +217,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plain", action="store_true", help="run the plain loop itself for --rounds rounds")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--ours-args", default="", help="extra fit options for our side (e.g. a logger)")
+    pools = "the plain loop's max pooling: the zoo's (the same kernels as ours) or torch's"
+    parser.add_argument("--plain-pool", choices=("zoo", "torch"), default="zoo", help=pools)
     args = parser.parse_args(argv)
     if args.plain:
-        print(f"plain SCALA: test accuracy {plain_scala(args.rounds):.4f} after {args.rounds} rounds")
+        acc = plain_scala(args.rounds, pool=args.plain_pool)
+        print(f"plain SCALA: test accuracy {acc:.4f} after {args.rounds} rounds")
         return
     if args.quick:
         args.rounds, args.repeats = 3, 1
     if args.rounds < 2 or args.repeats < 1:
         parser.error(f"--rounds={args.rounds} must be >= 2 and --repeats={args.repeats} >= 1")
-    result = measure(args.rounds, args.repeats, tuple(shlex.split(args.ours_args)))
+    result = measure(args.rounds, args.repeats, tuple(shlex.split(args.ours_args)), args.plain_pool)
     print(report(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

@@ -71,3 +71,7 @@ def test_framework_overhead_benchmark_runs_and_its_plain_loop_learns(tmp_path):
     assert plain.returncode == 0, plain.stderr[-3000:]
     accuracy = float(plain.stdout.split("test accuracy ")[1].split()[0])
     assert accuracy > 0.9, plain.stdout
+    # torch's nn.MaxPool2d instead of the zoo's: other kernels, bitwise the same arithmetic, the same accuracy
+    torch_pool = [*cmd[:2], "--plain", "--rounds", "20", "--plain-pool", "torch"]
+    plain_torch = subprocess.run(torch_pool, capture_output=True, text=True, timeout=300)
+    assert plain_torch.returncode == 0 and plain_torch.stdout == plain.stdout, plain_torch.stderr[-3000:]
