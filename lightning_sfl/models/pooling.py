@@ -46,7 +46,7 @@ MIN_ELEMENTS = 32768
 class _ChannelsLastMaxPool(torch.autograd.Function):
     """Forward: channels-last kernel with indices, output in NCHW. Backward: NCHW kernel with those indices.
     (A ``forward(ctx, ...)`` Function: one with ``setup_context`` binds its arguments with ``inspect`` on every
-    call, about 0.5 ms a local iteration of cnn_small.)"""
+    call, about 40 µs a call here.)"""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, *args: Any) -> torch.Tensor:  # args: kernel, stride, padding, dilation, ceil
