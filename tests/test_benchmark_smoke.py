@@ -1,12 +1,17 @@
-"""The client-scaling benchmark runs end to end (``--quick --repeats 1``, about 25-40 s on one CPU thread): exit 0,
-the summary block, a JSON report with every ratio, and equal weights across the implementations it times."""
+"""The benchmarks run end to end on small settings: exit 0, their summary lines and a JSON report with every number
+(client scaling: ``--quick --repeats 1``, about 25-40 s on one CPU thread, and equal weights across the
+implementations it times)."""
 
 from __future__ import annotations
 
+import doctest
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 RATIOS = {
@@ -75,3 +80,52 @@ def test_framework_overhead_benchmark_runs_and_its_plain_loop_learns(tmp_path):
     torch_pool = [*cmd[:2], "--plain", "--rounds", "20", "--plain-pool", "torch"]
     plain_torch = subprocess.run(torch_pool, capture_output=True, text=True, timeout=300)
     assert plain_torch.returncode == 0 and plain_torch.stdout == plain.stdout, plain_torch.stderr[-3000:]
+
+
+def _load_benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_onednn_anatomy_sorts_the_log_by_kind():
+    """:func:`summarize` against hand-added totals: weight reorders are those of a convolution weight's shape (plain or
+    grouped), every other reorder is an activation's, and only ``exec`` records count (both log formats)."""
+    anatomy = _load_benchmark("onednn_anatomy")
+    assert doctest.testmod(anatomy, optionflags=doctest.ELLIPSIS).failed == 0
+    head = "onednn_verbose,v1,primitive,exec,cpu"
+    log = [
+        f"{head},reorder,jit:uni,undef,src dst,attr,,14x64x32x3x3,0.5",  # grouped weight
+        f"{head},reorder,jit:uni,undef,src dst,attr,,64x32x3x3,0.25",  # plain weight
+        f"{head},reorder,jit:blk,undef,src dst,attr,,64x64x3x3,0.125",  # an activation of another shape
+        f"{head},convolution,jit:avx512_core,backward_weights,src wei dst,attr,alg,mb2_g14ic448oc896,1.5",
+        "onednn_verbose,exec,cpu,convolution,gemm:jit,forward_training,src,attr,alg,mb1_ic1oc32,2.0",  # older format
+        "onednn_verbose,v1,primitive,create:cache_hit,cpu,reorder,jit:uni,undef,src dst,attr,,64x32x3x3,9.0",
+        f"{head},matmul,brg:avx512_core,undef,src wei dst,attr,,64x10:10x128,0.0625",
+        "some other output,exec,1.0",
+    ]
+    totals = anatomy.summarize(log, anatomy.weight_shapes(torch.nn.Conv2d(32, 64, 3)))
+    assert totals == {"convolution": 3.5, "weight reorder": 0.75, "other reorder": 0.125, "other": 0.0625}
+
+
+def test_onednn_anatomy_runs(tmp_path):
+    """``benchmarks/onednn_anatomy.py`` end to end on a small round: per-kind oneDNN times for two implementations;
+    where oneDNN runs the convolutions, the stacked bank's weight reorders (10 clients' weights) cost more than the
+    centralized model's (one copy)."""
+    out = tmp_path / "anatomy.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "onednn_anatomy.py"), "--clients", "10", "--steps", "3"]
+    cmd += ["--warmup", "1", "--impls", "ours-stacked", "centralized", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if not torch.backends.mkldnn.is_available():
+        assert "no oneDNN" in proc.stdout
+        return
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"ours-stacked", "centralized"}
+    assert all(r["wall_ms"] > 0 for r in results.values())
+    if results["centralized"]["convolution"] == 0:  # a CPU whose torch does not log convolutions through oneDNN
+        assert "logged no convolution" in proc.stdout
+        return
+    assert "ours-stacked - centralized" in proc.stdout
+    assert results["ours-stacked"]["weight reorder"] > results["centralized"]["weight reorder"] > 0
