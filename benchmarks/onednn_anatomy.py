@@ -146,6 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="also write every number to this JSON file")
     p.add_argument("--child", nargs=7, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if min(args.clients, args.batch, args.steps) < 1 or args.warmup < 0 or args.threads < 0:
+        p.error(
+            f"--clients={args.clients}, --batch={args.batch} and --steps={args.steps} must be >= 1, "
+            f"--warmup={args.warmup} and --threads={args.threads} >= 0"
+        )
     cs.retain_freed_memory()  # what the CLI and client_scaling.py do
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,6 +108,15 @@ def test_onednn_anatomy_sorts_the_log_by_kind():
     ]
     totals = anatomy.summarize(log, anatomy.weight_shapes(torch.nn.Conv2d(32, 64, 3)))
     assert totals == {"convolution": 3.5, "weight reorder": 0.75, "other reorder": 0.125, "other": 0.0625}
+
+
+@pytest.mark.parametrize("flag", ["--steps=0", "--clients=0", "--batch=0", "--warmup=-1", "--threads=-1"])
+def test_onednn_anatomy_rejects_bad_counts(flag, capsys):
+    anatomy = _load_benchmark("onednn_anatomy")
+    with pytest.raises(SystemExit) as exc:
+        anatomy.main([flag])
+    assert exc.value.code == 2
+    assert flag.split("=")[0] in capsys.readouterr().err
 
 
 def test_onednn_anatomy_runs(tmp_path):
