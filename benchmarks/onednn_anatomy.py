@@ -118,8 +118,9 @@ def child(impl: str, arch: str, clients: int, batch: int, warmup: int, steps: in
             impl_obj.step()
 
 
-def measure(impl: str, args: argparse.Namespace) -> dict:
-    """One child process for ``impl``: its wall time per iteration and oneDNN's time per kind per iteration."""
+def measure(impl: str, args: argparse.Namespace, weights: set[tuple[int, ...]]) -> dict:
+    """One child process for ``impl``: its wall time per iteration and oneDNN's time per kind per iteration
+    (``weights``: :func:`weight_shapes` of the model)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "wall.json"
         spec = [impl, args.arch, str(args.clients), str(args.batch), str(args.warmup), str(args.steps), str(out)]
@@ -129,8 +130,7 @@ def measure(impl: str, args: argparse.Namespace) -> dict:
             raise RuntimeError(f"{impl}: the child process failed:\n{proc.stderr[-3000:]}")
         wall = json.loads(out.read_text())["wall_ms"]
     log = proc.stdout.split(MARKER, 1)[-1].splitlines()
-    model = cs.initial_model(args.arch)
-    totals = summarize(log, weight_shapes(model))
+    totals = summarize(log, weights)
     return {"wall_ms": wall, **{k: v / args.steps for k, v in totals.items()}}
 
 
@@ -169,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     head = f"{'implementation':<16} {'wall':>7} " + " ".join(f"{k:>14}" for k in KINDS) + f" {'oneDNN total':>13}"
     print(head)
     results = {}
+    weights = weight_shapes(cs.initial_model(args.arch))
     for impl in args.impls:
-        r = results[impl] = measure(impl, args)
+        r = results[impl] = measure(impl, args, weights)
         cells = " ".join(f"{r[k]:>14.2f}" for k in KINDS)
         print(f"{impl:<16} {r['wall_ms']:>7.2f} {cells} {sum(r[k] for k in KINDS):>13.2f}", flush=True)
     if sum(results[i]["convolution"] for i in results) == 0:
