@@ -165,6 +165,29 @@ def test_check_finite_on_its_own(rows, bad_client):
             SCALA().check_finite("activations", values, step)
 
 
+@pytest.mark.parametrize(
+    ("acts", "logits", "blamed"),
+    [
+        ([[1.0], [2.0]], [[3e38, 3e38], [0.0, 0.0]], None),  # finite; the logits' sum overflows: not an error
+        ([[float("nan")], [2.0]], [[0.0, 0.0], [float("nan"), 0.0]], ("activations", 5)),  # the first one is blamed
+        ([[1.0], [2.0]], [[0.0, 0.0], [float("inf"), 0.0]], ("logits", 7)),
+        ([[float("inf")], [2.0]], [[-3e38, -3e38], [0.0, 0.0]], ("activations", 5)),  # the sums together: -inf
+    ],
+)
+def test_activations_and_logits_checked_together(acts, logits, blamed):
+    """A local iteration checks its activations and logits with one flag; the message names the first non-finite
+    tensor and its clients, as two separate checks would."""
+    step = Step(
+        "local", 0, 1, False, torch.tensor([5, 7]), torch.tensor([1, 1]), torch.arange(2), owner=torch.arange(2)
+    )
+    named = (("activations", torch.tensor(acts)), ("logits", torch.tensor(logits)))
+    if blamed is None:
+        SCALA().check_all_finite(step, *named)
+    else:
+        with pytest.raises(NonFiniteError, match=rf"non-finite {blamed[0]} in round 1, .*client\(s\) \[{blamed[1]}\]"):
+            SCALA().check_all_finite(step, *named)
+
+
 def test_divergence_from_the_cli_is_one_line(tmp_path):
     proc = subprocess.run(
         [

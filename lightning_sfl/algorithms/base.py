@@ -43,6 +43,7 @@ The FL phase runs inside the round's last training step, not in ``on_train_epoch
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import lightning as L
@@ -308,9 +309,10 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
             server_loss, client_loss = (
                 self.trainer.strategy.reduce(v.detach().clone(), reduce_op="sum") for v in (server_loss, client_loss)
             )
-        for name, loss in (("server loss", server_loss), ("client loss", client_loss)):
-            if not torch.isfinite(loss):
-                self.check_finite(name, loss.detach().expand(step.num_rows), step)
+        if not math.isfinite(float(server_loss.detach() + client_loss.detach())):  # one read of the device
+            for name, loss in (("server loss", server_loss), ("client loss", client_loss)):
+                if not torch.isfinite(loss):
+                    self.check_finite(name, loss.detach().expand(step.num_rows), step)
         self.log("train/server_loss", server_loss.detach(), on_step=False, on_epoch=True, batch_size=step.num_rows)
         self.log("train/client_loss", client_loss.detach(), on_step=False, on_epoch=True, batch_size=step.num_rows)
 
@@ -339,22 +341,33 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
     def check_finite(self, what: str, values: torch.Tensor, step: Step) -> None:
         """NaN/Inf guard for per-row values ``[B, ...]``: stop the run naming the round, the step and the clients
         whose rows are affected. The last checkpoint (previous round) stays on disk untouched."""
-        values = values.detach()
-        flag = (~torch.isfinite(values.sum())).to(torch.int32)  # the common case: one pass (isfinite makes four)
-        if flag:  # a NaN or an infinity, or finite values whose sum overflows: look at every value
-            flag = (~torch.isfinite(values).all()).to(torch.int32)
+        self.check_all_finite(step, (what, values))
+
+    def check_all_finite(self, step: Step, *named: tuple[str, torch.Tensor]) -> None:
+        """:meth:`check_finite` for several ``(what, values)`` at once, blaming the first non-finite one: in the
+        common case one sum per tensor and one read of the device (a local iteration checks its activations and its
+        logits together)."""
+        total = named[0][1].detach().sum()
+        for _, values in named[1:]:
+            total = total + values.detach().sum()
+        bad = [False] * len(named)
+        if not math.isfinite(float(total)):  # a NaN or an infinity, or finite values whose sum overflows
+            bad = [not bool(torch.isfinite(v.detach()).all()) for _, v in named]  # look at every value
         if self.world_size > 1:  # every process stops together (no process left waiting in a collective)
-            flag = self.trainer.strategy.reduce(flag, reduce_op="sum")
-        if flag:
-            bad = ~torch.isfinite(values.reshape(len(values), -1)).all(dim=1)
-            if step.owner is None:
-                who = "none (rows held by the server)"
-            else:
-                who = step.clients[torch.unique(step.owner[bad])].tolist() or "on another process"
-            raise NonFiniteError(
-                f"non-finite {what} in round {step.round + 1}, local iteration {step.index + 1}, "
-                f"client(s) {who}; stopped, the last checkpoint is from round {step.round}"
-            )
+            flags = torch.tensor(bad, dtype=torch.int32, device=self.device)
+            bad = [bool(f) for f in self.trainer.strategy.reduce(flags, reduce_op="sum").tolist()]
+        if not any(bad):
+            return
+        what, values = named[bad.index(True)]
+        rows = ~torch.isfinite(values.detach().reshape(len(values), -1)).all(dim=1)
+        if step.owner is None:
+            who = "none (rows held by the server)"
+        else:
+            who = step.clients[torch.unique(step.owner[rows])].tolist() or "on another process"
+        raise NonFiniteError(
+            f"non-finite {what} in round {step.round + 1}, local iteration {step.index + 1}, "
+            f"client(s) {who}; stopped, the last checkpoint is from round {step.round}"
+        )
 
     # ------------------------------------------------------------------ round edges: broadcast and FL phase
     def reset_slots(self, slots: Slots = None, models: dict[str, nn.Module] | None = None) -> None:
@@ -435,7 +448,10 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
     def concat_mean_loss(self, logits: torch.Tensor, step: Step, prior: torch.Tensor | None = None) -> torch.Tensor:
         """(Logit-adjusted) cross-entropy averaged over the whole concatenated batch of ``B`` rows; on a DDP
         shard, the shard's sum divided by the global ``B`` (the gradient all-reduce adds the shards)."""
-        total, floor = int(step.sizes.sum()), self.missing_class_floor
+        floor = self.missing_class_floor
+        if self.world_size == 1:  # every row is here (no read of the device for the count)
+            return logit_adjusted_cross_entropy(logits, step.y, prior, "mean", floor)
+        total = int(step.sizes.sum())
         if len(step.y) == total:
             return logit_adjusted_cross_entropy(logits, step.y, prior, "mean", floor)
         return logit_adjusted_cross_entropy(logits, step.y, prior, "sum", floor) / total
@@ -454,11 +470,13 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         nothing."""
         return None
 
-    def send_activations(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
-        """Hook 1 and the upload: the clients' activations ``[B, *act]`` (checked finite; counted up with the
-        labels) and a detached copy that requires a gradient, for the server (``∂/∂`` it gives ``G_k``)."""
+    def send_activations(self, step: Step, check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hook 1 and the upload: the clients' activations ``[B, *act]`` (checked finite unless ``check=False``, for a
+        caller that checks them with the logits; counted up with the labels) and a detached copy that requires a
+        gradient, for the server (``∂/∂`` it gives ``G_k``)."""
         acts = self.client_forward(step)
-        self.check_finite("activations", acts, step)
+        if check:
+            self.check_finite("activations", acts, step)
         self.ledger.add_rows("up", "activations", acts, step.sizes, step.slots)
         self.ledger.add_rows("up", "labels", step.y, step.sizes, step.slots)
         return acts, acts.detach().requires_grad_(True)
@@ -468,9 +486,9 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         same (pre-update) forward → every client backpropagates its ``G_k`` (and its extra loss) → one step."""
         opt = self.optimizers()
         opt.zero_grad()
-        acts, a = self.send_activations(step)
+        acts, a = self.send_activations(step, check=False)
         logits = self.server_forward(a, step)
-        self.check_finite("logits", logits, step)
+        self.check_all_finite(step, ("activations", acts), ("logits", logits))
         server_loss = self.server_loss(logits, step)
         client_loss = self.client_loss(logits, step)
         if client_loss is not None:  # G_k from the same (pre-update) server forward, eq. (8)

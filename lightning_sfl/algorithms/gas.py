@@ -86,9 +86,9 @@ class AsyncSFL(AsyncMethod):
     def arrivals(self, step: ArrivalStep) -> None:
         opt = self.optimizers()
         opt.zero_grad()
-        acts, a = self.send_activations(step)
+        acts, a = self.send_activations(step, check=False)
         logits = self.server(a)
-        self.check_finite("logits", logits, step)
+        self.check_all_finite(step, ("activations", acts), ("logits", logits))
         client_loss = self.client_loss(logits, step)  # Σ_k of each arriving client's mean CE(s + log P_k)
         (grad_a,) = torch.autograd.grad(client_loss, a)
         self.buffer_arrivals(a.detach(), step)

@@ -39,7 +39,7 @@ def log_prior(prior: torch.Tensor, floor: float = 0.0) -> torch.Tensor:
         raise ValueError(f"floor={floor} must be >= 0")
     if floor > 0:
         return (prior + floor).log()
-    return torch.where(prior > 0, prior.clamp_min(torch.finfo(prior.dtype).tiny).log(), float("-inf"))
+    return prior.log()  # IEEE: log(0) = -inf exactly (one kernel; the loss's hot path calls this every step)
 
 
 def logit_adjusted_cross_entropy(
@@ -67,4 +67,4 @@ def per_client_mean(row_losses: torch.Tensor, slot: torch.Tensor, sizes: torch.T
     Its gradient w.r.t. the rows of client ``k`` is the gradient of client ``k``'s own mean loss, so one
     backward pass gives every client its ``G_k`` (eq. 8). ``row_losses``, ``slot``: ``[B]``; ``sizes``: ``[S]``.
     """
-    return (row_losses / sizes.to(row_losses.dtype)[slot]).sum()
+    return (row_losses / sizes.to(row_losses.dtype).index_select(0, slot)).sum()

@@ -63,7 +63,7 @@ class SCALA(SplitFedAlgorithm):
 
     def local_priors(self, step: Step) -> torch.Tensor:
         """``P_k(y)`` of each row's client, ``[B, N]``."""
-        return self.label_dist[step.clients][step.owner]
+        return self.label_dist.index_select(0, step.clients).index_select(0, step.owner)
 
     def server_prior(self, step: Step) -> torch.Tensor | None:
         if not self.server_logit_adjustment:

@@ -47,21 +47,37 @@ def module_bytes(module: nn.Module) -> int:
 
 
 class CommLedger:
-    """Bytes of the current round by ``(direction, kind)`` and client slot (``[S]`` int64 each)."""
+    """Bytes of the current round by ``(direction, kind)`` and client slot (``[S]`` int64 each).
+
+    :meth:`add_rows` runs in every local iteration (three times in SCALA's), so it does no tensor work: it keeps its
+    ``sizes`` and ``slots`` and the ledger sums them when read (:attr:`bytes`, :meth:`per_client`, :meth:`totals`).
+    Callers must not modify those tensors in place afterwards (a step's ``sizes`` never are).
+    """
 
     def __init__(self) -> None:
         self.num_slots = 0
-        self.bytes: dict[tuple[str, str], torch.Tensor] = {}
+        self._bytes: dict[tuple[str, str], torch.Tensor] = {}
+        self._rows: dict[tuple[str, str, int], list[tuple[torch.Tensor, object]]] = {}
 
     def start(self, num_slots: int) -> None:
         """Begin a round with ``num_slots`` participating clients."""
         self.num_slots = num_slots
-        self.bytes = {}
+        self._bytes, self._rows = {}, {}
+
+    @property
+    def bytes(self) -> dict[tuple[str, str], torch.Tensor]:
+        """``(direction, kind) -> [S]`` bytes of each slot so far this round (rows recorded by :meth:`add_rows`
+        included)."""
+        rows, self._rows = self._rows, {}
+        for (direction, kind, nbytes), entries in rows.items():  # one gather per kind and row size
+            sizes = torch.cat([s.detach().reshape(-1) for s, _ in entries]).cpu().long()
+            index = torch.cat([_slot_index(slots, len(s)) for s, slots in entries])
+            self._entry(direction, kind).index_add_(0, index, sizes * nbytes)
+        return self._bytes
 
     def _entry(self, direction: str, kind: str) -> torch.Tensor:
-        if direction not in DIRECTIONS or kind not in KINDS:
-            raise ValueError(f"unknown traffic {direction}/{kind}; directions {DIRECTIONS}, kinds {KINDS}")
-        return self.bytes.setdefault((direction, kind), torch.zeros(self.num_slots, dtype=torch.long))
+        _check_traffic(direction, kind)
+        return self._bytes.setdefault((direction, kind), torch.zeros(self.num_slots, dtype=torch.long))
 
     def add(self, direction: str, kind: str, nbytes: int | torch.Tensor, slots=None) -> None:
         """Record ``nbytes`` for every slot of ``slots`` (default all): an int (the same to each client) or one
@@ -79,8 +95,10 @@ class CommLedger:
         self._entry(direction, kind)[slot] += int(nbytes)
 
     def add_rows(self, direction: str, kind: str, rows: torch.Tensor, sizes: torch.Tensor, slots=None) -> None:
-        """Record a row-concatenated tensor (``[B, ...]``, ``sizes[i]`` rows of slot ``slots[i]``, default ``i``)."""
-        self.add(direction, kind, sizes.detach().cpu().long() * row_bytes(rows), slots)
+        """Record a row-concatenated tensor (``[B, ...]``, ``sizes[i]`` rows of slot ``slots[i]``, default ``i``):
+        ``sizes[i]`` times :func:`row_bytes` for each slot, summed when the ledger is read."""
+        _check_traffic(direction, kind)
+        self._rows.setdefault((direction, kind, row_bytes(rows)), []).append((sizes, slots))
 
     def per_client(self, direction: str) -> torch.Tensor:
         """Bytes each slot sent (``up``) or received (``down``) this round, ``[S]``."""
@@ -97,3 +115,13 @@ class CommLedger:
             out[d] = int(self.per_client(d).sum())
         out["total"] = out["up"] + out["down"]
         return out
+
+
+def _check_traffic(direction: str, kind: str) -> None:
+    if direction not in DIRECTIONS or kind not in KINDS:
+        raise ValueError(f"unknown traffic {direction}/{kind}; directions {DIRECTIONS}, kinds {KINDS}")
+
+
+def _slot_index(slots, count: int) -> torch.Tensor:
+    """Slots of ``count`` row blocks as a CPU index (``None``: ``0..count-1``)."""
+    return torch.arange(count) if slots is None else torch.as_tensor(slots, dtype=torch.long).reshape(-1).cpu()
