@@ -139,3 +139,29 @@ def test_onednn_anatomy_runs(tmp_path):
         return
     assert "ours-stacked - centralized" in proc.stdout
     assert results["ours-stacked"]["weight reorder"] > results["centralized"]["weight reorder"] > 0
+
+
+def test_stacked_floor_runs_and_does_the_same_arithmetic(tmp_path):
+    """``benchmarks/stacked_floor.py`` end to end on a small round: its hand-written iteration ends with the same
+    weights as the library's stacked bank (float64), and it reports every time and ratio."""
+    out = tmp_path / "floor.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "stacked_floor.py"), "--clients", "10", "--repeats", "2"]
+    cmd += ["--warmup", "1", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["weights_ok"] and report["weights_max_diff_over_update"] < 1e-6
+    assert set(report["median_s"]) == {"ours-stacked", "hand-written", "naive", "centralized"}
+    assert all(v > 0 for v in report["median_s"].values())
+    med, ratios = report["median_s"], report["ratios"]
+    assert ratios["naive_over_hand_written"] == pytest.approx(med["naive"] / med["hand-written"])
+    assert "hand-written = ours-stacked: OK" in proc.stdout
+
+
+@pytest.mark.parametrize("args", [["--clients=0"], ["--repeats=0"], ["--clients=65", "--batch=64"]])
+def test_stacked_floor_rejects_bad_counts(args, capsys):
+    floor = _load_benchmark("stacked_floor")
+    with pytest.raises(SystemExit) as exc:
+        floor.main(args)
+    assert exc.value.code == 2
+    assert args[0].split("=")[0] in capsys.readouterr().err
