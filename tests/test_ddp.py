@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -110,3 +111,48 @@ def test_two_processes_equal_one(method, extra, tmp_path):
         ):
             assert two[epoch][key] == pytest.approx(one[epoch][key], rel=1e-4, abs=1e-5), (epoch, key)
         assert two[epoch]["dissimilarity/total"] == pytest.approx(one[epoch]["dissimilarity/total"], rel=1e-3)
+
+
+POISON = """
+import os
+import lightning as L
+import torch
+from lightning_sfl.algorithms import SCALA
+from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.errors import NonFiniteError
+
+
+class Poison(L.Callback):  # process 0 corrupts its rows of the step's second client in round 2
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.current_epoch == 1 and batch_idx == 1 and trainer.global_rank == 0:
+            batch.x[batch.owner == 1] = float("nan")
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    dm = FederatedDataModule(dataset="digits", num_clients=8, alpha=2, participation=0.5, batch_size=24, seed=1)
+    trainer = L.Trainer(max_epochs=3, accelerator="cpu", strategy="ddp", devices=2, logger=False,
+                        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                        callbacks=[Poison()])
+    try:
+        trainer.fit(SCALA(local_iters=2, lr=0.05), dm)
+    except NonFiniteError as e:
+        print(f"rank {trainer.global_rank}: {e}", flush=True)
+        os._exit(3)  # no interpreter teardown: gloo's threads may abort it ("terminate called ...")
+    print(f"rank {trainer.global_rank}: finished", flush=True)
+"""
+
+
+def test_nan_on_one_process_stops_both(tmp_path):
+    """A NaN in one process's rows stops every process in the same step (the NaN/Inf guard's flags are summed over
+    processes): the process holding the rows names the client, the other says the rows are on another process; none
+    waits forever in a collective."""
+    script = tmp_path / "poison.py"
+    script.write_text(POISON)
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    head = "non-finite activations in round 2, local iteration 2, client"
+    assert re.search(rf"rank 0: {head}\(s\) \[\d+\]", proc.stdout), proc.stdout
+    assert f"rank 1: {head}(s) on another process" in proc.stdout, proc.stdout
+    assert "finished" not in proc.stdout
