@@ -240,7 +240,6 @@ class StackedBank(ClientBank):
         self.rows: list[int] = list(range(num_slots))
         self._fresh = self._fresh_state = False  # every row reset (parameters / optimiser state) since the last forward
         self.__dict__["_plans"] = {}  # forward plans by pattern (_plan)
-        self.__dict__["_cuts"] = {}  # parameter splits by groups (_split_params)
         self.__dict__["_costs"] = {}  # group cost in rows by input shape (_group_cost)
 
     # ------------------------------------------------------------------ structure
@@ -384,7 +383,7 @@ class StackedBank(ClientBank):
             return tuple(y.transpose(0, 1).reshape(len(x), *y.shape[2:]) for y in ys)
         if plan.padded:
             x = torch.cat([x, x.new_zeros((1, *x.shape[1:]))])  # row len(x): the padding
-        parts = self._split_params([idx for idx, _ in plan.groups])
+        parts = self._split_params(plan)
         outs: list[tuple[torch.Tensor, ...]] = []
         # index_select, not x[index]: a quarter of the cost of advanced indexing here, and half of its backward
         for (idx, rows), part, (pos, valid) in zip(plan.groups, parts, plan.gathers):
@@ -423,7 +422,7 @@ class StackedBank(ClientBank):
             positions = plan_groups(sizes_l, equal_sizes=coupled, group_cost=cost)
         if len(self._plans) >= 8:
             self._plans.clear()
-        plan = self._plans[key] = build_plan(positions, sizes_l, rows_of, x.device)
+        plan = self._plans[key] = build_plan(positions, sizes_l, rows_of, x.device, self.num_slots)
         return plan
 
     def _group_cost(self, x: torch.Tensor) -> float:
@@ -458,21 +457,16 @@ class StackedBank(ClientBank):
         """The rows of the stacked tensors that hold ``slots`` (default all), in that order."""
         return [self.rows[j] for j in slot_list(slots, self.num_slots)]
 
-    def _split_params(self, groups: list[list[int]]) -> list[Tensors | None]:
+    def _split_params(self, plan: Plan) -> list[Tensors | None]:
         """When the groups' rows are disjoint ranges (as :meth:`_place` arranges them), the stacked parameters cut
-        into those ranges by ONE ``torch.split`` each, whose backward writes the bank's gradient once (a slice per
-        group would allocate, fill and add a bank-sized gradient per group); otherwise ``None`` per group."""
-        key = tuple(tuple(g) for g in groups)
-        if key not in self._cuts:
-            if len(self._cuts) >= 8:
-                self._cuts.clear()
-            self._cuts[key] = _cuts(groups, self.num_slots)
-        cut = self._cuts[key]
-        if cut is None:
-            return [None] * len(groups)
-        cuts, chunk_of = cut
+        into those ranges by ONE ``torch.split`` each (``plan.cuts``), whose backward writes the bank's gradient once
+        (a slice per group would allocate, fill and add a bank-sized gradient per group); otherwise ``None`` per
+        group."""
+        if plan.cuts is None:
+            return [None] * len(plan.groups)
+        cuts, chunk_of = plan.cuts
         chunks = {n: t.split(cuts) for n, t in zip(self.param_names, self.stacked_params)}
-        return [{n: c[chunk_of[i]] for n, c in chunks.items()} for i in range(len(groups))]
+        return [{n: c[chunk_of[i]] for n, c in chunks.items()} for i in range(len(plan.groups))]
 
     def _apply_group(
         self, idx: list[int], xg: torch.Tensor, apply: _Apply, params: Tensors | None = None
@@ -501,30 +495,6 @@ class StackedBank(ClientBank):
                 for name, t in zip(self.buffer_names, buffers):
                     t.index_copy_(0, index.to(t.device), b[name])
         return ys
-
-
-def _cuts(groups: list[list[int]], num_slots: int) -> tuple[list[int], list[int]] | None:
-    """Split sizes that cut rows ``0..num_slots-1`` so that each group (a range of rows) is one chunk, and each group's
-    chunk number; ``None`` when there is one group only or the groups are not disjoint ranges.
-
-    >>> _cuts([[3, 4], [0, 1, 2]], 6)
-    ([3, 2, 1], [1, 0])
-    >>> _cuts([[0, 2], [1]], 3) is None
-    True
-    """
-    if len(groups) < 2 or any(g != list(range(g[0], g[0] + len(g))) for g in groups):
-        return None
-    cuts, chunk_of, end = [], [0] * len(groups), 0
-    for start, i in sorted((g[0], i) for i, g in enumerate(groups)):
-        if start < end:
-            return None
-        if start > end:
-            cuts.append(start - end)  # rows no group runs
-        chunk_of[i], end = len(cuts), start + len(groups[i])
-        cuts.append(len(groups[i]))
-    if end < num_slots:
-        cuts.append(num_slots - end)
-    return cuts, chunk_of
 
 
 def _repeat(t: torch.Tensor, num_slots: int) -> torch.Tensor:

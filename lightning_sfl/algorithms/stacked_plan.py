@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["GROUP_OVERHEAD_FLOPS", "Plan", "build_plan", "group_cost_rows", "plan_groups"]
+__all__ = ["GROUP_OVERHEAD_FLOPS", "Plan", "build_plan", "group_cost_rows", "param_cuts", "plan_groups"]
 
 #: Device type -> fixed cost of running one more group, in FLOPs per layer of the template: what a layer's forward
 #: and backward kernels cost to start, against the arithmetic of a row (a CPU core: ~20 µs, i.e. ~2 MFLOP; a GPU:
@@ -27,14 +27,15 @@ GROUP_OVERHEAD_FLOPS: dict[str, float] = {"cpu": 2e6, "cuda": 5e8}
 class Plan:
     """A forward plan (:func:`build_plan`): per group its stacked-tensor rows and ``R``; per group the input rows to
     gather (``[R·G]``, ``[R, G]`` order) and which outputs are real (``None``: all); the permutation from the groups'
-    order back to row order (``None``: already in order); whether padding is gathered; and whether the rows run as
-    they are (one group, no padding)."""
+    order back to row order (``None``: already in order); whether padding is gathered; whether the rows run as
+    they are (one group, no padding); and how the stacked parameters split into the groups (:func:`param_cuts`)."""
 
     groups: list[tuple[list[int], int]]
     gathers: list[tuple[torch.Tensor, torch.Tensor | None]]
     inverse: torch.Tensor | None
     padded: bool
     whole: bool
+    cuts: tuple[list[int], list[int]] | None = None
 
 
 def plan_groups(
@@ -82,11 +83,16 @@ def plan_groups(
 
 
 def build_plan(
-    positions: list[tuple[list[int], int]], sizes: Sequence[int], rows_of: Sequence[int], device: torch.device
+    positions: list[tuple[list[int], int]],
+    sizes: Sequence[int],
+    rows_of: Sequence[int],
+    device: torch.device,
+    num_slots: int | None = None,
 ) -> Plan:
     """The :class:`Plan` of the groups ``positions`` (:func:`plan_groups`) for row blocks of ``sizes[k]`` rows of slot
     ``k``, held in rows ``rows_of[k]`` of the stacked tensors: each group's gather of the input in ``[R, G]`` order
-    (padding: row ``sum(sizes)``, a zero row appended by the caller) and the permutation back to row order.
+    (padding: row ``sum(sizes)``, a zero row appended by the caller), the permutation back to row order, and the
+    parameter cuts of a bank of ``num_slots`` rows (default ``max(rows_of) + 1``).
 
     >>> p = build_plan([([1], 1), ([0], 2)], [2, 1], rows_of=[5, 7], device=torch.device("cpu"))
     >>> p.groups, [pos.tolist() for pos, _ in p.gathers], p.inverse.tolist(), p.padded, p.whole
@@ -106,7 +112,33 @@ def build_plan(
         order.append(pos[valid])
     order_t = torch.cat(order)
     inverse = None if bool((order_t == torch.arange(n)).all()) else torch.argsort(order_t).to(device)
-    return Plan(groups, gathers, inverse, padded, whole)
+    slots = max(rows_of) + 1 if num_slots is None else num_slots
+    return Plan(groups, gathers, inverse, padded, whole, param_cuts([g for g, _ in groups], slots))
+
+
+def param_cuts(groups: list[list[int]], num_slots: int) -> tuple[list[int], list[int]] | None:
+    """``torch.split`` sizes that cut rows ``0..num_slots-1`` of the stacked tensors so that each group (a range of
+    rows) is one chunk, and each group's chunk number; ``None`` when there is one group only or the groups are not
+    disjoint ranges.
+
+    >>> param_cuts([[3, 4], [0, 1, 2]], 6)
+    ([3, 2, 1], [1, 0])
+    >>> param_cuts([[0, 2], [1]], 3) is None
+    True
+    """
+    if len(groups) < 2 or any(g != list(range(g[0], g[0] + len(g))) for g in groups):
+        return None
+    cuts, chunk_of, end = [], [0] * len(groups), 0
+    for start, i in sorted((g[0], i) for i, g in enumerate(groups)):
+        if start < end:
+            return None
+        if start > end:
+            cuts.append(start - end)  # rows no group runs
+        chunk_of[i], end = len(cuts), start + len(groups[i])
+        cuts.append(len(groups[i]))
+    if end < num_slots:
+        cuts.append(num_slots - end)
+    return cuts, chunk_of
 
 
 def group_cost_rows(template: nn.Module, layers: int, x: torch.Tensor) -> float:
