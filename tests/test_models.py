@@ -236,7 +236,8 @@ def test_input_shape_as_list_and_bad_num_classes() -> None:
 
 
 def test_cnn_small_learns_digits() -> None:
-    """60 plain-SGD steps of batch 64 on sklearn's 8x8 digits give ~0.9 test accuracy (300 steps give ~0.98)."""
+    """60 plain-SGD steps of batch 64 on sklearn's 8x8 digits: the test loss falls below a quarter of the untrained
+    model's and the accuracy rises by more than 0.5 (measured: 2.65 -> 0.28, 0.06 -> 0.95)."""
     from sklearn.datasets import load_digits
 
     torch.manual_seed(0)
@@ -246,6 +247,15 @@ def test_cnn_small_learns_digits() -> None:
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
     train, test = perm[:1400], perm[1400:]
     model = build_model("cnn_small", 10, (1, 8, 8))
+
+    def evaluate() -> tuple[float, float]:
+        model.eval()
+        with torch.no_grad():
+            logits = model(x[test])
+        model.train()
+        return float(nn.functional.cross_entropy(logits, y[test])), (logits.argmax(1) == y[test]).float().mean().item()
+
+    loss0, acc0 = evaluate()  # no random draw: the training below is the same as without it
     opt = torch.optim.SGD(model.parameters(), lr=0.05)  # plain SGD, no momentum
     gen = torch.Generator().manual_seed(0)
     for _ in range(60):
@@ -253,10 +263,8 @@ def test_cnn_small_learns_digits() -> None:
         opt.zero_grad()
         nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
         opt.step()
-    model.eval()
-    with torch.no_grad():
-        acc = (model(x[test]).argmax(1) == y[test]).float().mean().item()
-    assert acc > 0.8, acc
+    loss, acc = evaluate()
+    assert loss < 0.25 * loss0 and acc > acc0 + 0.5, (loss0, loss, acc0, acc)
 
 
 def test_cnn_svhn_is_the_semi_sfl_papers_cnn() -> None:
