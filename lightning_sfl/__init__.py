@@ -5,8 +5,8 @@ The public API, importable from the package itself (loaded on first use, so ``li
 
 >>> from lightning_sfl import SCALA, FederatedDataModule, CommunicationBytes  # doctest: +SKIP
 
-* methods: every class of :data:`ALGORITHMS` (``SCALA``, ``FedAvg``, ``SplitFedV1``, …) and their base
-  ``SplitFedAlgorithm``;
+* methods: every registered class (``SCALA``, ``FedAvg``, ``SplitFedV1``, …: :data:`ALGORITHMS`, derived from the
+  registry of :mod:`lightning_sfl.algorithms.registry`), their base ``SplitFedAlgorithm`` and ``register``;
 * data: ``FederatedDataModule``; client-selection policies ``ClientSelection``, ``UniformSelection``,
   ``FedCBSSelection``, ``ClassBalancedSelection``;
 * the loop: ``Step``, ``Schedule``, ``SyncRounds``, ``ClientStats``, ``RoundEnd``, ``RoundCallback``;
@@ -21,19 +21,13 @@ import importlib
 
 __version__ = "0.1.0"
 
-_ALGORITHMS = (
-    "SCALA SCALAPE MiniBatchSFL CASFL LLASFL SplitFedV1 SplitFedV2 SplitFedV3 SFLLocalLoss CSSFL "
-    "FedAvg FedProx FedDyn FedLC FedLogit FedDecorr FedCBS Scaffold FedNova FedAvgM FedAdagrad FedAdam FedYogi FedRS "
-    "FedConcat S2FL GAS AsyncSFL FedBuff CA2FL SemiSFL SupervisedOnly FedSwitchSL FedSwitch SemiFL SplitFedAlgorithm "
-    "ALGORITHMS"
-)
 _CALLBACKS = (
     "CommunicationBytes PerClassAccuracy GradientDissimilarity SimulatedClock PartitionReport WandbRoundAxis "
     "PseudoLabelQuality "
     "RoundProgressBar"
 )
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(_ALGORITHMS.split(), "lightning_sfl.algorithms"),
+    **dict.fromkeys("SplitFedAlgorithm ALGORITHMS register".split(), "lightning_sfl.algorithms"),
     **dict.fromkeys(_CALLBACKS.split(), "lightning_sfl.callbacks"),
     **dict.fromkeys("Step Schedule SyncRounds ClientStats RoundEnd RoundCallback".split(), "lightning_sfl.loop"),
     **dict.fromkeys(
@@ -44,12 +38,21 @@ _EXPORTS: dict[str, str] = {
     "SFLCLI": "lightning_sfl.lightning_cli",
 }
 
-__all__ = sorted(_EXPORTS)
+
+
+def _methods() -> dict[str, str]:
+    """Class name -> module of every registered method (imports the methods: the registry is filled by importing)."""
+    from lightning_sfl.algorithms import ALGORITHMS
+
+    return dict.fromkeys((cls.__name__ for cls in ALGORITHMS.values()), "lightning_sfl.algorithms")
 
 
 def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    if name == "__all__":  # every export, the registered methods included (from the registry)
+        return sorted({**_EXPORTS, **_methods()})
+    module = _EXPORTS.get(name) or (_methods().get(name) if name[:1].isupper() else None)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'lightning_sfl' has no attribute {name!r}")

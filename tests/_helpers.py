@@ -45,29 +45,28 @@ def flat_params(module):
     return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
 
 
-#: Constructor arguments the registry-driven tests give a method on top of their own: the asynchronous methods keep
-#: C = Q_s = Q_c = 4 clients in flight (their default 10 exceeds the tests' 8 clients).
+#: Constructor arguments the registry-driven tests give a method of the asynchronous family on top of their own: C = Q_s
+#: = Q_c = 4 clients in flight (their default 10 exceeds the tests' 8 clients).
 ASYNC_SMALL = {"concurrency": 4, "flush_every": 4, "aggregate_every": 4}
 
 
 def method_kwargs(name: str) -> dict:
     """Extra constructor arguments of registered method ``name`` in the registry-driven tests."""
-    from lightning_sfl.algorithms import ASYNC_METHODS, SEMI_METHODS
+    from lightning_sfl.algorithms import REGISTRY
 
-    if name in SEMI_METHODS:
-        return dict(SEMI_SMALL) if name != "supervised_only" else {"supervised_steps": 2, "labelled_batch_size": 8}
-    return dict(ASYNC_SMALL) if name in ASYNC_METHODS else {}
+    return dict({"semi": SEMI_SMALL, "async": ASYNC_SMALL}.get(REGISTRY[name].family, {}))
 
 
 #: Data-module arguments the registry-driven tests add for the semi-supervised methods: a labelled server set of 3
 #: images per class (the clients hold the rest, unlabelled).
 SEMI_DATA = {"labelled_per_class": 3}
-#: ... and constructor arguments: small supervised and client batches, K_s = 2 supervised steps per round.
+#: ... and constructor arguments of the semi-supervised family: small supervised and client batches, K_s = 2
+#: supervised steps per round.
 SEMI_SMALL = {"supervised_steps": 2, "labelled_batch_size": 8, "client_batch_size": 8, "queue_size": 16}
 
 
 def data_kwargs(name: str) -> dict:
     """Extra data-module arguments of registered method ``name`` in the registry-driven tests."""
-    from lightning_sfl.algorithms import SEMI_METHODS
+    from lightning_sfl.algorithms import REGISTRY
 
-    return dict(SEMI_DATA) if name in SEMI_METHODS else {}
+    return dict(SEMI_DATA) if REGISTRY[name].family == "semi" else {}

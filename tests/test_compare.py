@@ -13,7 +13,7 @@ import pytest
 import torch.nn.functional as F
 
 from lightning_sfl import compare
-from lightning_sfl.algorithms import ALGORITHMS, SCALA, SplitFedAlgorithm
+from lightning_sfl.algorithms import ALGORITHMS, REGISTRY, SCALA, SplitFedAlgorithm
 from lightning_sfl.algorithms.losses import per_client_mean
 from lightning_sfl.compare import RunResult
 from lightning_sfl.lightning_cli import SFLCLI
@@ -292,18 +292,8 @@ def test_command_line_parses_overrides_and_round_trips(tmp_path):
     again = compare.parse_args(shlex.split(line)[2:])
     assert vars(again) == vars(args)
     default = compare.parse_args(["--config", CONFIG, "--out", "x"]).methods
-    later = (
-        "gas",
-        "async_sfl",
-        "fedbuff",
-        "ca2fl",
-        "semi_sfl",
-        "supervised_only",
-        "fedswitch_sl",
-        "fedswitch",
-        "semifl",
-    )
-    assert default == [m for m in ALGORITHMS if m not in later]
+    assert default == [m for m in ALGORITHMS if REGISTRY[m].family in ("split", "fl")]  # the synchronous families
+    assert "scala" in default and "fedavg" in default and not {"gas", "semi_sfl"} & set(default)
     with pytest.raises(SystemExit):
         compare.parse_args(["--config", CONFIG, "--out", "x", "--methods", "no_such_method"])
     with pytest.raises(SystemExit):
@@ -321,9 +311,8 @@ def test_help_lists_the_options(capsys):
 
 # ====================================================================== end to end on digits
 def _two_methods() -> list[str]:
-    """Two distinct registered methods; a test-only one (without SCALA's switches) if only one is registered."""
-    names = list(ALGORITHMS)[:2]
-    return names if len(names) == 2 else [names[0], PLAIN]
+    """Two registered methods with the same client selection (uniform), one with SCALA's switches, one without."""
+    return ["scala", "minibatch_sfl"]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_sfl.algorithms import ALGORITHMS, SEMI_METHODS
+from lightning_sfl.algorithms import SEMI_METHODS
+from lightning_sfl.algorithms.registry import names
 from lightning_sfl.compare import main as compare_main
 from lightning_sfl.compare import read_metrics_csv
 
@@ -46,11 +47,11 @@ STUDIES = {
         {"quantity_a2_k20": [], "dirichlet_b0.05_k20": ["--data.partition=dirichlet", "--data.beta=0.05"]},
     ),
 }
-#: Methods registered after the label-skew studies were run, compared in their own studies instead: S²FL and the
-#: asynchronous methods (docs/results/gas), the semi-supervised ones (docs/results/semi_sfl), SCALA-PE
-#: (docs/results/privacy). The studies' commands include S²FL and SCALA-PE when run again.
-LATER = {"s2fl", "scala_pe", "gas", "async_sfl", "fedbuff", "ca2fl", *SEMI_METHODS}
-STUDIED = [m for m in ALGORITHMS if m not in LATER]
+#: The methods of the label-skew studies (their registry entry's ``study``). The methods registered after them are
+#: compared in their own studies instead: S²FL and the asynchronous methods (docs/results/gas), the semi-supervised
+#: ones (docs/results/semi_sfl), SCALA-PE (docs/results/privacy). The studies' commands include S²FL and SCALA-PE when
+#: run again.
+STUDIED = list(names(study="label_skew"))
 CELLS = [(study, setting) for study, (*_, settings) in STUDIES.items() for setting in settings]
 #: Test images per dataset (the stratified 20 % split of digits' 1797 and of MNIST-5k's 5000).
 TEST_IMAGES = {"digits": 360, "mnist5k": 1000}

@@ -31,6 +31,7 @@ from torch import nn
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm, checked_floor
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
+from lightning_sfl.algorithms.registry import register
 from lightning_sfl.data.selection import FedCBSSelection
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import LocalEpochs, Schedule, Step
@@ -144,6 +145,7 @@ def _zeros(module: nn.Module, *lead: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------- FedAvg
+@register("fedavg", family="fl", study="label_skew")
 class FedAvg(SplitFedAlgorithm):
     """FedAvg (McMahan et al., AISTATS 2017): local SGD on the full model, ``|D_k|``-weighted averaging.
 
@@ -215,6 +217,7 @@ class FedAvg(SplitFedAlgorithm):
 
 
 # ----------------------------------------------------------------------------------------------- FedProx
+@register("fedprox", family="fl", study="label_skew")
 class FedProx(FedAvg):
     """FedProx (Li et al., MLSys 2020): FedAvg plus a proximal term.
 
@@ -243,6 +246,7 @@ class FedProx(FedAvg):
 
 
 # ----------------------------------------------------------------------------------------------- FedDyn
+@register("feddyn", family="fl", study="label_skew")
 class FedDyn(FedAvg):
     """FedDyn (Acar et al., ICLR 2021, Algorithm 1): dynamic regularisation and a corrected server model.
 
@@ -303,6 +307,7 @@ class FedDyn(FedAvg):
 
 
 # ----------------------------------------------------------------------------------------------- FedLC
+@register("fedlc", family="fl", study="label_skew")
 class FedLC(FedAvg):
     """FedLC (Zhang et al., ICML 2022, eq. 6): FedAvg with logits calibrated by the local class counts.
 
@@ -336,6 +341,7 @@ class FedLC(FedAvg):
 
 
 # ----------------------------------------------------------------------------------------------- FedLogit
+@register("fedlogit", family="fl", study="label_skew")
 class FedLogit(FedAvg):
     """FedLogit (SCALA, ICML 2024 conference version, §5.1): FedAvg whose local loss is the client-side logit
     adjustment of eq. (15), ``CE(f(x) + log P_k(y), y)``, ``P_k`` the client's local label distribution.
@@ -358,6 +364,7 @@ class FedLogit(FedAvg):
 
 
 # ----------------------------------------------------------------------------------------------- FedDecorr
+@register("feddecorr", family="fl", study="label_skew")
 class FedDecorr(FedAvg):
     """FedDecorr (Shi et al., ICLR 2023): FedAvg plus a decorrelation penalty on the features.
 
@@ -386,6 +393,7 @@ class FedDecorr(FedAvg):
         return self.decorr_coef * torch.stack(terms).sum()
 
 
+@register("fedcbs", family="fl", study="label_skew")
 class FedCBS(FedAvg):
     """Fed-CBS (Zhang et al., ICML 2023): FedAvg with class-imbalance-reducing client sampling — each round's
     clients are drawn one by one with probabilities favouring groups of low QCID (``fedcbs`` policy, see

@@ -24,12 +24,14 @@ import torch.nn.functional as F
 from lightning_sfl.algorithms.async_base import AsyncMethod, choice
 from lightning_sfl.algorithms.client_bank import ClientBank
 from lightning_sfl.algorithms.fedavg import _flat, _load_flat, _zeros
+from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.async_events import UploadStep
 
 __all__ = ["CA2FL", "FedBuff"]
 
 
+@register("fedbuff", family="async", study="gas")
 class FedBuff(AsyncMethod):
     """FedBuff on the GAS clock (see the module docstring).
 
@@ -85,6 +87,7 @@ class FedBuff(AsyncMethod):
         self.reset_slots(step.slots)
 
 
+@register("ca2fl", family="async", study="gas")
 class CA2FL(FedBuff):
     """CA²FL on the GAS clock: FedBuff with cached updates calibrating the buffered ones (see the module docstring).
 

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from lightning_sfl.algorithms.fedavg import FedAvg
+from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 from lightning_sfl.system.comm import module_bytes
@@ -76,6 +77,7 @@ class ConcatNet(nn.Module):
         return self.head(self.features(x))
 
 
+@register("fedconcat", family="fl", study="label_skew")
 class FedConcat(FedAvg):
     """FedConcat: per-cluster FedAvg of full models, then FedAvg of a head on the concatenated frozen encoders.
 

@@ -16,6 +16,7 @@ import torch
 
 from lightning_sfl.algorithms.aggregate import normalized_weights
 from lightning_sfl.algorithms.fedavg import FedAvg, _flat, _load_flat, _slot_flats
+from lightning_sfl.algorithms.registry import register
 from lightning_sfl.loop import Step
 
 __all__ = ["FedNova", "fednova_average", "momentum_norm"]
@@ -41,6 +42,7 @@ def fednova_average(
     return (x.to(torch.float64) - tau_eff * (p[:, None] * d).sum(0)).to(x.dtype)
 
 
+@register("fednova", family="fl", study="label_skew")
 class FedNova(FedAvg):
     """FedNova (Wang et al., NeurIPS 2020, eq. 7): FedAvg whose server step normalises each client's update by its
     number of local steps (:func:`fednova_average`; ``ρ`` = the client optimiser's ``momentum``). Buffers (e.g.

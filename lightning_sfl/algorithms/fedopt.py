@@ -21,6 +21,7 @@ from typing import ClassVar
 import torch
 
 from lightning_sfl.algorithms.fedavg import FedAvg, _flat, _load_flat, _zeros
+from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 
@@ -123,6 +124,7 @@ class FedOpt(FedAvg):
         _load_flat(self.client.net, new_x)
 
 
+@register("fedadam", family="fl", study="label_skew")
 class FedAdam(FedOpt):
     """FedAdam (Reddi et al., ICLR 2021): Adam on the server. Defaults ``η = 0.1``, ``β1 = 0.9``, ``β2 = 0.99``,
     ``τ = 10⁻³`` (Flower's ``FedAdam`` defaults; Reddi et al. grid-search ``η`` and ``τ``)."""
@@ -130,6 +132,7 @@ class FedAdam(FedOpt):
     server_optimizer: ClassVar[str] = "adam"
 
 
+@register("fedyogi", family="fl", study="label_skew")
 class FedYogi(FedOpt):
     """FedYogi (Reddi et al., ICLR 2021): Yogi on the server. Default ``η = 0.01`` (Flower's ``FedYogi``),
     ``β1 = 0.9``, ``β2 = 0.99``, ``τ = 10⁻³``."""
@@ -140,6 +143,7 @@ class FedYogi(FedOpt):
         super().__init__(server_lr=server_lr, **kwargs)
 
 
+@register("fedadagrad", family="fl", study="label_skew")
 class FedAdagrad(FedOpt):
     """FedAdagrad (Reddi et al., ICLR 2021): Adagrad on the server. Defaults ``η = 0.1``, ``β1 = 0.9``,
     ``τ = 10⁻³`` (Flower's ``FedAdagrad``; ``β2`` unused)."""
@@ -147,6 +151,7 @@ class FedAdagrad(FedOpt):
     server_optimizer: ClassVar[str] = "adagrad"
 
 
+@register("fedavgm", family="fl", study="label_skew")
 class FedAvgM(FedOpt):
     """FedAvgM (Hsu et al., 2019): server momentum ``m_t = β·m_{t−1} + Δ_t``, ``x_{t+1} = x_t + η·m_t``.
 

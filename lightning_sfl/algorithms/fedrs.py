@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from lightning_sfl.algorithms.fedavg import FedAvg
+from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 
@@ -40,6 +41,7 @@ def fedrs_scale(counts: torch.Tensor, alpha: float, scaling: str = "binary") -> 
     raise ConfigError(f"scaling={scaling!r} is not one of: {', '.join(SCALINGS)}")
 
 
+@register("fedrs", family="fl", study="label_skew")
 class FedRS(FedAvg):
     """FedRS (Li & Zhan, KDD 2021, eq. 5): the client loss is the cross-entropy of ``α_c·w_cᵀh + b_c``.
 

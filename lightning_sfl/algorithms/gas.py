@@ -37,6 +37,7 @@ from lightning_sfl.algorithms.async_base import AsyncMethod, choice
 from lightning_sfl.algorithms.base import checked_floor
 from lightning_sfl.algorithms.label_gaussians import COVARIANCES, LabelGaussians, generation_counts
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy
+from lightning_sfl.algorithms.registry import register
 from lightning_sfl.data.sampling import round_generator
 from lightning_sfl.loop import ClientStats
 from lightning_sfl.loop.async_events import ArrivalStep
@@ -47,6 +48,7 @@ GRADIENT_ORDERS = ("after_server_step", "before_server_step")
 _GENERATION_STREAM = 11
 
 
+@register("async_sfl", family="async", study="gas")
 class AsyncSFL(AsyncMethod):
     """Asynchronous SFL without generation (GAS's ablation): see the module docstring.
 
@@ -134,6 +136,7 @@ class AsyncSFL(AsyncMethod):
         return loss.detach()
 
 
+@register("gas", family="async", study="gas")
 class GAS(AsyncSFL):
     """GAS (Alg. 1): :class:`AsyncSFL` whose server also trains on activations generated from per-label Gaussians
     of the activations seen so far (eqs. 11-12; generation rule of the authors' code).

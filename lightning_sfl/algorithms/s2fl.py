@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.splitfed import MiniBatchSFL
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
@@ -91,6 +92,7 @@ def group_mean_loss(row_losses: torch.Tensor, group_of_row: torch.Tensor, group_
     return (row_losses / sizes[group_of_row]).sum() / groups
 
 
+@register("s2fl", family="split", study="gas")
 class S2FL(MiniBatchSFL):
     """S²FL (see the module docstring): MiniBatch-SFL whose server half takes the mean of per-group steps over
     label-balanced groups of clients; the adaptive split point acts on the simulated clock only.

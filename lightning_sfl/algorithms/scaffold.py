@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from lightning_sfl.algorithms.fedavg import FedAvg, _flat, _slot_flats, _zeros
+from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 from lightning_sfl.system.comm import tensor_bytes
@@ -40,6 +41,7 @@ def control_variate_update(
     return c_i - c + (x - y) / (local_steps * lr)
 
 
+@register("scaffold", family="fl", study="label_skew")
 class Scaffold(FedAvg):
     """SCAFFOLD (Karimireddy et al., ICML 2020), option II, ``η_g = 1``.
 

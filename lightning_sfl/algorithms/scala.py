@@ -29,9 +29,11 @@ import torch
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm, checked_floor
 from lightning_sfl.algorithms.losses import distribution_from_counts
+from lightning_sfl.algorithms.registry import register
 from lightning_sfl.loop import Step
 
 
+@register("scala", family="split", study="label_skew")
 class SCALA(SplitFedAlgorithm):
     """SCALA (Algorithm 2) and its ablations.
 

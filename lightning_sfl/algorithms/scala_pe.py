@@ -60,6 +60,7 @@ from __future__ import annotations
 import torch
 
 from lightning_sfl.algorithms.async_base import choice
+from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.scala import SCALA
 from lightning_sfl.errors import ConfigError, whole_number
 from lightning_sfl.loop import Step, SyncRounds
@@ -72,6 +73,7 @@ __all__ = ["SCALAPE"]
 OPTIMIZER_STATES = ("kept", "reset")
 
 
+@register("scala_pe", family="split", study="privacy")
 class SCALAPE(SCALA):
     """SCALA-PE (see the module docstring): SCALA with a bottleneck at the cut and a per-client simulated inversion
     model whose reconstruction quality the clients penalise.

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from lightning_sfl.algorithms.async_base import choice
+from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.semi_losses import pseudo_labels
 from lightning_sfl.algorithms.semi_sfl import SemiSFL
 from lightning_sfl.errors import ConfigError
@@ -95,6 +96,7 @@ def mixup_rows(logits: torch.Tensor, labels: torch.Tensor, partner: torch.Tensor
     return lam * ce(logits, labels, reduction="none") + (1 - lam) * ce(logits, labels[partner], reduction="none")
 
 
+@register("fedswitch_sl", family="semi", study="semi_sfl")
 class FedSwitchSL(SemiSFL):
     """Semi-SFL without eqs. 3 and 5 (CE terms only), with teacher/student switching for the pseudo-labels (see the
     module docstring).
@@ -122,6 +124,7 @@ class FedSwitchSL(SemiSFL):
         return pseudo_labels(logits, self.threshold)
 
 
+@register("fedswitch", family="semi", study="semi_sfl")
 class FedSwitch(FedSwitchSL):
     """FedSwitch-SL in full-model federated learning: the clients train the whole model (no activations travel), the
     server trains it on the labelled set; the evaluated model is the global EMA teacher."""
@@ -129,6 +132,7 @@ class FedSwitch(FedSwitchSL):
     split: ClassVar[bool] = False
 
 
+@register("semifl", family="semi", study="semi_sfl")
 class SemiFL(SemiSFL):
     """SemiFL (see the module docstring): full-model FL; the server trains on the labelled set; each client labels its
     batch with the global model it received (``τ``, confidence ``≥ τ`` as in the authors' code) and trains on the

@@ -37,6 +37,7 @@ from torch import nn
 
 from lightning_sfl.algorithms.async_base import choice
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
+from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.semi_losses import (
     contrastive_loss,
     ema_decay,
@@ -66,6 +67,7 @@ def cosine_lr(round_idx: int, rounds: int, lr: float, lr_min: float) -> float:
     return lr_min + (lr - lr_min) * (1 + math.cos(math.pi * round_idx / rounds)) / 2
 
 
+@register("semi_sfl", family="semi", study="semi_sfl")
 class SemiSFL(SplitFedAlgorithm):
     """Semi-SFL (see the module docstring). ``local_iters`` is ``K_u``; the data module needs
     ``--data.labelled_per_class``.
@@ -349,6 +351,7 @@ class SemiSFL(SplitFedAlgorithm):
         return self.teacher_server(self.teacher_client(x))
 
 
+@register("supervised_only", family="semi", study="semi_sfl")
 class SupervisedOnly(SemiSFL):
     """The lower bound of Semi-SFL's Table II: the whole model trained on the server's labelled set only, with plain
     cross-entropy (no contrastive term, no clients). A round is ``K_s`` steps (``supervised_steps``, constant); the

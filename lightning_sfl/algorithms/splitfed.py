@@ -26,21 +26,25 @@ from torch import nn
 from lightning_sfl.algorithms.base import ClientModule, SplitFedAlgorithm, checked_floor
 from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
+from lightning_sfl.algorithms.registry import register
 from lightning_sfl.data.selection import ClassBalancedSelection
 from lightning_sfl.loop import Step
 from lightning_sfl.system.comm import row_bytes
 
 
+@register("minibatch_sfl", family="split", study="label_skew")
 class MiniBatchSFL(SplitFedAlgorithm):
     """MiniBatch-SFL: the server half is trained on the concatenated activations with plain cross-entropy;
     clients get plain cross-entropy gradients. Equals SCALA with both logit adjustments off."""
 
 
+@register("ca_sfl", family="split", study="label_skew")
 class CASFL(MiniBatchSFL):
     """CA-SFL (SCALA journal §5.2): SFL with concatenated activations only — the same algorithm as
     MiniBatch-SFL, registered under the name of the ablation."""
 
 
+@register("splitfedv1", family="split", study="label_skew")
 class SplitFedV1(SplitFedAlgorithm):
     """SplitFedV1: every selected client has its own copy of the server half, trained on that client's
     activations only; both halves are averaged with weights ``|D_k|`` after each round. With plain SGD this
@@ -49,6 +53,7 @@ class SplitFedV1(SplitFedAlgorithm):
     server_copies = True
 
 
+@register("splitfedv2", family="split", study="label_skew")
 class SplitFedV2(SplitFedAlgorithm):
     """SplitFedV2: one server half, updated client after client within every local iteration (clients in
     slot order, i.e. by id); each client gets its gradient from the server weights it met (pre-update).
@@ -83,6 +88,7 @@ class SplitFedV2(SplitFedAlgorithm):
         return mean, mean
 
 
+@register("splitfedv3", family="split", study="label_skew")
 class SplitFedV3(SplitFedAlgorithm):
     """SplitFedV3: client halves stay with their clients (never averaged), the server copies are averaged.
 
@@ -116,6 +122,7 @@ def _flat(module: nn.Module) -> torch.Tensor:
     return torch.nn.utils.parameters_to_vector(module.parameters()).detach()
 
 
+@register("sfl_local_loss", family="split", study="label_skew")
 class SFLLocalLoss(SplitFedAlgorithm):
     """SFLLocalLoss: each client trains its half with an auxiliary head on a local loss and receives no
     gradient; the server half is trained on the concatenated activations with cross-entropy.
@@ -141,6 +148,7 @@ class SFLLocalLoss(SplitFedAlgorithm):
         return per_client_mean(logit_adjusted_cross_entropy(local, step.y, None, "none"), step.owner, step.sizes)
 
 
+@register("lla_sfl", family="split", study="label_skew")
 class LLASFL(SplitFedAlgorithm):
     """LLA-SFL (SCALA journal §5.2): SplitFedV1 with local logit adjustment: every server copy and every
     client gradient use ``CE(s + log P_k)`` (eq. 15), ``P_k`` the client's local label distribution.
@@ -163,6 +171,7 @@ class LLASFL(SplitFedAlgorithm):
     client_prior = _local
 
 
+@register("cs_sfl", family="split", study="label_skew")
 class CSSFL(SplitFedV1):
     """CS-SFL (Xie et al., IEEE TWC 2025): SplitFedV1 with class-balanced client selection — each round's
     clients are chosen so that their pooled label distribution is close to uniform (``class_balanced``

@@ -42,9 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         metavar="NAME",
-        help="registered names (lightning_sfl.algorithms.ALGORITHMS) or class paths; default: all registered "
-        "synchronous supervised methods (name the asynchronous ones, ASYNC_METHODS, which count rounds differently, "
-        "and the semi-supervised ones, SEMI_METHODS, which need --data.labelled_per_class)",
+        help="registered names (lightning_sfl.algorithms.ALGORITHMS) or class paths; default: every registered method "
+        "of the synchronous families, split and fl (name the asynchronous ones, which count rounds differently, and "
+        "the semi-supervised ones, which need --data.labelled_per_class)",
     )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED", help="seeds (default: 0)")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
@@ -108,9 +108,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(rest)
     args.overrides = overrides
     if args.methods is None:
-        from lightning_sfl.algorithms import ALGORITHMS, ASYNC_METHODS, SEMI_METHODS
+        from lightning_sfl.algorithms.registry import SYNCHRONOUS, names
 
-        args.methods = [name for name in ALGORITHMS if name not in (*ASYNC_METHODS, *SEMI_METHODS)]
+        args.methods = list(names(family=SYNCHRONOUS))
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs} must be >= 1")
     if args.target_acc is not None and not 0 < args.target_acc <= 1:
