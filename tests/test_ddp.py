@@ -25,6 +25,7 @@ def _free_port() -> int:
 
 def _run(method: str, devices: int, folder: Path, rounds: int = 3, extra=()) -> tuple[dict, dict[int, float]]:
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WANDB_MODE": "disabled"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), *filter(None, [os.environ.get("PYTHONPATH")])])
     cmd = [
         sys.executable,
         "-m",
@@ -77,6 +78,7 @@ FLOAT64 = ("--trainer.precision=64-true",)
         ("fedadam", ()),
         ("fedconcat", ()),
         ("s2fl", ()),
+        ("minibatch_sfl", (*FLOAT64, "--model=toy_methods.ProximalSFL", "--model.mu=1.0")),
     ],
     ids=[
         "scala",
@@ -91,6 +93,7 @@ FLOAT64 = ("--trainer.precision=64-true",)
         "fedadam-server-moments",
         "fedconcat-clusters-then-head-rounds",
         "s2fl-label-balanced-groups",
+        "split-method-with-a-parameter-only-regulariser",
     ],
 )
 def test_two_processes_equal_one(method, extra, tmp_path):

@@ -49,7 +49,7 @@ def _cli_error(capsys, *args: str) -> str:
         (["--model.arch=bogus"], "model='bogus' is not one of: alexnet_mnist"),
         (["--data.dataset=mnist"], "dataset='mnist' is not one of: digits, synthetic"),
         (["--data.partition=random"], "partition='random' is not one of: iid, quantity, dirichlet, shards"),
-        (["--model=BogusAlgo"], "model='BogusAlgo' is not one of: scala, minibatch_sfl"),
+        (["--model=BogusAlgo"], "model='BogusAlgo' is not one of: ca_sfl, cs_sfl, lla_sfl, minibatch_sfl"),
         (["--data.dataset=cifar10", "--data.root=/nonexistent"], "expected /nonexistent/cifar-10-batches-py"),
         (["--model.client_selection=best"], "client_selection='best' is not one of: uniform, fedcbs"),
         (["--torch_threads=0"], "torch_threads=0 must be >= 1"),

@@ -10,7 +10,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl.algorithms import CA2FL, FedBuff
-from lightning_sfl.algorithms.fedavg import _flat
+from lightning_sfl.algorithms.aggregate import flat_parameters
 from lightning_sfl.callbacks import SimulatedClock
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
@@ -43,7 +43,7 @@ def _recording(cls):
     class Recording(cls):
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
-            self.initial = _flat(self.client.net).detach().clone()
+            self.initial = flat_parameters(self.client.net).detach().clone()
             self.rounds: list[dict] = []  # per aggregation: w before and after, Δ and start of each upload, clients
             self.pending: list[tuple[torch.Tensor, int]] = []  # (start model, version) of each buffered upload
 
@@ -55,10 +55,10 @@ def _recording(cls):
             self.pending.append((snapshot - self.deltas[-1], step.version))
 
         def aggregate(self, step):
-            before = _flat(self.client.net).detach().clone()
+            before = flat_parameters(self.client.net).detach().clone()
             deltas, clients = torch.stack(self.deltas).clone(), [c for _, c in self.uploads]
             super().aggregate(step)
-            after = _flat(self.client.net).detach().clone()
+            after = flat_parameters(self.client.net).detach().clone()
             self.rounds.append({"before": before, "after": after, "deltas": deltas, "clients": clients})
             self.rounds[-1]["starts"] = list(self.pending)
             self.pending.clear()
@@ -81,9 +81,9 @@ def test_fedbuff_steps_by_the_mean_buffered_update_from_the_models_the_clients_s
 def test_fedbuff_with_one_client_and_server_lr_1_equals_averaging():
     single = {**KW, "concurrency": 1, "aggregate_every": 1}
     torch.manual_seed(0)
-    delta = _flat(_fit(FedBuff(**single, server_lr=1.0))).detach()
+    delta = flat_parameters(_fit(FedBuff(**single, server_lr=1.0))).detach()
     torch.manual_seed(0)
-    average = _flat(_fit(FedBuff(**single, update="average"))).detach()
+    average = flat_parameters(_fit(FedBuff(**single, update="average"))).detach()
     torch.testing.assert_close(delta, average, rtol=1e-12, atol=1e-12)
 
 
@@ -117,14 +117,14 @@ def test_ca2fl_server_updates_match_the_formula_with_a_cache_kept_by_hand(update
 
 def test_ca2fl_first_update_is_fedbuffs_and_later_ones_differ():
     torch.manual_seed(0)
-    first_ca2fl = _flat(_fit(CA2FL(**KW), rounds=1)).detach()
+    first_ca2fl = flat_parameters(_fit(CA2FL(**KW), rounds=1)).detach()
     torch.manual_seed(0)
-    first_fedbuff = _flat(_fit(FedBuff(**KW), rounds=1)).detach()
+    first_fedbuff = flat_parameters(_fit(FedBuff(**KW), rounds=1)).detach()
     torch.testing.assert_close(first_ca2fl, first_fedbuff, rtol=1e-12, atol=1e-12)  # empty cache: v = mean Δ
     torch.manual_seed(0)
-    ca2fl = _flat(_fit(CA2FL(**KW), rounds=3)).detach()
+    ca2fl = flat_parameters(_fit(CA2FL(**KW), rounds=3)).detach()
     torch.manual_seed(0)
-    fedbuff = _flat(_fit(FedBuff(**KW), rounds=3)).detach()
+    fedbuff = flat_parameters(_fit(FedBuff(**KW), rounds=3)).detach()
     assert (ca2fl - fedbuff).abs().max() > 1e-6
 
 

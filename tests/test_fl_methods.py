@@ -156,9 +156,9 @@ def test_one_round_matches_independent_computation(cls, local_iters, kwargs):
 
 
 def _regularizer_grads(model):
-    """Gradient of ``model.client_extra_loss`` for the current slots, per slot as a flat vector."""
+    """Gradient of ``model.client_regulariser`` for the current slots, per slot as a flat vector."""
     step = make_step(model._last_clients, torch.ones(len(model.bank), dtype=torch.long))
-    reg = model.client_extra_loss(step, torch.zeros(1, model.num_classes), None)
+    reg = model.client_regulariser(step, torch.zeros(1, model.num_classes), None)
     grads = []
     for slot in model.bank.slots:
         params = list(slot.parameters())
@@ -324,7 +324,7 @@ def test_feddecorr_regularizer_sums_each_clients_own_term():
     model = FedDecorr(decorr_coef=0.3)
     feats = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 0.0], [7.0, 1.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
     batch = make_step([0, 1, 2], [3, 1, 3])  # single-row client: 0
-    got = model.client_extra_loss(batch, torch.zeros(7, 10), feats)
+    got = model.client_regulariser(batch, torch.zeros(7, 10), feats)
     expected = 0.3 * (0.625 + 0.0 + feddecorr_loss(feats[4:]).item())
     assert got.item() == pytest.approx(expected, rel=1e-6)
     assert got.item() != pytest.approx(0.3 * feddecorr_loss(feats).item(), rel=1e-3)  # not the pooled batch

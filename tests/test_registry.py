@@ -70,7 +70,7 @@ class ToySFL(SplitFedAlgorithm):
 def copy_with_a_new_method(tmp_path_factory) -> Path:
     """A copy of the repository's package, configs and tests plus one new file (the method) and one config."""
     root = tmp_path_factory.mktemp("new_method")
-    shutil.copytree(REPO / "lightning_sfl", root / "lightning_sfl", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "lightning_sfl", root / "lightning_sfl", ignore=shutil.ignore_patterns("__py*", "callbacks"))
     shutil.copytree(REPO / "callbacks", root / "lightning_sfl" / "callbacks", ignore=shutil.ignore_patterns("__py*"))
     shutil.copytree(REPO / "configs", root / "configs")
     shutil.copytree(REPO / "tests", root / "tests", ignore=shutil.ignore_patterns("__pycache__"))

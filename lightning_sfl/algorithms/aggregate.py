@@ -1,4 +1,5 @@
-"""Aggregation of client (or server) copies: pure functions on state dicts.
+"""Aggregation of client (or server) copies: pure functions on state dicts, and models as flat parameter vectors (what
+the FL server optimisers, FedDyn, SCAFFOLD, FedNova and FedBuff compute with).
 
 >>> a = {"w": torch.tensor([0.0, 2.0])}
 >>> b = {"w": torch.tensor([4.0, 6.0])}
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 
 
 def normalized_weights(weights: torch.Tensor) -> torch.Tensor:
@@ -36,3 +38,32 @@ def weighted_average(states: Sequence[dict[str, torch.Tensor]], weights: torch.T
         else:
             out[name] = first.clone()
     return out
+
+
+def flat_parameters(module: nn.Module) -> torch.Tensor:
+    """All parameters of ``module`` as one vector ``[P]`` (order of ``module.parameters()``), differentiable.
+
+    >>> flat_parameters(nn.Linear(2, 1)).shape
+    torch.Size([3])
+    """
+    return torch.cat([p.reshape(-1) for p in module.parameters()])
+
+
+def slot_flat_parameters(bank, slots: list[int]) -> torch.Tensor:
+    """The flattened parameters of a client bank's ``slots``, detached, ``[len(slots), P]``."""
+    return torch.stack([flat_parameters(bank.slots[k]).detach() for k in slots])
+
+
+@torch.no_grad()
+def load_flat_parameters(module: nn.Module, vector: torch.Tensor) -> None:
+    """Write ``vector`` ``[P]`` (order of ``module.parameters()``) into the parameters of ``module``."""
+    offset = 0
+    for p in module.parameters():
+        p.copy_(vector[offset : offset + p.numel()].view_as(p))
+        offset += p.numel()
+
+
+def parameter_zeros(module: nn.Module, *lead: int) -> torch.Tensor:
+    """Zeros ``[*lead, P]`` in the dtype and device of ``module``'s parameters."""
+    flat = flat_parameters(module).detach()
+    return flat.new_zeros(*lead, flat.numel())

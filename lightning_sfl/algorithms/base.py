@@ -21,9 +21,9 @@ Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SF
  4     client gradients        :meth:`client_loss` (+ prior)        ``G_k = ∂/∂A_k`` of each client's mean CE
                                                                     (eq. 8); SCALA eq. 15; ``None``: no gradient
                                                                     is sent (SFLLocalLoss)
- 5     client extra loss       :meth:`client_extra_loss`            none; SFLLocalLoss (auxiliary head), FedProx,
-                                                                    FedDyn, FedDecorr (regularisers), SCALA-PE
-                                                                    (inversion regulariser on the activations)
+ 5     client extra terms      :meth:`client_extra_loss` (rows),    none; SFLLocalLoss (auxiliary head), SCALA-PE
+                               :meth:`client_regulariser` (whole)   (inversion regulariser on the activations);
+                                                                    FedProx, FedDyn, FedDecorr, SCAFFOLD (whole)
  6     server + client step    :meth:`take_step`                    one SGD step over the server and every slot
                                                                     (SplitFedV2: after each client)
  7     aggregate (round end)   :meth:`aggregate`                    average of every bank (eq. 10), weights
@@ -32,10 +32,12 @@ Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SF
 =====  ======================  ===================================  ==============================================
 
 The halves themselves come from :meth:`build_halves` (with ``bottleneck_channels``, a bottleneck at the cut).
-:meth:`local_iteration` (handler of ``"local"`` steps) runs 1-6 in that order; plain FL methods (FedAvg family)
-replace it with one loss on the whole model. The base owns what every method shares around the hooks: the byte
-ledger, the NaN/Inf guards, DDP loss normalisation and gradient summing, optimiser-state resets, the client banks
-(:meth:`client_models`, :meth:`reset_slots`) and checkpointed method state (:meth:`add_state`).
+:meth:`local_iteration` (handler of ``"local"`` steps) runs 1-6 in that order through
+:func:`~lightning_sfl.algorithms.iteration.split_iteration`, the one split iteration every split method runs (its
+finer hooks :meth:`send_activations`, :meth:`split_losses` and :meth:`on_client_gradients` let GAS and Semi-SFL
+run it too); plain FL methods (FedAvg family) replace it with one loss on the whole model. The base owns what every
+method shares around the hooks: the byte ledger, the NaN/Inf guards, DDP gradient summing, optimiser-state resets,
+the client banks (:meth:`client_models`, :meth:`reset_slots`) and checkpointed method state (:meth:`add_state`).
 
 The FL phase runs inside the round's last training step, not in ``on_train_epoch_end``: Lightning validates
 *before* ``on_train_epoch_end``, and evaluation must see the aggregated model.
@@ -53,6 +55,7 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots
+from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
 from lightning_sfl.algorithms.stacked_bank import BANK_KINDS, StackedBank, make_bank
 from lightning_sfl.algorithms.state import MethodState
@@ -130,8 +133,6 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
     #: True: one server-half copy per selected client, trained on that client's activations only and averaged
     #: each round (SplitFedV1); False: one server half trained on the concatenated activations (eq. 5-7).
     server_copies: bool = False
-    #: Floor of the log-priors of :meth:`server_prior`/:meth:`client_prior` (``0``: ``log 0 = −∞``; see ``log_prior``).
-    missing_class_floor: float = 0.0
     #: Channels of the bottleneck at the cut when ``bottleneck_channels`` is ``None`` (0: none).
     default_bottleneck_channels: ClassVar[int] = 0
     #: True if :meth:`client_extra_loss` differentiates through the activations after ``G_k`` went back through them
@@ -428,6 +429,21 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         """Hook 2: logits ``[B, N]`` of the server half (or of each client's server copy) on activations ``a``."""
         return self.server(a) if self.server_bank is None else self.server_bank(a, step.local_sizes, step.slots)
 
+    @property
+    def missing_class_floor(self) -> float:
+        """Floor of the log-priors of :meth:`server_prior`/:meth:`client_prior` and of the methods that adjust logits
+        by a client's label counts (``0``: ``log 0 = −∞``, a class a client lacks leaves the softmax; ``> 0``: public
+        code's finite version; see :func:`~lightning_sfl.algorithms.losses.log_prior`). Checked when set."""
+        return self.__dict__.get("_missing_class_floor", 0.0)
+
+    @missing_class_floor.setter
+    def missing_class_floor(self, value: float) -> None:
+        self.__dict__["_missing_class_floor"] = checked_floor(value)
+
+    def row_label_distribution(self, step: Step) -> torch.Tensor:
+        """``P_k(y)`` of each row's client, ``[B, N]`` (eq. 15's prior; ``step.owner`` picks the row's client)."""
+        return self.label_dist.index_select(0, step.clients).index_select(0, step.owner)
+
     def server_prior(self, step: Step) -> torch.Tensor | None:
         """Label distribution added (as ``log``) to the logits of the server loss; ``None``: plain CE."""
         return None
@@ -465,47 +481,49 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
     def client_extra_loss(
         self, step: Step, outputs: torch.Tensor, features: torch.Tensor | None = None
     ) -> torch.Tensor | None:
-        """Hook 5, a loss the clients add on their side (``outputs``: what the client models produced — the
-        activations, or the logits for plain FL; ``features``: inputs of the last layer when asked for); ``None``:
-        nothing."""
+        """Hook 5, a loss the clients add over their rows (``outputs``: what the client models produced — the
+        activations, or the logits for plain FL; ``features``: inputs of the last layer when asked for), summed over
+        this process's rows and normalised by global counts like the other losses; ``None``: nothing."""
         return None
 
-    def send_activations(self, step: Step, check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """Hook 1 and the upload: the clients' activations ``[B, *act]`` (checked finite unless ``check=False``, for a
-        caller that checks them with the logits; counted up with the labels) and a detached copy that requires a
-        gradient, for the server (``∂/∂`` it gives ``G_k``)."""
+    def client_regulariser(
+        self, step: Step, outputs: torch.Tensor, features: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
+        """Hook 5, a term every process computes in full (a function of the clients' parameters, such as FedProx's
+        proximal term, or of this process's rows taken together); under DDP the processes' gradients of it are
+        averaged (:func:`~lightning_sfl.algorithms.iteration.process_share`). ``None``: nothing."""
+        return None
+
+    def send_activations(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hook 1 and the upload: the clients' activations ``[B, *act]`` (counted up with the labels) and a detached
+        copy that requires a gradient, for the server (``∂/∂`` it gives ``G_k``). Checked finite with the logits
+        (:meth:`split_losses`)."""
         acts = self.client_forward(step)
-        if check:
-            self.check_finite("activations", acts, step)
         self.ledger.add_rows("up", "activations", acts, step.sizes, step.slots)
         self.ledger.add_rows("up", "labels", step.y, step.sizes, step.slots)
         return acts, acts.detach().requires_grad_(True)
 
-    def local_iteration(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
-        """Client forward → server forward on the concatenation → server update and client gradients from the
-        same (pre-update) forward → every client backpropagates its ``G_k`` (and its extra loss) → one step."""
-        opt = self.optimizers()
-        opt.zero_grad()
-        acts, a = self.send_activations(step, check=False)
+    def split_losses(
+        self, acts: torch.Tensor, a: torch.Tensor, step: Step
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Hooks 2-4 on the server's copy ``a`` of the activations ``acts``: the server forward, the NaN/Inf guard of
+        activations and logits, then the server loss (hook 3) and the clients' loss (hook 4), both from this
+        (pre-update) forward."""
         logits = self.server_forward(a, step)
         self.check_all_finite(step, ("activations", acts), ("logits", logits))
-        server_loss = self.server_loss(logits, step)
-        client_loss = self.client_loss(logits, step)
-        if client_loss is not None:  # G_k from the same (pre-update) server forward, eq. (8)
-            (grad_a,) = torch.autograd.grad(client_loss, a, retain_graph=True)  # rows of client k: G_k
-            self.ledger.add_rows("down", "gradients", grad_a, step.sizes, step.slots)
-        # into the optimised weights only: the leaf ``a`` needs no gradient of the server loss (G_k: the client loss)
-        self.manual_backward(
-            server_loss, inputs=[p for g in getattr(opt, "optimizer", opt).param_groups for p in g["params"]]
-        )
-        if client_loss is not None:  # keep the client graph if the extra loss goes through the activations
-            self.manual_backward(acts, grad_a, retain_graph=self.extra_loss_uses_activations)
-        extra = self.client_extra_loss(step, acts)
-        if extra is not None:
-            self.manual_backward(extra)
-            client_loss = extra if client_loss is None else client_loss + extra
-        self.take_step(opt)
-        return server_loss, client_loss
+        return self.server_loss(logits, step), self.client_loss(logits, step)
+
+    def on_client_gradients(self, step: Step, a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        """The clients' gradients ``G`` ``[B, *act]`` (rows of client ``k``: ``G_k``) before they are sent down; a
+        method may act here (GAS buffers the arrivals and updates its server) and return other gradients."""
+        return grad
+
+    def local_iteration(self, step: Step) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Handler of ``"local"`` steps: one split iteration (:func:`~lightning_sfl.algorithms.iteration.
+        split_iteration`): client forward → server forward on the concatenation → server update and client gradients
+        from the same (pre-update) forward → every client backpropagates its ``G_k`` (and its extra terms) → one
+        step."""
+        return split_iteration(self, step)
 
     # ------------------------------------------------------------------ several processes
     @property

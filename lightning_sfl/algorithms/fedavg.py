@@ -27,9 +27,15 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from lightning_sfl.algorithms.base import SplitFedAlgorithm, checked_floor
+from lightning_sfl.algorithms.aggregate import (
+    flat_parameters,
+    load_flat_parameters,
+    parameter_zeros,
+    slot_flat_parameters,
+)
+from lightning_sfl.algorithms.base import SplitFedAlgorithm
+from lightning_sfl.algorithms.iteration import client_side_terms
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.data.selection import FedCBSSelection
@@ -119,31 +125,6 @@ def feddecorr_loss(z: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     return corr.pow(2).sum() / d**2
 
 
-def _flat(module: nn.Module) -> torch.Tensor:
-    """All parameters of ``module`` as one vector ``[P]`` (order of ``module.parameters()``), differentiable."""
-    return torch.cat([p.reshape(-1) for p in module.parameters()])
-
-
-def _slot_flats(bank, slots: list[int]) -> torch.Tensor:
-    """The flattened parameters of the bank's ``slots``, detached, ``[len(slots), P]``."""
-    return torch.stack([_flat(bank.slots[k]).detach() for k in slots])
-
-
-@torch.no_grad()
-def _load_flat(module: nn.Module, vector: torch.Tensor) -> None:
-    """Write ``vector`` ``[P]`` (order of ``module.parameters()``) into the parameters of ``module``."""
-    offset = 0
-    for p in module.parameters():
-        p.copy_(vector[offset : offset + p.numel()].view_as(p))
-        offset += p.numel()
-
-
-def _zeros(module: nn.Module, *lead: int) -> torch.Tensor:
-    """Zeros ``[*lead, P]`` in the dtype and device of ``module``'s parameters."""
-    flat = _flat(module).detach()
-    return flat.new_zeros(*lead, flat.numel())
-
-
 # ----------------------------------------------------------------------------------------------- FedAvg
 @register("fedavg", family="fl", study="label_skew")
 class FedAvg(SplitFedAlgorithm):
@@ -153,8 +134,8 @@ class FedAvg(SplitFedAlgorithm):
     ``w``; the server sets ``w ← Σ_k |D_k| w_k / Σ_k |D_k|`` (eq. 10 of SCALA, done by the base class).
 
     Subclasses change the local objective through two hooks: :meth:`row_loss` (per-row loss, plain CE here)
-    and :meth:`client_extra_loss` (hook 5 of the base: a regulariser, none here). Set ``uses_features = True`` to
-    receive the features ``z`` (input of the last layer) in :meth:`client_extra_loss`.
+    and :meth:`client_regulariser` (hook 5 of the base: a regulariser every process computes in full, none here). Set
+    ``uses_features = True`` to receive the features ``z`` (input of the last layer) in :meth:`client_regulariser`.
 
     Every FL method can also train each client for ``E`` local epochs over its own shard instead of ``T`` steps
     (``local_epochs``; :class:`~lightning_sfl.loop.LocalEpochs`): clients with more data then take more steps
@@ -169,7 +150,7 @@ class FedAvg(SplitFedAlgorithm):
     """
 
     split: ClassVar[bool] = False
-    #: Whether :meth:`client_extra_loss` needs the features ``z`` (then the bank's ``forward_features`` is used).
+    #: Whether :meth:`client_regulariser` needs the features ``z`` (then the bank's ``forward_features`` is used).
     uses_features: ClassVar[bool] = False
 
     def __init__(self, local_epochs: float | None = None, local_batch_size: int | None = None, **kwargs) -> None:
@@ -208,9 +189,9 @@ class FedAvg(SplitFedAlgorithm):
         features, logits = self.slot_forward(step)
         self.check_finite("logits", logits, step)
         loss = per_client_mean(self.row_loss(logits, step), step.owner, step.sizes)
-        extra = self.client_extra_loss(step, logits, features)  # Σ_k R_k over the slots
-        if extra is not None:  # every process computes the whole term; the gradient all-reduce sums processes
-            loss = loss + extra / self.world_size
+        extra = client_side_terms(self, step, logits, features)  # Σ_k R_k over the slots
+        if extra is not None:
+            loss = loss + extra
         self.manual_backward(loss)
         self.take_step(opt)
         return loss, loss
@@ -236,7 +217,7 @@ class FedProx(FedAvg):
         super().__init__(**kwargs)
         self.mu = mu
 
-    def client_extra_loss(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
+    def client_regulariser(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """``Σ_k (μ/2)‖w_k − w_g‖²`` over the step's slots."""
         global_params = [p.detach() for p in self.client.net.parameters()]
         total = logits.new_zeros(())
@@ -279,15 +260,15 @@ class FedDyn(FedAvg):
             raise ConfigError(f"penalty={penalty} must be > 0")
         super().__init__(**kwargs)
         self.alpha = penalty
-        self.add_state("feddyn_client_grads", lambda: _zeros(self.client.net, self.client_stats.num_clients))
-        self.add_state("feddyn_h", lambda: _zeros(self.client.net))
+        self.add_state("feddyn_client_grads", lambda: parameter_zeros(self.client.net, self.client_stats.num_clients))
+        self.add_state("feddyn_h", lambda: parameter_zeros(self.client.net))
 
-    def client_extra_loss(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
+    def client_regulariser(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """``Σ_k [−⟨∇L_k(θ_k^{t−1}), θ_k⟩ + (α/2)‖θ_k − θ^{t−1}‖²]`` over the slots."""
-        theta_prev = _flat(self.client.net).detach()
+        theta_prev = flat_parameters(self.client.net).detach()
         total = logits.new_zeros(())
         for k, client in zip(step.slot_list(), step.clients.tolist()):
-            theta = _flat(self.bank.slots[k])
+            theta = flat_parameters(self.bank.slots[k])
             total = total - torch.dot(self.feddyn_client_grads[client], theta)
             total = total + 0.5 * self.alpha * (theta - theta_prev).pow(2).sum()
         return total
@@ -296,13 +277,13 @@ class FedDyn(FedAvg):
     def aggregate(self, step: Step) -> None:
         """Client states, server state ``h`` and ``θ^t`` (uniform over participants); traffic as the base."""
         clients = step.clients
-        theta_prev = _flat(self.client.net).clone()
-        thetas = _slot_flats(self.bank, step.slot_list())  # [S, P]
+        theta_prev = flat_parameters(self.client.net).clone()
+        thetas = slot_flat_parameters(self.bank, step.slot_list())  # [S, P]
         delta = thetas - theta_prev
         self.feddyn_client_grads[clients] -= self.alpha * delta
         self.feddyn_h -= self.alpha * delta.sum(dim=0) / self.feddyn_client_grads.shape[0]
         self.bank.aggregate_into(self.client.net, torch.ones(len(self.bank)))  # uniform; also the buffers
-        _load_flat(self.client.net, thetas.double().mean(dim=0) - self.feddyn_h.double() / self.alpha)
+        load_flat_parameters(self.client.net, thetas.double().mean(dim=0) - self.feddyn_h.double() / self.alpha)
         self.ledger.add("up", self.client_kind, module_bytes(self.client.net))
 
 
@@ -333,7 +314,7 @@ class FedLC(FedAvg):
             raise ConfigError(f"tau={tau} must be >= 0")
         super().__init__(**kwargs)
         self.tau = tau
-        self.missing_class_floor = checked_floor(missing_class_floor)
+        self.missing_class_floor = missing_class_floor
 
     def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
         counts = self.client_counts(step)[step.owner]  # [B, N]
@@ -356,10 +337,10 @@ class FedLogit(FedAvg):
 
     def __init__(self, missing_class_floor: float = 0.0, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.missing_class_floor = checked_floor(missing_class_floor)
+        self.missing_class_floor = missing_class_floor
 
     def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
-        prior = self.label_dist[step.clients][step.owner]  # P_k(y) of each row's client, [B, N]
+        prior = self.row_label_distribution(step)  # P_k(y) of each row's client, [B, N]
         return logit_adjusted_cross_entropy(logits, step.y, prior, "none", self.missing_class_floor)
 
 
@@ -387,7 +368,7 @@ class FedDecorr(FedAvg):
         super().__init__(**kwargs)
         self.decorr_coef = decorr_coef
 
-    def client_extra_loss(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
+    def client_regulariser(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """``β Σ_k L_FedDecorr(z_k)`` over the clients' own rows."""
         terms = [feddecorr_loss(z.flatten(1)) for z in features.split(step.local_sizes.tolist())]
         return self.decorr_coef * torch.stack(terms).sum()

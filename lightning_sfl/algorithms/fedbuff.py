@@ -21,9 +21,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from lightning_sfl.algorithms.aggregate import flat_parameters, load_flat_parameters, parameter_zeros
 from lightning_sfl.algorithms.async_base import AsyncMethod, choice
 from lightning_sfl.algorithms.client_bank import ClientBank
-from lightning_sfl.algorithms.fedavg import _flat, _load_flat, _zeros
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.async_events import UploadStep
@@ -56,7 +56,7 @@ class FedBuff(AsyncMethod):
     def upload(self, step: UploadStep) -> None:
         """Train ``E`` local iterations in the client's slot, then buffer its model and its update ``Δ_i``."""
         slot = self.bank.slots[int(step.slots[0])]
-        start = _flat(slot).detach().clone()
+        start = flat_parameters(slot).detach().clone()
         opt = self.optimizers()
         rows = int(step.sizes[0]) // step.local_iters  # b: the step holds E minibatches of b rows, in order
         for e in range(step.local_iters):
@@ -67,7 +67,7 @@ class FedBuff(AsyncMethod):
             self.manual_backward(loss)
             self.take_step(opt, count_step=e == step.local_iters - 1)  # one global_step per training step
             self.log("train/client_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=len(y))
-        self.deltas.append(_flat(slot).detach() - start)
+        self.deltas.append(flat_parameters(slot).detach() - start)
         super().upload(step)
 
     def server_direction(self, deltas: torch.Tensor, clients: list[int]) -> torch.Tensor:
@@ -77,11 +77,11 @@ class FedBuff(AsyncMethod):
     def aggregate(self, step: UploadStep) -> None:
         states, clients = zip(*self.uploads)
         deltas, clients = torch.stack(self.deltas), list(clients)
-        w = _flat(self.client.net).detach().clone()
+        w = flat_parameters(self.client.net).detach().clone()
         weights = torch.ones(len(states), dtype=torch.float64)  # buffers (and the code's models): uniform mean
         ClientBank.aggregate_snapshots(self.client.net, states, weights)
         if self.update != "average":
-            _load_flat(self.client.net, w + self.server_lr * self.server_direction(deltas, clients))
+            load_flat_parameters(self.client.net, w + self.server_lr * self.server_direction(deltas, clients))
         self.uploads.clear()
         self.deltas.clear()
         self.reset_slots(step.slots)
@@ -100,7 +100,7 @@ class CA2FL(FedBuff):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.add_state("cache", lambda: _zeros(self.client.net, self.client_stats.num_clients))  # h_i, [K, P]
+        self.add_state("cache", lambda: parameter_zeros(self.client.net, self.client_stats.num_clients))  # h_i, [K, P]
 
     def server_direction(self, deltas: torch.Tensor, clients: list[int]) -> torch.Tensor:
         if self.update == "gas_code":

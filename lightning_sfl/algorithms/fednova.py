@@ -14,8 +14,13 @@ from __future__ import annotations
 
 import torch
 
-from lightning_sfl.algorithms.aggregate import normalized_weights
-from lightning_sfl.algorithms.fedavg import FedAvg, _flat, _load_flat, _slot_flats
+from lightning_sfl.algorithms.aggregate import (
+    flat_parameters,
+    load_flat_parameters,
+    normalized_weights,
+    slot_flat_parameters,
+)
+from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.loop import Step
 
@@ -57,9 +62,9 @@ class FedNova(FedAvg):
 
     @torch.no_grad()
     def aggregate(self, step: Step) -> None:
-        x = _flat(self.client.net).detach()
-        ys = _slot_flats(self.bank, step.slot_list())  # [S, P]
+        x = flat_parameters(self.client.net).detach()
+        ys = slot_flat_parameters(self.bank, step.slot_list())  # [S, P]
         taus = self.local_steps(step.clients).to(ys.device)
         new_x = fednova_average(x, ys, taus, self.aggregation_weights(step).to(ys.device), self.momentum)
         super().aggregate(step)  # buffers and traffic as FedAvg
-        _load_flat(self.client.net, new_x)
+        load_flat_parameters(self.client.net, new_x)

@@ -20,7 +20,8 @@ from typing import ClassVar
 
 import torch
 
-from lightning_sfl.algorithms.fedavg import FedAvg, _flat, _load_flat, _zeros
+from lightning_sfl.algorithms.aggregate import flat_parameters, load_flat_parameters, parameter_zeros
+from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
@@ -99,15 +100,15 @@ class FedOpt(FedAvg):
             raise ConfigError(f"tau={tau} must be > 0")
         super().__init__(**kwargs)
         self.server_lr, self.beta1, self.beta2, self.tau = server_lr, beta1, beta2, tau
-        self.add_state("server_m", lambda: _zeros(self.client.net))
-        self.add_state("server_v", lambda: _zeros(self.client.net) + self.tau**2)
+        self.add_state("server_m", lambda: parameter_zeros(self.client.net))
+        self.add_state("server_v", lambda: parameter_zeros(self.client.net) + self.tau**2)
 
     @torch.no_grad()
     def aggregate(self, step: Step) -> None:
         """FedAvg's average gives ``Δ_t``; the server optimiser sets the parameters (eq. of :func:`server_step`)."""
-        x = _flat(self.client.net).detach()
+        x = flat_parameters(self.client.net).detach()
         super().aggregate(step)  # client.net ← Σ_k p_k x_k (and the traffic)
-        delta = _flat(self.client.net).detach() - x
+        delta = flat_parameters(self.client.net).detach() - x
         new_x, m, v = server_step(
             self.server_optimizer,
             x,
@@ -121,7 +122,7 @@ class FedOpt(FedAvg):
         )
         self.server_m.copy_(m)
         self.server_v.copy_(v)
-        _load_flat(self.client.net, new_x)
+        load_flat_parameters(self.client.net, new_x)
 
 
 @register("fedadam", family="fl", study="label_skew")

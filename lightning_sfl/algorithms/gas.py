@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from lightning_sfl.algorithms.async_base import AsyncMethod, choice
-from lightning_sfl.algorithms.base import checked_floor
+from lightning_sfl.algorithms.iteration import activation_gradients, split_iteration
 from lightning_sfl.algorithms.label_gaussians import COVARIANCES, LabelGaussians, generation_counts
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy
 from lightning_sfl.algorithms.registry import register
@@ -67,7 +67,7 @@ class AsyncSFL(AsyncMethod):
     def __init__(self, gradient_order: str = "after_server_step", missing_class_floor: float = 0.0, **kwargs) -> None:
         self.gradient_order = choice("gradient_order", gradient_order, GRADIENT_ORDERS)
         super().__init__(**kwargs)
-        self.missing_class_floor = checked_floor(missing_class_floor)
+        self.missing_class_floor = missing_class_floor
         self.add_state("act_buffer", lambda: torch.zeros(self._capacity, *self._act_shape))
         self.add_state("act_labels", lambda: torch.zeros(self._capacity, dtype=torch.long))
         self.add_state("act_count", lambda: torch.zeros((), dtype=torch.long))
@@ -83,34 +83,36 @@ class AsyncSFL(AsyncMethod):
     # ------------------------------------------------------------------ activation arrivals (Alg. 1, lines 4-12)
     def client_prior(self, step: ArrivalStep) -> torch.Tensor:
         """``P_k`` of each row's client, ``[B, N]``: the base's client loss is then eq. (6)."""
-        return self.label_dist[step.clients][step.owner]
+        return self.row_label_distribution(step)
 
     def arrivals(self, step: ArrivalStep) -> None:
-        opt = self.optimizers()
-        opt.zero_grad()
-        acts, a = self.send_activations(step, check=False)
-        logits = self.server(a)
-        self.check_all_finite(step, ("activations", acts), ("logits", logits))
-        client_loss = self.client_loss(logits, step)  # Σ_k of each arriving client's mean CE(s + log P_k)
-        (grad_a,) = torch.autograd.grad(client_loss, a)
-        self.buffer_arrivals(a.detach(), step)
-        if step.flush:
-            server_loss = self.server_update(opt)
-            self.log("train/server_loss", server_loss, on_step=False, on_epoch=True, batch_size=1)
-            if self.gradient_order == "after_server_step":  # the flushing (last) arrival's G_k from the new w_s
-                last = step.owner == len(step.clients) - 1
-                a_last = a.detach()[last].requires_grad_(True)
-                prior = self.client_prior(step)[last]
-                loss = logit_adjusted_cross_entropy(
-                    self.server(a_last), step.y[last], prior, "mean", self.missing_class_floor
-                )
-                grad_a = grad_a.clone()
-                (grad_a[last],) = torch.autograd.grad(loss, a_last)
-        self.ledger.add_rows("down", "gradients", grad_a, step.sizes, step.slots)
-        self.manual_backward(acts, grad_a)
-        self.take_step(opt)  # the arriving clients' slots only: nothing else has a gradient
+        """Handler of ``"arrivals"`` steps: one split iteration of the arriving clients (the server's own step waits
+        for a flush, :meth:`on_client_gradients`)."""
+        _, client_loss = split_iteration(self, step)
         mean_loss = client_loss.detach() / len(step.clients)
         self.log("train/client_loss", mean_loss, on_step=False, on_epoch=True, batch_size=len(step.clients))
+
+    def server_loss(self, logits: torch.Tensor, step: ArrivalStep) -> None:
+        """No server loss at an arrival: the server trains on its activation buffer when it flushes."""
+        return None
+
+    def on_client_gradients(self, step: ArrivalStep, a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        """The arrivals enter the activation buffer (eq. 4); a flush updates the server (eq. 5), and with
+        ``gradient_order="after_server_step"`` the flushing (last) arrival's ``G_k`` comes from the new ``w_s``."""
+        self.buffer_arrivals(a.detach(), step)
+        if not step.flush:
+            return grad
+        server_loss = self.server_update(self.optimizers())
+        self.log("train/server_loss", server_loss, on_step=False, on_epoch=True, batch_size=1)
+        if self.gradient_order == "after_server_step":
+            last = step.owner == len(step.clients) - 1
+            a_last = a.detach()[last].requires_grad_(True)
+            prior = self.client_prior(step)[last]
+            floor = self.missing_class_floor
+            loss = logit_adjusted_cross_entropy(self.server(a_last), step.y[last], prior, "mean", floor)
+            grad = grad.clone()
+            grad[last] = activation_gradients(loss, a_last, keep_graph=False)
+        return grad
 
     def buffer_arrivals(self, acts: torch.Tensor, step: ArrivalStep) -> None:
         """Eq. (4): append the arrivals' activations ``[B, *act]`` and labels to the activation buffer."""

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from lightning_sfl.algorithms.fedavg import FedAvg, _flat, _slot_flats, _zeros
+from lightning_sfl.algorithms.aggregate import flat_parameters, parameter_zeros, slot_flat_parameters
+from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
@@ -56,20 +57,20 @@ class Scaffold(FedAvg):
             raise ConfigError(f"average={average!r} is not one of: {', '.join(AVERAGES)}")
         super().__init__(**kwargs)
         self.average = average
-        self.add_state("scaffold_c", lambda: _zeros(self.client.net))
-        self.add_state("scaffold_client_c", lambda: _zeros(self.client.net, self.client_stats.num_clients))
+        self.add_state("scaffold_c", lambda: parameter_zeros(self.client.net))
+        self.add_state("scaffold_client_c", lambda: parameter_zeros(self.client.net, self.client_stats.num_clients))
 
     def start_round(self, step: Step) -> None:
         """The clients download the global model and ``c``."""
         super().start_round(step)
         self.ledger.add("down", "control_variates", tensor_bytes(self.scaffold_c), step.slots)
 
-    def client_extra_loss(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
+    def client_regulariser(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """``Σ_k ⟨c − c_k, y_k⟩`` over the slots: its gradient is the correction ``c − c_k`` of eq. (3)."""
         corrections = (self.scaffold_c - self.scaffold_client_c[step.clients]).to(logits.dtype)  # [S, P]
         total = logits.new_zeros(())
         for correction, slot in zip(corrections, step.slot_list()):
-            total = total + torch.dot(correction, _flat(self.bank.slots[slot]))
+            total = total + torch.dot(correction, flat_parameters(self.bank.slots[slot]))
         return total
 
     def aggregation_weights(self, step: Step) -> torch.Tensor:
@@ -78,9 +79,9 @@ class Scaffold(FedAvg):
     @torch.no_grad()
     def aggregate(self, step: Step) -> None:
         """Control variates (option II), then the average of the clients' models; ``Δc_i`` travel up."""
-        x = _flat(self.client.net).detach()
+        x = flat_parameters(self.client.net).detach()
         clients = step.clients
-        ys = _slot_flats(self.bank, step.slot_list())  # [S, P]
+        ys = slot_flat_parameters(self.bank, step.slot_list())  # [S, P]
         steps = self.local_steps(clients).to(ys)[:, None]  # K of each client, [S, 1]
         old = self.scaffold_client_c[clients]
         new = control_variate_update(old, self.scaffold_c, x, ys, steps, self.lr)

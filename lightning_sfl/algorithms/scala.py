@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from lightning_sfl.algorithms.base import SplitFedAlgorithm, checked_floor
+from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.losses import distribution_from_counts
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.loop import Step
@@ -57,22 +57,18 @@ class SCALA(SplitFedAlgorithm):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        self.missing_class_floor = checked_floor(missing_class_floor)
+        self.missing_class_floor = missing_class_floor
         self.server_copies = not concat_activations
         self.concat_activations = concat_activations
         self.server_logit_adjustment = server_logit_adjustment
         self.client_logit_adjustment = client_logit_adjustment
 
-    def local_priors(self, step: Step) -> torch.Tensor:
-        """``P_k(y)`` of each row's client, ``[B, N]``."""
-        return self.label_dist.index_select(0, step.clients).index_select(0, step.owner)
-
     def server_prior(self, step: Step) -> torch.Tensor | None:
         if not self.server_logit_adjustment:
             return None
         if not self.concat_activations:  # each copy sees its own client's data: P_k
-            return self.local_priors(step)
+            return self.row_label_distribution(step)
         return distribution_from_counts(step.label_counts)  # P_s of the whole concatenated batch, eq. (14)
 
     def client_prior(self, step: Step) -> torch.Tensor | None:
-        return self.local_priors(step) if self.client_logit_adjustment else None  # P_k, eq. (15)
+        return self.row_label_distribution(step) if self.client_logit_adjustment else None  # P_k, eq. (15)

@@ -37,6 +37,7 @@ from torch import nn
 
 from lightning_sfl.algorithms.async_base import choice
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
+from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.semi_losses import (
     contrastive_loss,
@@ -165,6 +166,7 @@ class SemiSFL(SplitFedAlgorithm):
         self.add_state("queue_pointer", lambda: torch.zeros((), dtype=torch.long))
         self._round_sup_losses: list[torch.Tensor] = []
         self._slots_ready = False  # the round's clients downloaded the halves (set at its first unlabelled step)
+        self._view: dict = {}  # the unlabelled step's views and pseudo-labels, from its upload to its end
 
     def setup(self, stage: str) -> None:
         if stage == "fit":
@@ -235,11 +237,26 @@ class SemiSFL(SplitFedAlgorithm):
 
     # ------------------------------------------------------------------ C. cross-entity phase
     def unlabelled_step(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """Handler of ``"unlabelled"`` steps: one split iteration of the round's clients on their unlabelled batch
+        (views and pseudo-labels in :meth:`send_activations` and :meth:`split_losses`), then the clients' teachers
+        follow their students and the teacher projections enter the queue."""
         if not self._slots_ready:  # B.: the round's clients download w_c and w̃_c
             self.download()
             self._slots_ready = True
-        opt = self.optimizers()
-        opt.zero_grad()
+        server_loss, client_loss = split_iteration(self, step)
+        view, self._view = self._view, {}
+        if self.client_teacher == "ema":  # eq. 8: w̃_c,i ← γ·w̃_c,i + (1 − γ)·w_c,i
+            self._client_teachers_follow(step)
+        if view["keys"] is not None:
+            self._enqueue(view["keys"], view["labels"], view["mask"])
+        labels, mask = view["labels"], view["mask"]
+        self.last_pseudo_labels, self.last_mask = labels, mask  # for metrics (PseudoLabelQuality reads the rows)
+        self.log("train/mask_rate", mask.float().mean(), on_step=False, on_epoch=True, batch_size=len(mask))
+        return server_loss.detach(), client_loss.detach()
+
+    def send_activations(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """C., upload: the students' ``e_i = w_c,i(strong(x))`` ``[B, *act]`` (checked finite) and the teachers'
+        ``ẽ_i = w̃_c,i(weak(x))`` (no labels travel); the views are kept for :meth:`split_losses`."""
         g = self._generator(step)
         weak, strong = weak_view(step.x, self.shift, g), strong_view(step.x, self.shift, g)
         acts = self.bank(strong, step.local_sizes, step.slots)  # e_i [B, *act]
@@ -247,32 +264,28 @@ class SemiSFL(SplitFedAlgorithm):
         with torch.no_grad():
             teacher_acts = self.client_banks["teacher"](weak, step.local_sizes, step.slots)  # ẽ_i
         self.send_up(step, acts, teacher_acts)
-        a = acts.detach().requires_grad_(True)
+        self._view = {"weak": weak, "generator": g, "teacher_acts": teacher_acts}
+        return acts, acts.detach().requires_grad_(True)
+
+    def split_losses(self, acts: torch.Tensor, a: torch.Tensor, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """C., on the server: pseudo-labels ``ŷ`` from the teacher on the weak view (eq. 1), then per row
+        ``ℓ_u = H + C`` (eq. 6) of the students' activations ``a``; the clients' loss is the sum over clients of each
+        client's mean (each gets its own gradient, eq. 8), the server's the mean over clients (eq. 7)."""
+        view = self._view
         with torch.no_grad():
-            teacher_logits = self.teacher_server(teacher_acts)
-            keys = self._project(self.teacher_projection, teacher_acts) if self.contrastive else None
-        labels, mask = self.pseudo_label(step, weak, teacher_logits)
+            teacher_logits = self.teacher_server(view["teacher_acts"])
+            keys = self._project(self.teacher_projection, view["teacher_acts"]) if self.contrastive else None
+        labels, mask = self.pseudo_label(step, view["weak"], teacher_logits)
         rows = self.unlabelled_rows(step, a, labels, mask, keys)
         sizes = step.sizes.to(rows.dtype)
-        client_loss = (rows / sizes[step.owner]).sum()  # Σ_i mean over client i's rows: each gets its own gradient
-        server_loss = client_loss / len(step.sizes)  # eq. 7: the mean over clients
-        (grad_a,) = torch.autograd.grad(client_loss, a, retain_graph=True)
-        if self.split:
-            self.ledger.add_rows("down", "gradients", grad_a, step.sizes, step.slots)
-        self.manual_backward(server_loss)
-        self.manual_backward(acts, grad_a)
-        extra = self.client_side_loss(step, weak, labels, mask, g)
-        if extra is not None:
-            self.manual_backward(extra)
-            client_loss = client_loss + extra.detach()
-        self.take_step(opt)
-        if self.client_teacher == "ema":  # eq. 8: w̃_c,i ← γ·w̃_c,i + (1 − γ)·w_c,i
-            self._client_teachers_follow(step)
-        if keys is not None:
-            self._enqueue(keys, labels, mask)
-        self.last_pseudo_labels, self.last_mask = labels, mask  # for metrics (PseudoLabelQuality reads the rows)
-        self.log("train/mask_rate", mask.float().mean(), on_step=False, on_epoch=True, batch_size=len(mask))
-        return server_loss.detach(), client_loss.detach()
+        client_loss = (rows / sizes[step.owner]).sum()
+        view.update(labels=labels, mask=mask, keys=keys)
+        return client_loss / len(step.sizes), client_loss
+
+    def client_extra_loss(self, step: Step, outputs: torch.Tensor, features=None) -> torch.Tensor | None:
+        """Hook 5: :meth:`client_side_loss` on the step's views and pseudo-labels."""
+        view = self._view
+        return self.client_side_loss(step, view["weak"], view["labels"], view["mask"], view["generator"])
 
     # ------------------------------------------------------------------ hooks of the baselines (semi_baselines.py)
     def download(self) -> None:

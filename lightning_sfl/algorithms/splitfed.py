@@ -23,13 +23,14 @@ import math
 import torch
 from torch import nn
 
-from lightning_sfl.algorithms.base import ClientModule, SplitFedAlgorithm, checked_floor
+from lightning_sfl.algorithms.aggregate import flat_parameters
+from lightning_sfl.algorithms.base import ClientModule, SplitFedAlgorithm
 from lightning_sfl.algorithms.client_bank import SequentialBank
+from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.data.selection import ClassBalancedSelection
 from lightning_sfl.loop import Step
-from lightning_sfl.system.comm import row_bytes
 
 
 @register("minibatch_sfl", family="split", study="label_skew")
@@ -65,25 +66,23 @@ class SplitFedV2(SplitFedAlgorithm):
         return SequentialBank(template, num_slots)
 
     def local_iteration(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
-        opt = self.optimizers()
-        y_parts = step.y.split(step.local_sizes.tolist())
+        """One split iteration per client, in slot order, each stepping the server (the last one counted as the
+        local iteration's ``global_step``); the losses are the mean over clients of each client's mean CE."""
+        sizes, slots = step.local_sizes.tolist(), step.bank_slots
+        xs, ys = step.x.split(sizes), step.y.split(sizes)
         losses = []
-        for k, (x_k, y_k) in enumerate(zip(step.x.split(step.local_sizes.tolist()), y_parts)):
-            opt.zero_grad()
-            acts = self.bank.slots[k](x_k)
-            b_k = int(step.sizes[k])  # global B_k: a DDP shard holds part of the rows
-            self.ledger.add_slot("up", "activations", k, row_bytes(acts) * b_k)
-            self.ledger.add_slot("up", "labels", k, row_bytes(y_k) * b_k)
-            a = acts.detach().requires_grad_(True)
-            loss = logit_adjusted_cross_entropy(self.server(a), y_k, None, "sum" if len(y_k) < b_k else "mean")
-            loss = loss / b_k if len(y_k) < b_k else loss
-            self.manual_backward(loss)  # grads of w_s and of the activations, from the same forward
-            self.ledger.add_slot("down", "gradients", k, row_bytes(a.grad) * b_k)
-            self.manual_backward(acts, a.grad)
-            # Lightning counts global_step per LightningOptimizer.step(); step the raw optimiser for all but the
-            # last client so that one local iteration stays one global step.
-            self.take_step(opt, count_step=k == len(y_parts) - 1)
-            losses.append(loss.detach())
+        for k in range(len(sizes)):
+            one = step.replace(
+                clients=step.clients[k : k + 1],
+                sizes=step.sizes[k : k + 1],
+                local_sizes=step.local_sizes[k : k + 1],
+                slots=slots[k : k + 1],
+                x=xs[k],
+                y=ys[k],
+                owner=step.owner.new_zeros(len(ys[k])),
+            )
+            server_loss, _ = split_iteration(self, one, count_step=k == len(sizes) - 1)
+            losses.append(server_loss.detach())
         mean = torch.stack(losses).mean()
         return mean, mean
 
@@ -101,7 +100,9 @@ class SplitFedV3(SplitFedAlgorithm):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.add_state("client_states", lambda: _flat(self.client.net).repeat(self.client_stats.num_clients, 1))
+        self.add_state(
+            "client_states", lambda: flat_parameters(self.client.net).detach().repeat(self.client_stats.num_clients, 1)
+        )
 
     def start_round(self, step: Step) -> None:
         super().start_round(step)
@@ -115,11 +116,6 @@ class SplitFedV3(SplitFedAlgorithm):
                 self.client_states[k] = torch.nn.utils.parameters_to_vector(slot.parameters())
             w = self.client_sizes.to(self.client_states.dtype)
             torch.nn.utils.vector_to_parameters(w @ self.client_states / w.sum(), self.client.net.parameters())
-
-
-def _flat(module: nn.Module) -> torch.Tensor:
-    """All parameters of ``module`` as one detached vector ``[P]``."""
-    return torch.nn.utils.parameters_to_vector(module.parameters()).detach()
 
 
 @register("sfl_local_loss", family="split", study="label_skew")
@@ -162,13 +158,13 @@ class LLASFL(SplitFedAlgorithm):
 
     def __init__(self, missing_class_floor: float = 0.0, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.missing_class_floor = checked_floor(missing_class_floor)
+        self.missing_class_floor = missing_class_floor
 
-    def _local(self, step: Step) -> torch.Tensor:
-        return self.label_dist[step.clients][step.owner]
+    def server_prior(self, step: Step) -> torch.Tensor:
+        return self.row_label_distribution(step)  # P_k of each row's client: the copy's own data
 
-    server_prior = _local
-    client_prior = _local
+    def client_prior(self, step: Step) -> torch.Tensor:
+        return self.row_label_distribution(step)  # P_k, eq. (15)
 
 
 @register("cs_sfl", family="split", study="label_skew")

@@ -1,0 +1,99 @@
+"""One split iteration, written once: client forward → server forward → server loss → client gradients → the
+clients' extra terms → one step (SCALA Algorithm 2, lines 4-12; the hooks are the method's).
+
+Every split method runs it: the synchronous ones for each ``"local"`` step (:meth:`SplitFedAlgorithm.local_iteration`),
+SplitFedV2 once per client, GAS for each batch of activation arrivals (its server loss is taken at a flush, inside
+:meth:`~SplitFedAlgorithm.on_client_gradients`), Semi-SFL for each cross-entity step (its own views and losses in
+:meth:`~SplitFedAlgorithm.send_activations` and :meth:`~SplitFedAlgorithm.split_losses`).
+
+Under DDP every process holds a share of every client's rows and the gradients are summed over processes before the
+step (:meth:`~SplitFedAlgorithm.take_step`). A loss term is therefore backpropagated as the share that makes that sum
+the one-process gradient, decided here and in :func:`process_share` only:
+
+* terms over rows (the server loss, the clients' losses, :meth:`~SplitFedAlgorithm.client_extra_loss`) are sums over
+  this process's rows divided by global counts (``B``, ``B_k``): each process backpropagates its part as it is;
+* terms every process computes whole (:meth:`~SplitFedAlgorithm.client_regulariser`: a function of the parameters, such
+  as FedProx's ``(μ/2)‖w − w_g‖²``, or of this process's rows taken together) are divided by the number of processes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from lightning_sfl.algorithms.base import SplitFedAlgorithm
+    from lightning_sfl.loop import Step
+
+__all__ = ["activation_gradients", "client_side_terms", "process_share", "split_iteration"]
+
+
+def activation_gradients(client_loss: torch.Tensor, activations: torch.Tensor, keep_graph: bool = True) -> torch.Tensor:
+    """``G_k = ∂ l_k / ∂ A_k`` for every client at once (eq. 8): the gradient of ``client_loss`` (a sum over clients of
+    each client's loss on its own rows) w.r.t. the server's copy of the activations ``[B, *act]``; rows of client ``k``
+    are ``G_k``. ``keep_graph``: the server's graph stays for its own backward pass (the server loss)."""
+    (grad,) = torch.autograd.grad(client_loss, activations, retain_graph=keep_graph)
+    return grad
+
+
+def process_share(row_terms: torch.Tensor | None, whole_terms: torch.Tensor | None, world_size: int):
+    """What this process backpropagates of ``row_terms`` (a sum over its rows normalised by global counts) plus
+    ``whole_terms`` (computed in full by every process): ``row_terms + whole_terms / world_size``; ``None`` if both
+    are.
+
+    >>> float(process_share(torch.tensor(1.0), torch.tensor(4.0), world_size=2))
+    3.0
+    >>> process_share(None, None, 2) is None
+    True
+    """
+    if whole_terms is not None and world_size > 1:
+        whole_terms = whole_terms / world_size
+    if row_terms is None:
+        return whole_terms
+    return row_terms if whole_terms is None else row_terms + whole_terms
+
+
+def client_side_terms(
+    method: SplitFedAlgorithm, step: Step, outputs: torch.Tensor, features: torch.Tensor | None = None
+) -> torch.Tensor | None:
+    """Hook 5 as this process backpropagates it: :meth:`client_extra_loss` (rows) plus :meth:`client_regulariser`
+    (whole, shared by the processes)."""
+    rows = method.client_extra_loss(step, outputs, features)
+    whole = method.client_regulariser(step, outputs, features)
+    return process_share(rows, whole, method.world_size)
+
+
+def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = True):
+    """One split iteration of ``step``'s clients (see the module docstring); returns ``(server_loss, client_loss)``
+    (the clients' extra terms included; ``None`` for a loss the method does not have).
+
+    1. :meth:`send_activations`: ``A_k`` of every client, uploaded; the server's copy ``a`` requires a gradient.
+    2. :meth:`split_losses`: server forward, NaN/Inf guard, the server's loss (eq. 7 / 14) and the clients' (eq. 8 /
+       15), both from the same (pre-update) forward.
+    3. ``G_k`` (:func:`activation_gradients`), :meth:`on_client_gradients`, sent down.
+    4. The server loss into the optimised weights; every client backpropagates ``G_k`` through its half, then its
+       extra terms (:func:`client_side_terms`).
+    5. :meth:`take_step` (``count_step=False``: not counted as a Lightning ``global_step``).
+    """
+    opt = method.optimizers()
+    opt.zero_grad()
+    acts, a = method.send_activations(step)
+    server_loss, client_loss = method.split_losses(acts, a, step)
+    grad = None
+    if client_loss is not None:
+        grad = activation_gradients(client_loss, a, keep_graph=server_loss is not None)
+        grad = method.on_client_gradients(step, a, grad)
+        if method.split:
+            method.ledger.add_rows("down", "gradients", grad, step.sizes, step.slots)
+    if server_loss is not None:  # into the optimised weights only (the leaf ``a`` has its gradient: G_k)
+        params = [p for g in getattr(opt, "optimizer", opt).param_groups for p in g["params"]]
+        method.manual_backward(server_loss, inputs=params)
+    if grad is not None:  # keep the clients' graph if the extra terms go through the activations
+        method.manual_backward(acts, grad, retain_graph=method.extra_loss_uses_activations)
+    extra = client_side_terms(method, step, acts)
+    if extra is not None:
+        method.manual_backward(extra)
+        client_loss = extra if client_loss is None else client_loss + extra
+    method.take_step(opt, count_step)
+    return server_loss, client_loss
