@@ -23,8 +23,9 @@ def _fit(method: str, args, batch: bool, rounds: int, precision: str = "32-true"
     import lightning as L
 
     import lightning_sfl.algorithms as algorithms
-    from lightning_sfl.callbacks import SimulatedClock
     from lightning_sfl.data import FederatedDataModule
+    from lightning_sfl.loop import Federation
+    from lightning_sfl.system.wireless import WirelessCell
 
     class Timer(L.Callback):
         def on_train_start(self, trainer, pl_module):
@@ -54,6 +55,7 @@ def _fit(method: str, args, batch: bool, rounds: int, precision: str = "32-true"
         batch_arrivals=batch,
         **extra,
     )
+    Federation.build(model, dm, system=WirelessCell(flops_high=1e10))  # GAS's cell, placement seed 0
     timer = Timer()
     trainer = L.Trainer(
         max_epochs=rounds,
@@ -63,7 +65,7 @@ def _fit(method: str, args, batch: bool, rounds: int, precision: str = "32-true"
         enable_progress_bar=False,
         enable_model_summary=False,
         limit_val_batches=0,
-        callbacks=[SimulatedClock(flops_high=1e10), timer],
+        callbacks=[timer],
     )
     trainer.fit(model, dm)
     return model, timer.seconds, model.arrivals_seen

@@ -73,15 +73,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-if __package__ in (None, ""):  # run as a script: make the repository importable without installing it
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lightning_sfl.algorithms.scala import SCALA  # noqa: E402
-from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank  # noqa: E402
-from lightning_sfl.data.sampling import client_batch_sizes  # noqa: E402
-from lightning_sfl.loop import Step  # noqa: E402
-from lightning_sfl.models import build_model, split_model  # noqa: E402
-from lightning_sfl.system.memory import retain_freed_memory  # noqa: E402
+from lightning_sfl.algorithms.scala import SCALA
+from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank
+from lightning_sfl.loop import ClientStats, Federation, Step
+from lightning_sfl.loop.sampling import client_batch_sizes
+from lightning_sfl.models import build_model, split_model
+from lightning_sfl.process.memory import retain_freed_memory
+from lightning_sfl.system.wireless import WirelessCell
 
 CUT = "s2"
 LR = 0.01
@@ -162,15 +160,37 @@ def initial_model(arch: str, seed: int = 0) -> nn.Module:
 
 # ---------------------------------------------------------------------------------------------------- implementations
 class _BenchSCALA(SCALA):
-    """SCALA without a Trainer: ``local_iteration`` needs only ``optimizers()`` and ``manual_backward``."""
+    """SCALA without a Trainer: ``local_iteration`` needs only ``optimizers()`` and ``manual_backward``, ``setup`` a
+    device for its banks."""
 
     bench_opt: torch.optim.Optimizer | None = None
+    bench_device: torch.device = torch.device("cpu")
 
     def optimizers(self, use_pl_optimizer: bool = True):
         return self.bench_opt
 
     def manual_backward(self, loss: torch.Tensor, *args, **kwargs) -> None:
         loss.backward(*args, **kwargs)
+
+    def make_bank(self, template: nn.Module, num_slots: int):
+        return make_bank(template, num_slots, self.client_bank, device=self.bench_device)
+
+
+def round_federation(m: SCALA, cfg: Config, rnd: Round) -> Federation:
+    """The federation of the synthetic round's ``S`` clients (all of them selected), handed to ``m``."""
+    counts = (rnd.label_dist.cpu().double() * rnd.client_sizes.cpu()[:, None]).round().long()
+    stats = ClientStats(
+        sizes=rnd.client_sizes.cpu(),
+        label_counts=counts,
+        label_distribution=rnd.label_dist.cpu(),
+        shards=[torch.zeros(int(n), dtype=torch.long) for n in rnd.client_sizes.tolist()],
+        clients_per_round=cfg.clients,
+        batch_size=cfg.batch,
+        seed=0,
+    )
+    federation = Federation(stats, m.schedule, WirelessCell())
+    m.federate(federation)
+    return federation
 
 
 class Ours:
@@ -188,10 +208,9 @@ class Ours:
         client, server = split_model(copy.deepcopy(init), CUT)
         m.client.net.load_state_dict(client.state_dict())
         m.server.net.load_state_dict(server.state_dict())
-        # What SplitFedAlgorithm.setup does with the data module's numbers:
-        m.register_buffer("client_sizes", rnd.client_sizes.clone(), persistent=False)
-        m.register_buffer("label_dist", rnd.label_dist.clone(), persistent=False)
-        m.client_banks["client"] = make_bank(m.client.net, cfg.clients, kind, device=device)
+        m.bench_device = device
+        round_federation(m, cfg, rnd)
+        m.setup("fit")  # the federation's numbers as buffers, the bank of S slots
         m.to(device).train()
         m.bench_opt = m.configure_optimizers()
         # Round start (what training_step does before a round's first step):

@@ -38,14 +38,9 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import client_scaling as cs  # the sibling benchmark (this folder is on sys.path when run as a script)
 import torch
 from torch import nn
-
-if __package__ in (None, ""):  # run as a script: make the repository and client_scaling importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import client_scaling as cs  # noqa: E402
 
 KINDS = ("convolution", "weight reorder", "other reorder", "other")
 MARKER = "==== onednn log starts ===="

@@ -39,18 +39,13 @@ import sys
 import time
 from pathlib import Path
 
+import client_scaling as cs  # the sibling benchmark (this folder is on sys.path when run as a script)
 import torch
 import torch.nn.functional as F
 
-if __package__ in (None, ""):  # run as a script: make the repository and client_scaling importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import client_scaling as cs  # noqa: E402
-
-from lightning_sfl.models import split_model  # noqa: E402
-from lightning_sfl.models.pooling import max_pool2d  # noqa: E402
-from lightning_sfl.system.memory import retain_freed_memory  # noqa: E402
+from lightning_sfl.models import split_model
+from lightning_sfl.models.pooling import max_pool2d
+from lightning_sfl.process.memory import retain_freed_memory
 
 ARCH = "cnn_small"
 IMPLS = ("ours-stacked", "hand-written", "naive", "centralized")

@@ -107,8 +107,8 @@ ENV = {
 # ------------------------------------------------------------------------------------------------ the Flower side
 # The Flower code below runs in the server process and, for the clients, in Ray's worker processes. Ray ships the
 # ClientApp to its actors by pickling it; functions of ``__main__`` would travel by value and lose their caches on
-# every call, so ``--flower-run`` imports this file as the module ``vs_flower`` (its folder is on ``sys.path``, which
-# Flower hands to the workers) and the workers import it by name once.
+# every call, so ``--flower-run`` imports this file as the module ``vs_flower`` (run as a script, its folder is the
+# first entry of ``sys.path``, which Flower hands to the workers) and the workers import it by name once.
 
 
 @functools.lru_cache(maxsize=4)
@@ -128,8 +128,8 @@ def round_plan(num_clients: int, per_round: int, server_round: int) -> dict[int,
     import numpy as np
     import torch
 
-    from lightning_sfl.data.selection import UniformSelection
     from lightning_sfl.loop import SyncRounds
+    from lightning_sfl.loop.selection import UniformSelection
 
     stats = datamodule(num_clients, per_round).client_stats
     steps = SyncRounds(LOCAL_ITERS, UniformSelection()).plan_round(server_round - 1, stats)
@@ -567,7 +567,6 @@ def main(argv: list[str] | None = None) -> None:
         if (message := flower_missing()) is not None:
             print(message, file=sys.stderr)
             raise SystemExit(2)
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         module = importlib.import_module("vs_flower")  # this file by name: Ray workers import it, see above
         acc, seconds = module.flower_fedavg(
             args.clients, args.per_round, args.rounds, args.actors, args.flower_api, args.flower_max_workers

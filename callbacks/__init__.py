@@ -1,8 +1,9 @@
 """Lightning callbacks of lightning_sfl, installed as ``lightning_sfl.callbacks``.
 
 The CLI turns them all on (options under ``--comm.*``, ``--per_class.*``, ``--partition_report.*``,
-``--dissimilarity.*``, ``--clock.*``, ``--wandb_axis.*``, ``--pseudo_labels.*``); with a plain ``Trainer`` pass the
-ones you want.
+``--dissimilarity.*``, ``--wandb_axis.*``, ``--pseudo_labels.*``; ``--clock.*`` configures the system model whose
+times ``SimulatedClock`` logs); with a plain ``Trainer`` pass the ones you want. ``RoundCallback`` is the base of those
+that receive the federation and the round events.
 """
 
 from lightning_sfl.callbacks.comm_bytes import CommunicationBytes
@@ -11,6 +12,7 @@ from lightning_sfl.callbacks.partition_report import PartitionReport
 from lightning_sfl.callbacks.per_class import PerClassAccuracy
 from lightning_sfl.callbacks.progress import RoundProgressBar
 from lightning_sfl.callbacks.pseudo_labels import PseudoLabelQuality
+from lightning_sfl.callbacks.round_callback import RoundCallback
 from lightning_sfl.callbacks.simulated_clock import SimulatedClock
 from lightning_sfl.callbacks.wandb_axis import WandbRoundAxis
 
@@ -20,6 +22,7 @@ __all__ = [
     "PartitionReport",
     "PerClassAccuracy",
     "PseudoLabelQuality",
+    "RoundCallback",
     "RoundProgressBar",
     "SimulatedClock",
     "WandbRoundAxis",

@@ -11,7 +11,8 @@ logs, when a round ends (the ``on_round_end`` event, after the FL phase):
 
 from __future__ import annotations
 
-from lightning_sfl.loop import RoundCallback, RoundEnd
+from lightning_sfl.callbacks.round_callback import RoundCallback
+from lightning_sfl.loop import RoundEnd
 
 
 class CommunicationBytes(RoundCallback):

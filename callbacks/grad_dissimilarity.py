@@ -51,8 +51,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from lightning_sfl.callbacks.round_callback import RoundCallback
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.loop import RoundCallback, Step
+from lightning_sfl.loop import Federation, Step
 from lightning_sfl.system.dissimilarity import layer_dissimilarity, partition_totals
 
 __all__ = ["GradientDissimilarity", "global_model_gradient"]
@@ -115,8 +116,8 @@ class GradientDissimilarity(RoundCallback):
     model, every ``every_n_rounds`` rounds (keys ``dissimilarity/*``; see the module docstring).
 
     Works for split methods (client half ∘ server half) and plain FL (the whole model is the client half,
-    ``dissimilarity/server_half`` is 0). Needs a :class:`~lightning_sfl.data.FederatedDataModule` as the
-    trainer's data module.
+    ``dissimilarity/server_half`` is 0). Reads the clients' shards and data from the fit's federation and the global
+    model from the method (``global_halves()``).
 
     Args:
         every_n_rounds: measure at rounds ``i`` (0-based ``trainer.current_epoch``) with ``i % every_n_rounds == 0``;
@@ -162,11 +163,12 @@ class GradientDissimilarity(RoundCallback):
         return indices[pick.sort().values]
 
     @torch.no_grad()
-    def measure(self, pl_module, datamodule, clients: torch.Tensor, round_idx: int) -> dict[str, float]:
-        """The ``dissimilarity/*`` metrics of the current global model for ``clients`` (``[S]`` ids)."""
+    def measure(self, pl_module, federation: Federation, clients: torch.Tensor, round_idx: int) -> dict[str, float]:
+        """The ``dissimilarity/*`` metrics of the current global model (``pl_module.global_halves()``) for ``clients``
+        (``[S]`` ids) on the federation's data."""
         device = pl_module.device
-        halves = {"client": pl_module.client.net, "server": pl_module.server.net}
-        splits = datamodule.splits
+        halves = pl_module.global_halves()
+        data, stats = federation.data, federation.stats
         ids = clients.tolist()
         rng_devices = []
         if device.type == "cuda":
@@ -174,11 +176,11 @@ class GradientDissimilarity(RoundCallback):
         with torch.random.fork_rng(devices=rng_devices):
             grads = []
             for k in ids:
-                rows = self.client_rows(datamodule.client_indices[k], round_idx, k)
-                x = datamodule.model_input(splits.train_x[rows].to(device))
-                y = splits.train_y[rows].to(device)
+                rows = self.client_rows(stats.shards[k], round_idx, k)
+                x = data.train_inputs(rows, device)
+                y = data.train_labels(rows).to(device)
                 grads.append(global_model_gradient(halves, x, y, self.chunk_size))
-        sizes = pl_module.client_sizes[clients.to(pl_module.client_sizes.device)]  # |D_k|, [S]
+        sizes = stats.sizes[clients.cpu()].to(device)  # |D_k|, [S]
         per_layer = layer_dissimilarity(grads, sizes)
         partition = {
             "client_half": [n for n in per_layer if n.startswith("client.")],
@@ -190,12 +192,15 @@ class GradientDissimilarity(RoundCallback):
         metrics["dissimilarity/round"] = float(round_idx)
         return metrics
 
+    def on_federation(self, trainer, pl_module, federation: Federation) -> None:
+        self.federation = federation
+
     def on_round_start(self, trainer, pl_module, step: Step) -> None:
         round_idx = step.round
         if not self.should_measure(round_idx) or not len(step.clients):
             return
-        datamodule = trainer.datamodule
-        if datamodule is None or not hasattr(datamodule, "client_indices"):
-            raise RuntimeError("GradientDissimilarity needs a FederatedDataModule as the trainer's datamodule")
-        metrics = self.measure(pl_module, datamodule, step.clients, round_idx)
+        federation = getattr(self, "federation", None)
+        if federation is None or federation.data is None:
+            raise RuntimeError("GradientDissimilarity needs the clients' data: a federation with a FederatedDataModule")
+        metrics = self.measure(pl_module, federation, step.clients, round_idx)
         pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)

@@ -1,20 +1,20 @@
 """``PartitionReport``: the client × class shard counts of the run, as a heatmap and summary statistics.
 
-Once per ``fit`` (``on_fit_start``, after the data module built its partition), on global rank zero:
+Once per ``fit`` (``on_fit_start``, after the federation was built), on global rank zero:
 
 * ``partition/heatmap`` — a ``wandb.Image`` (to every ``WandbLogger``) of the ``K × N`` count matrix
   ``n[k, c]`` (clients on y, classes on x, colour bar, title with the partition settings); the same PNG is
   written to ``<log dir>/partition_heatmap.png`` where the run has a log directory (the first CSV or
   TensorBoard logger's versioned ``log_dir``, otherwise ``trainer.log_dir``). With the CLI's
-  :class:`~lightning_sfl.loggers.WandbLogger` both are drawn and written by W&B's process
-  (:func:`~lightning_sfl.wandb_payloads.heatmap_payload`), not during the training process's start-up;
+  :class:`~lightning_sfl.wandb.logger.WandbLogger` both are drawn and written by W&B's process
+  (:func:`~lightning_sfl.wandb.payloads.heatmap_payload`), not during the training process's start-up;
 * ``partition/<stat>`` scalars (to every logger, so also into the W&B summary), from
   :func:`partition_statistics`: ``num_clients``, ``size_min``, ``size_median``, ``size_max``,
   ``mean_classes_per_client``, ``mean_max_class_share``, ``mean_kl_to_global``, ``mean_emd_to_global``.
 
-Rows carry ``round`` = rounds completed at fit start (0 for a fresh run) and ``trainer/global_step``. The data
-module must expose ``label_counts`` (``[K, N]``) like :class:`lightning_sfl.data.FederatedDataModule`;
-otherwise the callback warns and does nothing. It holds no state; a resumed fit reports again.
+Rows carry ``round`` = rounds completed at fit start (0 for a fresh run) and ``trainer/global_step``. The counts
+and the title come from the fit's federation (its ``stats.label_counts``, ``[K, N]``, and its data's
+``describe()``). It holds no state; a resumed fit reports again.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
-from lightning.pytorch.utilities import rank_zero_warn
 
-from lightning_sfl.wandb_payloads import heatmap_payload, heatmap_png, log_built
+from lightning_sfl.callbacks.round_callback import RoundCallback
+from lightning_sfl.loop import Federation
+from lightning_sfl.wandb.payloads import heatmap_payload, heatmap_png, log_built
 
 PNG_NAME = "partition_heatmap.png"
 
@@ -76,40 +77,26 @@ def partition_statistics(label_counts: torch.Tensor | np.ndarray) -> dict[str, f
     }
 
 
-def partition_title(dm) -> str:
-    """One-line description of a data module's partition settings (for the heatmap title)."""
-    kind = getattr(dm, "partition", "?")
-    knob = {
-        "quantity": f"α={getattr(dm, 'alpha', '?')}",
-        "dirichlet": f"β={getattr(dm, 'beta', '?')}",
-        "shards": f"{getattr(dm, 'shards_per_client', '?')} shards/client",
-    }.get(kind)
-    parts = [f"{getattr(dm, 'dataset', '?')}: {kind}" + (f" ({knob})" if knob else "")]
-    parts.append(f"K={getattr(dm, 'num_clients', '?')}")
-    if hasattr(dm, "participation"):
-        parts.append(f"ρ={dm.participation}")
-    if hasattr(dm, "seed"):
-        parts.append(f"seed={dm.seed}")
-    return ", ".join(parts)
-
-
-class PartitionReport(L.Callback):
+class PartitionReport(RoundCallback):
     """Logs the partition heatmap and its summary statistics once per fit (see the module docstring)."""
 
+    def __init__(self) -> None:
+        self.federation: Federation | None = None
+
+    def on_federation(self, trainer: L.Trainer, pl_module: L.LightningModule, federation: Federation) -> None:
+        self.federation = federation
+
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.loggers:
+        if not trainer.loggers or self.federation is None:
             return
         out_dir = _png_dir(trainer)  # all ranks: trainer.log_dir broadcasts
         if not trainer.is_global_zero:
             return
-        dm = trainer.datamodule
-        counts = getattr(dm, "label_counts", None)
-        if counts is None:
-            rank_zero_warn("PartitionReport: the data module has no `label_counts`; nothing logged")
-            return
+        counts = self.federation.stats.label_counts
         stats = {f"partition/{k}": v for k, v in partition_statistics(counts).items()}
         stats["round"] = float(trainer.current_epoch)
-        title = partition_title(dm)
+        data = self.federation.data
+        title = data.describe() if data is not None else f"K={self.federation.stats.num_clients}"
         png_path = str((out_dir / PNG_NAME).resolve()) if out_dir is not None else None
         args = (torch.as_tensor(counts).tolist(), title, stats)
         for logger in trainer.loggers:

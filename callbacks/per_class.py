@@ -39,7 +39,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from lightning_sfl.wandb_payloads import log_built, per_class_payload
+from lightning_sfl.wandb.payloads import log_built, per_class_payload
 
 
 def rounds_completed(trainer: L.Trainer, pl_module: L.LightningModule | None = None) -> int:

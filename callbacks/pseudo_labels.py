@@ -1,9 +1,9 @@
 """``PseudoLabelQuality``: how good a semi-supervised method's pseudo-labels are (keys ``train/pseudo_label_*``).
 
-The method never sees the clients' labels (their steps carry none); this callback looks them up in the data module by
-the step's ``rows`` after the step ran, and compares them with what the method assigned (``last_pseudo_labels``
-``[B]`` and ``last_mask`` ``[B]``, set by :class:`~lightning_sfl.algorithms.SemiSFL` on every unlabelled step). Per
-round (``on_epoch``, weighted by rows):
+The method never sees the clients' labels (their steps carry none); a semi-supervised method returns what it assigned
+in its step's outputs (``pseudo_labels`` ``[B]`` and ``mask`` ``[B]``, from
+:class:`~lightning_sfl.algorithms.SemiSFL`'s unlabelled steps), and this callback looks the true labels up in the
+federation's data by the step's ``rows``. Per round (``on_epoch``, weighted by rows):
 
 * ``train/pseudo_label_acc`` — accuracy of the confident (masked-in) pseudo-labels;
 * ``train/pseudo_label_acc_all`` — accuracy of the teacher's argmax on every row;
@@ -14,21 +14,30 @@ Methods without pseudo-labels are left alone.
 
 from __future__ import annotations
 
-import lightning as L
+from lightning_sfl.callbacks.round_callback import RoundCallback
+from lightning_sfl.loop import Federation
+
+__all__ = ["PseudoLabelQuality"]
 
 
-class PseudoLabelQuality(L.Callback):
-    """Logs the accuracy of a method's pseudo-labels against the true labels the data module holds."""
+class PseudoLabelQuality(RoundCallback):
+    """Logs the accuracy of a method's pseudo-labels against the true labels of the federation's data."""
+
+    def __init__(self) -> None:
+        self.federation: Federation | None = None
+
+    def on_federation(self, trainer, pl_module, federation: Federation) -> None:
+        self.federation = federation
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        labels, mask = getattr(pl_module, "last_pseudo_labels", None), getattr(pl_module, "last_mask", None)
-        if labels is None or getattr(batch, "y", 0) is not None or trainer.datamodule is None:
+        labels = outputs.get("pseudo_labels") if isinstance(outputs, dict) else None
+        if labels is None or self.federation is None or self.federation.data is None:
             return
-        truth = trainer.datamodule.splits.train_y[batch.rows.cpu()].to(labels.device)
+        mask = outputs["mask"]
+        truth = self.federation.data.train_labels(batch.rows).to(labels.device)
         correct = (labels == truth).float()
         pl_module.log("train/pseudo_label_acc_all", correct.mean(), on_step=False, on_epoch=True, batch_size=len(truth))
         confident = int(mask.sum())
         if confident:
             acc = correct[mask].mean()
             pl_module.log("train/pseudo_label_acc", acc, on_step=False, on_epoch=True, batch_size=confident)
-        pl_module.last_pseudo_labels = pl_module.last_mask = None  # consumed: a later labelled step is not mistaken

@@ -9,9 +9,11 @@ The public API, importable from the package itself (loaded on first use, so ``li
   registry of :mod:`lightning_sfl.algorithms.registry`), their base ``SplitFedAlgorithm`` and ``register``;
 * data: ``FederatedDataModule``; client-selection policies ``ClientSelection``, ``UniformSelection``,
   ``FedCBSSelection``, ``ClassBalancedSelection``;
-* the loop: ``Step``, ``Schedule``, ``SyncRounds``, ``ClientStats``, ``RoundEnd``, ``RoundCallback``;
+* the loop: ``Federation``, ``Step``, ``Schedule``, ``SyncRounds``, ``ClientStats``, ``RoundEnd``;
 * callbacks (also in ``lightning_sfl.callbacks``): ``CommunicationBytes``, ``PerClassAccuracy``,
-  ``GradientDissimilarity``, ``SimulatedClock``, ``PartitionReport``, ``WandbRoundAxis``, ``RoundProgressBar``;
+  ``GradientDissimilarity``, ``SimulatedClock``, ``PartitionReport``, ``WandbRoundAxis``, ``RoundProgressBar``, and
+  ``RoundCallback``, the base of callbacks that receive the federation and the round events;
+* system models: ``WirelessCell`` (SCALA's and GAS's wireless cell; ``lightning_sfl.system``);
 * the command line: ``SFLCLI`` (the LightningCLI behind ``lightning-sfl fit|validate|test``).
 """
 
@@ -23,18 +25,19 @@ __version__ = "0.1.0"
 
 _CALLBACKS = (
     "CommunicationBytes PerClassAccuracy GradientDissimilarity SimulatedClock PartitionReport WandbRoundAxis "
-    "PseudoLabelQuality "
+    "PseudoLabelQuality RoundCallback "
     "RoundProgressBar"
 )
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys("SplitFedAlgorithm ALGORITHMS register".split(), "lightning_sfl.algorithms"),
     **dict.fromkeys(_CALLBACKS.split(), "lightning_sfl.callbacks"),
-    **dict.fromkeys("Step Schedule SyncRounds ClientStats RoundEnd RoundCallback".split(), "lightning_sfl.loop"),
+    **dict.fromkeys("Step Schedule SyncRounds ClientStats RoundEnd Federation".split(), "lightning_sfl.loop"),
     **dict.fromkeys(
         "ClientSelection UniformSelection FedCBSSelection ClassBalancedSelection".split(),
-        "lightning_sfl.data.selection",
+        "lightning_sfl.loop.selection",
     ),
     "FederatedDataModule": "lightning_sfl.data",
+    "WirelessCell": "lightning_sfl.system.wireless",
     "SFLCLI": "lightning_sfl.lightning_cli",
 }
 

@@ -1,6 +1,6 @@
 """Console script ``lightning-sfl``: ``fit``, ``validate`` and ``test`` (LightningCLI, in
 :mod:`lightning_sfl.lightning_cli`), ``compare`` (:mod:`lightning_sfl.compare`), ``sweep``
-(:mod:`lightning_sfl.sweep`) and ``attack`` (:mod:`lightning_sfl.privacy.attack`).
+(:mod:`lightning_sfl.sweep`) and ``attack`` (:mod:`lightning_sfl.attack`).
 
 Run the main job (SCALA on scikit-learn's bundled digits, offline)::
 
@@ -44,7 +44,7 @@ def main(args: list[str] | None = None) -> None:
     if argv[0] not in COMMANDS and not argv[0].startswith("-"):
         print(f"error: unknown subcommand {argv[0]!r}; choose from: {', '.join(COMMANDS)}", file=sys.stderr)
         raise SystemExit(2)
-    from lightning_sfl.system.memory import retain_freed_memory
+    from lightning_sfl.process.memory import retain_freed_memory
 
     retain_freed_memory()  # a training process reuses its freed memory (no page faults on bank-sized gradients)
     if argv[0] == "compare":
@@ -58,12 +58,12 @@ def main(args: list[str] | None = None) -> None:
         sweep_main(argv[1:])
         return
     if argv[0] == "attack":
-        from lightning_sfl.privacy.attack import main as attack_main
+        from lightning_sfl.attack import main as attack_main
 
         attack_main(argv[1:])
         return
     if not {"-h", "--help", "--print_config"} & {a.split("=")[0] for a in argv[1:]}:
-        from lightning_sfl.wandb_process import prestart
+        from lightning_sfl.wandb.process import prestart
 
         prestart()  # W&B's worker imports W&B while this process imports Lightning (its WandbLogger takes it)
     from lightning_sfl.lightning_cli import run
@@ -74,8 +74,8 @@ def main(args: list[str] | None = None) -> None:
 def console_main() -> None:
     """The ``lightning-sfl`` console script (and ``python -m lightning_sfl.cli``): :func:`main`, then the process
     ends without the interpreter's teardown of Lightning's modules (~0.9 s; see
-    :mod:`lightning_sfl.system.fast_exit`). An exception other than ``SystemExit`` ends it the usual way."""
-    from lightning_sfl.system.fast_exit import exit_code, exit_without_teardown, teardown_wanted
+    :mod:`lightning_sfl.process.fast_exit`). An exception other than ``SystemExit`` ends it the usual way."""
+    from lightning_sfl.process.fast_exit import exit_code, exit_without_teardown, teardown_wanted
 
     if teardown_wanted():
         main()

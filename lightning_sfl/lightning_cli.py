@@ -20,6 +20,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from jsonargparse import lazy_instance
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningCLI
 
@@ -37,7 +38,10 @@ from lightning_sfl.callbacks import (
 from lightning_sfl.checkpoint import SPECIAL, check_checkpoint
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError, NonFiniteError, reported_cause
-from lightning_sfl.wandb_process import wandb_switch
+from lightning_sfl.loop import Federation
+from lightning_sfl.system.timing import SystemModel
+from lightning_sfl.system.wireless import WirelessCell
+from lightning_sfl.wandb.process import wandb_switch
 
 TRAINER_DEFAULTS = {
     "max_epochs": 50,
@@ -88,7 +92,9 @@ class SFLCLI(LightningCLI):
         parser.add_lightning_class_args(PerClassAccuracy, "per_class")
         parser.add_lightning_class_args(PartitionReport, "partition_report")
         parser.add_lightning_class_args(GradientDissimilarity, "dissimilarity")
-        parser.add_lightning_class_args(SimulatedClock, "clock")
+        parser.add_subclass_arguments(  # the system model (SimulatedClock logs its times): --clock.flops_high 1e10
+            SystemModel, "clock", default=lazy_instance(WirelessCell), required=False
+        )
         parser.add_lightning_class_args(WandbRoundAxis, "wandb_axis")
         parser.add_lightning_class_args(PseudoLabelQuality, "pseudo_labels")
         parser.set_defaults(
@@ -97,7 +103,7 @@ class SFLCLI(LightningCLI):
                 "checkpoint.save_last": "link",  # last.ckpt links to the round's numbered file: one write per round
                 "trainer.logger": [
                     {
-                        "class_path": "lightning_sfl.loggers.WandbLogger",  # W&B in a process of its own
+                        "class_path": "lightning_sfl.wandb.logger.WandbLogger",  # W&B in a process of its own
                         "init_args": {"project": "lightning-sfl", "save_dir": "runs", "offline": None},
                     },
                     {
@@ -119,6 +125,7 @@ class SFLCLI(LightningCLI):
         user = user if isinstance(user, list) else [user]
         if config.get("enable_progress_bar", True) is not False and not any(isinstance(c, ProgressBar) for c in user):
             callbacks = [*callbacks, RoundProgressBar()]
+        callbacks = [*callbacks, SimulatedClock()]  # logs the times of the system model (--clock.*)
         if config.get("enable_checkpointing") is False:  # --trainer.enable_checkpointing false: no --checkpoint.*
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
         return super()._instantiate_trainer(config, callbacks)
@@ -146,6 +153,12 @@ class SFLCLI(LightningCLI):
                 lg.init_args.offline = True
         if self.subcommand == "fit" and wandb_loggers:
             self._resume_where_the_same_command_left_off(config, key, wandb_loggers)
+
+    def before_fit(self) -> None:
+        """The fit's federation, built before anything is written (a bad combination of method, data and system model
+        is a one-line error here): the method, the data module and the system model of ``--clock.*``."""
+        system = self.config_init[self.subcommand].get("clock")
+        Federation.build(self.model, self.datamodule, system=system)
 
     def _resume_where_the_same_command_left_off(self, config, key: str, wandb_loggers: list) -> None:
         """A cluster job re-runs the same command with ``--ckpt_path last``. Without ``--checkpoint.dirpath`` a run

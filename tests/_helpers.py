@@ -14,8 +14,8 @@ def quiet_trainer(max_epochs: int = 1, **overrides) -> L.Trainer:
 def round_steps(dm, round_idx: int, local_iters: int = 1, selection=None) -> list:
     """The steps of synchronous round ``round_idx`` with their data, as a method with ``T = local_iters`` and
     ``selection`` (default uniform) receives them."""
-    from lightning_sfl.data.selection import UniformSelection
     from lightning_sfl.loop import SyncRounds
+    from lightning_sfl.loop.selection import UniformSelection
 
     return dm.plan(round_idx, SyncRounds(local_iters, selection or UniformSelection()))
 

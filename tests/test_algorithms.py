@@ -160,7 +160,7 @@ def test_round_traffic_scala_matches_journal_formula():
 
 
 def test_cs_sfl_is_splitfedv1_plus_class_balanced_selection():
-    from lightning_sfl.data.selection import ClassBalancedSelection, qcid
+    from lightning_sfl.loop.selection import ClassBalancedSelection, qcid
 
     a, _ = train("cs_sfl", client_selection="uniform")
     b, _ = train("splitfedv1")
@@ -184,7 +184,7 @@ def test_splitfedv1_with_plain_sgd_equals_fedavg():
 
 
 def test_fedcbs_is_fedavg_plus_fedcbs_selection():
-    from lightning_sfl.data.selection import FedCBSSelection
+    from lightning_sfl.loop.selection import FedCBSSelection
 
     a, _ = train("fedcbs", client_selection="uniform")
     b, _ = train("fedavg")

@@ -42,12 +42,12 @@ def test_steps_replay_the_clock_event_by_event():
             n = len(s.clients)
             flags = [False] * (n - 1) + [s.flush]
             replay += [
-                ("a", c, sl, t, f) for c, sl, t, f in zip(s.clients.tolist(), s.slot_list(), s.times.tolist(), flags)
+                ("a", c, sl, t, f) for c, sl, t, f in zip(s.clients.tolist(), s.slots_list(), s.times.tolist(), flags)
             ]
             assert s.time == s.times[-1].item()
         else:
             assert isinstance(s, UploadStep) and s.kind == "upload" and s.round_end == s.aggregate
-            replay.append(("u", int(s.clients[0]), s.slot_list()[0], s.time, s.aggregate))
+            replay.append(("u", int(s.clients[0]), s.slots_list()[0], s.time, s.aggregate))
     want = []
     for _ in range(len(replay)):
         e = clock.next_event()
@@ -124,10 +124,10 @@ def test_state_resumes_the_same_steps_and_batch_size_caps_at_the_shard():
     tail = [first.plan_round(r, st) for r in range(3, 6)]
     resumed = AsyncEvents(**KW)
     resumed.load_state_dict(saved)  # before the clock exists (as when a checkpoint is loaded before fit starts)
-    resumed.bind_times(times)
+    resumed.times = times
     again = [resumed.plan_round(r, st) for r in range(3, 6)]
     flat = lambda rounds: [  # noqa: E731
-        (s.kind, s.clients.tolist(), s.rows.tolist(), s.time, s.slot_list()) for r in rounds for s in r
+        (s.kind, s.clients.tolist(), s.rows.tolist(), s.time, s.slots_list()) for r in rounds for s in r
     ]
     assert flat(again) == flat(tail)
     sizes = {int(c): int(b) for s in flat_steps(tail) for c, b in zip(s.clients, s.sizes) if s.kind == "arrivals"}
@@ -156,7 +156,7 @@ def test_bad_settings_fail_at_construction(kwargs, match):
 def test_more_clients_in_flight_than_clients_fails_and_times_must_be_bound():
     with pytest.raises(ConfigError, match="concurrency=7 must be <= the number of clients"):
         AsyncEvents(**{**KW, "concurrency": 7}).num_slots(stats())
-    with pytest.raises(RuntimeError, match="bind_times"):
+    with pytest.raises(RuntimeError, match="give times= or a system model"):
         AsyncEvents(**KW).plan_round(0, stats())
     with pytest.raises(ConfigError, match="times are given for 5 clients"):
         AsyncEvents(**KW, times=random_times(5)).plan_round(0, stats())

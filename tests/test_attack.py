@@ -16,10 +16,10 @@ from _helpers import small_digits
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl.algorithms import SCALA, SCALAPE, FedAvg, SplitFedV1
+from lightning_sfl.attack import check_args, grid_indices, parse_args, train_attacker
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.privacy.attack import check_args, grid_indices, parse_args, train_attacker
 from lightning_sfl.privacy.metrics import mse_per_image
-from lightning_sfl.wandb_offline import read_offline_run
+from lightning_sfl.wandb.offline import read_offline_run
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -46,7 +46,7 @@ BAD: list[tuple[list[str], str]] = [
     # unknown names
     (["--data.dataset=mnist"], "dataset='mnist' is not one of: digits"),
     (["--model.arch=resnet50"], "'resnet50' is not one of"),
-    (["--model=scalable"], "model='scalable' is not one of: scala"),
+    (["--model=scalable"], "model='scalable' is not one of: ca_sfl, cs_sfl"),
     (["--data.partition=random"], "partition='random' is not one of: iid, quantity, dirichlet, shards"),
     (["--model.client_selection=best"], "client_selection='best' is not one of: uniform, fedcbs, class_balanced"),
     (["--model.split_point=s9"], "split_point='s9' is not a cut point"),

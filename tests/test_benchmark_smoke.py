@@ -87,6 +87,8 @@ def test_framework_overhead_benchmark_runs_and_its_plain_loop_learns(tmp_path):
 
 
 def _load_benchmark(name: str):
+    if str(ROOT / "benchmarks") not in sys.path:  # as when run as a script: its siblings are importable
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,7 +1,7 @@
 """The W&B callbacks end to end, read back from what W&B itself stored (no mocks).
 
 One real 3-round SCALA fit on digits runs in a subprocess (W&B's mode is process-wide) with an offline
-``WandbLogger`` and a ``CSVLogger``; the offline run is then decoded with :mod:`lightning_sfl.wandb_offline`
+``WandbLogger`` and a ``CSVLogger``; the offline run is then decoded with :mod:`lightning_sfl.wandb.offline`
 and checked against the run's own ``test/acc`` and an independent computation from the data module.
 """
 
@@ -25,7 +25,7 @@ from lightning_sfl.algorithms import SCALA
 from lightning_sfl.callbacks.partition_report import PNG_NAME, partition_statistics
 from lightning_sfl.callbacks.per_class import PerClassAccuracy
 from lightning_sfl.data import FederatedDataModule
-from lightning_sfl.wandb_offline import find_offline_runs, read_offline_run
+from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
 
 DM_KW = dict(dataset="digits", num_clients=8, alpha=2, participation=0.5, batch_size=24, seed=1)
 ROUNDS, EVERY = 3, 2  # reports in rounds 2 (every 2nd) and 3 (the last)

@@ -247,11 +247,11 @@ def test_client_selection_is_a_class_with_its_own_arguments_on_the_cli(tmp_path)
 
 def test_a_policy_object_from_python_is_recorded_as_its_config(tmp_path):
     from lightning_sfl.algorithms import FedAvg
-    from lightning_sfl.data.selection import FedCBSSelection
+    from lightning_sfl.loop.selection import FedCBSSelection
 
     model = FedAvg(client_selection=FedCBSSelection(lam=2.0))
     assert model.hparams["client_selection"] == {
-        "class_path": "lightning_sfl.data.selection.FedCBSSelection",
+        "class_path": "lightning_sfl.loop.selection.FedCBSSelection",
         "init_args": {"lam": 2.0, "beta_start": 1.0, "beta_step": 1.0, "eps": 1e-12},
     }
     assert FedAvg(**model.hparams).selection.lam == 2.0  # what load_from_checkpoint does

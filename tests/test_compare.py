@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from lightning_sfl import compare
 from lightning_sfl.algorithms import ALGORITHMS, REGISTRY, SCALA, SplitFedAlgorithm
-from lightning_sfl.algorithms.losses import per_client_mean
+from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.compare import RunResult
 from lightning_sfl.lightning_cli import SFLCLI
 
@@ -34,7 +34,7 @@ class PlainSFL(SplitFedAlgorithm):
 
     def client_loss(self, logits, step):
         rows = F.cross_entropy(logits, step.y, reduction="none", label_smoothing=self.smoothing)
-        return per_client_mean(rows, step.owner, step.sizes)
+        return sum_of_client_means(rows, step.owner, step.sizes)
 
 
 class Broken(PlainSFL):

@@ -7,7 +7,7 @@ import torch
 from _helpers import round_steps
 
 from lightning_sfl.data import FederatedDataModule
-from lightning_sfl.data.sampling import client_batch_sizes
+from lightning_sfl.loop.sampling import client_batch_sizes
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_round_steps_hold_every_selected_clients_minibatch(dm):
         assert torch.equal(b.clients, clients) and torch.equal(b.local_sizes, sizes)
         assert torch.equal(b.label_counts, torch.bincount(b.y, minlength=10))
         assert torch.equal(torch.bincount(b.owner, minlength=5), sizes)
-        assert torch.equal(b.bank_slots, torch.arange(5))  # client k of the round in slot k
+        assert torch.equal(b.slots_tensor, torch.arange(5))  # client k of the round in slot k
         for s, k in enumerate(clients.tolist()):
             rows = b.x[b.owner == s].flatten(1)
             shard = train_x[dm.client_indices[k]]
@@ -60,16 +60,18 @@ def test_round_steps_are_deterministic_per_seed_and_round(dm):
     assert not torch.equal(a[0].x, c[0].x)
 
 
-def test_train_loader_executes_the_methods_schedule_for_the_trainers_round(dm):
-    from lightning_sfl.data.selection import UniformSelection
-    from lightning_sfl.loop import SyncRounds
+def test_train_loader_executes_the_federations_schedule_for_the_trainers_round(dm):
+    from types import SimpleNamespace
 
-    class _M:
-        schedule = SyncRounds(5, UniformSelection())
+    from lightning_sfl.loop import SyncRounds
+    from lightning_sfl.loop.selection import UniformSelection
 
     class _T:
-        current_epoch, global_rank, world_size, lightning_module = 4, 0, 1, _M()
+        current_epoch, global_rank, world_size = 4, 0, 1
 
+    with pytest.raises(RuntimeError, match="runs a federation's schedule"):
+        _ = dm.schedule
+    dm.federate(SimpleNamespace(schedule=SyncRounds(5, UniformSelection())))  # the one part of it the loader reads
     dm.trainer = _T()
     try:
         loader = dm.train_dataloader()

@@ -13,7 +13,7 @@ SCRIPT = textwrap.dedent(
     """
     import atexit, sys, threading, time
     from pathlib import Path
-    from lightning_sfl.system.fast_exit import exit_without_teardown
+    from lightning_sfl.process.fast_exit import exit_without_teardown
 
     out = Path(sys.argv[1])
     atexit.register(lambda: (out / "atexit.txt").write_text("ran"))
@@ -42,7 +42,7 @@ def test_threads_atexit_and_buffers_are_done_and_the_teardown_is_skipped(tmp_pat
 
 
 def test_the_usual_exit_when_asked_or_under_a_tracer(tmp_path, monkeypatch):
-    from lightning_sfl.system.fast_exit import exit_code, teardown_wanted
+    from lightning_sfl.process.fast_exit import exit_code, teardown_wanted
 
     monkeypatch.delenv("LIGHTNING_SFL_TEARDOWN", raising=False)
     tracer = sys.gettrace() or sys.getprofile()  # coverage or a debugger running these tests

@@ -16,7 +16,7 @@ FIT = textwrap.dedent(
     from lightning.pytorch.loggers import CSVLogger
     from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
     if sys.argv[1] == "fast":
-        from lightning_sfl.system.fast_logging import skip_redundant_metric_moves
+        from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
         assert skip_redundant_metric_moves() and skip_redundant_metric_moves()  # idempotent
         assert _ResultMetric.to._lightning_sfl
     else:
@@ -74,7 +74,7 @@ def test_fit_logs_the_same_with_the_fast_path(tmp_path):
 @pytest.mark.parametrize("classes", [3, 10])
 def test_typed_table_is_the_table_wandb_builds(classes):
     wandb = pytest.importorskip("wandb")
-    from lightning_sfl.wandb_payloads import per_class_payload, typed_table
+    from lightning_sfl.wandb.payloads import per_class_payload, typed_table
 
     g = torch.Generator().manual_seed(classes)
     rows = [[c, float(torch.rand(1, generator=g)), int(torch.randint(0, 9, (1,), generator=g))] for c in range(classes)]

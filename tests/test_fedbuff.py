@@ -14,6 +14,8 @@ from lightning_sfl.algorithms.aggregate import flat_parameters
 from lightning_sfl.callbacks import SimulatedClock
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop import Federation
+from lightning_sfl.system.wireless import WirelessCell
 
 #: 8 clients, 3 in flight, E = 2 local iterations of b = 8 rows, a server update every 2 uploads.
 KW = {"concurrency": 3, "aggregate_every": 2, "client_batch_size": 8, "local_iters": 2, "lr": 0.05, "momentum": 0.5}
@@ -24,7 +26,9 @@ def _dm() -> FederatedDataModule:
 
 
 def _fit(model, rounds: int = 4, precision: str = "64-true", ckpt_path=None, checkpoint_dir=None):
-    callbacks = [SimulatedClock(flops_high=1e10)]
+    callbacks = [SimulatedClock()]
+    dm = _dm()
+    Federation.build(model, dm, system=WirelessCell(flops_high=1e10))  # GAS's wireless cell, placement seed 0
     if checkpoint_dir is not None:
         callbacks.append(ModelCheckpoint(dirpath=checkpoint_dir, save_last=True))
     L.Trainer(
@@ -35,7 +39,7 @@ def _fit(model, rounds: int = 4, precision: str = "64-true", ckpt_path=None, che
         enable_progress_bar=False,
         enable_model_summary=False,
         callbacks=callbacks,
-    ).fit(model, _dm(), ckpt_path=ckpt_path)
+    ).fit(model, dm, ckpt_path=ckpt_path)
     return model
 
 

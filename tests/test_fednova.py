@@ -86,7 +86,7 @@ def test_one_round_of_fednova_is_its_average_of_fedavgs_client_models():
     x0, fedavg = _fit(FedAvg, **EPOCHS)  # same local training: the rounds differ only in the server step
     _, nova = _fit(FedNova, **EPOCHS)
     step = small_digits().plan(0, fedavg.schedule)[-1]
-    ys = torch.stack([flat_params(fedavg.bank.slots[k]) for k in step.bank_slots.tolist()])
+    ys = torch.stack([flat_params(fedavg.bank.slots[k]) for k in step.slots_tensor.tolist()])
     taus, sizes = fedavg.local_steps(step.clients), fedavg.client_sizes[step.clients]
     want = fednova_average(flat_params(x0.client.net), ys, taus, sizes)
     torch.testing.assert_close(flat_params(nova.client.net), want, rtol=0, atol=1e-6)

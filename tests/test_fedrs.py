@@ -47,7 +47,7 @@ def test_row_loss_is_the_restricted_softmax_of_the_paper():
     want = []
     for i in range(len(step.y)):
         k = int(step.owner[i])
-        params = dict(model.bank.slots[int(step.bank_slots[k])].named_parameters())  # the client's own copy
+        params = dict(model.bank.slots[int(step.slots_tensor[k])].named_parameters())  # the client's own copy
         alpha_c = torch.where(counts[k] > 0, 1.0, 0.3)
         z = alpha_c * (params[f"{last}.weight"] @ feats[i].flatten()) + params[f"{last}.bias"]
         want.append(F.cross_entropy(z[None], step.y[i : i + 1]))

@@ -13,6 +13,8 @@ from lightning_sfl.algorithms import GAS, AsyncSFL
 from lightning_sfl.callbacks import SimulatedClock
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop import Federation
+from lightning_sfl.system.wireless import WirelessCell
 
 #: 8 clients, 3 in flight, a server update every 3 arrivals, an aggregation every 2 uploads, E = 3, b = 8 rows;
 #: cut at s5 (128-dim activations: a full covariance stays small).
@@ -39,13 +41,20 @@ def _trainer(rounds: int, precision: str = "64-true", **kwargs) -> L.Trainer:
         precision=precision,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[SimulatedClock(flops_high=1e10), *options.pop("callbacks", [])],
+        callbacks=[SimulatedClock(), *options.pop("callbacks", [])],
         **options,
     )
 
 
+def _federated(model) -> FederatedDataModule:
+    """The data module, federated with ``model`` on GAS's wireless cell (``f_k ~ U[1e9, 1e10]``, placement seed 0)."""
+    dm = _dm()
+    Federation.build(model, dm, system=WirelessCell(flops_high=1e10))
+    return dm
+
+
 def _fit(model, rounds: int = 3, **kwargs):
-    _trainer(rounds, **kwargs).fit(model, _dm())
+    _trainer(rounds, **kwargs).fit(model, _federated(model))
     return model
 
 
@@ -175,7 +184,7 @@ def test_resume_from_last_checkpoint_ends_equal(tmp_path):
         model = GAS(**KW, covariance="diag")
         checkpoint = ModelCheckpoint(dirpath=folder, save_last=True)
         _trainer(rounds, precision="32-true", enable_checkpointing=True, callbacks=[checkpoint]).fit(
-            model, _dm(), ckpt_path=ckpt_path
+            model, _federated(model), ckpt_path=ckpt_path
         )
         return model
 

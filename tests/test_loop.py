@@ -16,11 +16,11 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from toy_schedules import ToyAsync, ToyAsyncSFL
 
 from lightning_sfl.algorithms import SCALA, FedAvg
-from lightning_sfl.callbacks import CommunicationBytes
+from lightning_sfl.callbacks import CommunicationBytes, RoundCallback
 from lightning_sfl.cli import main
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.loop import RoundCallback, Schedule, Step
+from lightning_sfl.loop import Schedule, Step
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,11 @@ def _fit_full_and_resumed(model: str, tmp_path: Path, rounds: int = 6, stop: int
     assert full["state_dict"].keys() == resumed["state_dict"].keys()
     for key, value in full["state_dict"].items():
         assert torch.equal(resumed["state_dict"][key], value), f"{model}: {key} differs after resume"
-    assert full["FederatedDataModule"] == resumed["FederatedDataModule"]  # the schedule's state
+    federations = full["callbacks"]["Federate"], resumed["callbacks"]["Federate"]
+    assert federations[0]["schedule"] == federations[1]["schedule"]  # the schedule's state
+    assert federations[0]["elapsed_seconds"] == federations[1]["elapsed_seconds"]  # the simulated time
+    for key in ("distances_m", "capacities"):  # the system model's draws
+        assert torch.equal(federations[0]["system"][key], federations[1]["system"][key])
     want, got = _per_round(tmp_path / "full"), _per_round(tmp_path / "part")
     assert sorted(want) == sorted(got) == list(range(rounds))
     for epoch in range(stop, rounds):
@@ -161,11 +165,12 @@ def test_callbacks_receive_round_events_with_who_took_part():
     quiet_trainer(3, callbacks=[events, comm], limit_val_batches=0).fit(SCALA(local_iters=3, lr=0.05), dm)
     assert [s.round for s in events.starts] == [0, 1, 2] and all(s.index == 0 for s in events.starts)
     assert [e.round for e, _, _ in events.ends] == [0, 1, 2]
-    cumulative = 0
+    cumulative, elapsed = 0, 0.0
     for start, (event, totals, _) in zip(events.starts, events.ends):
         assert torch.equal(event.clients, start.clients)  # slot k holds client k of the round
         assert torch.equal(event.samples, 3 * start.sizes)  # T·B_k rows per client
-        assert event.time is None  # synchronous rounds keep no clock of their own
+        assert event.seconds > 0 and event.time == pytest.approx(elapsed + event.seconds)  # the system model's
+        elapsed = event.time
         cumulative += totals["total"]
     assert comm.cumulative == cumulative
 
@@ -179,7 +184,10 @@ def test_async_round_end_carries_the_schedules_time():
     assert [s.kind for s in events.starts] == ["join", "join"]  # round 1 starts with the newcomer of the last upload
 
 
-def test_a_step_kind_without_handler_is_a_one_line_error_at_construction():
+def test_a_step_kind_without_handler_is_a_one_line_error_when_the_schedule_is_configured():
+    """Before anything trains: when the method's schedule is first used (``model.schedule``, ``Federation.build``, the
+    start of ``trainer.fit``)."""
+
     class Phases(Schedule):
         kinds = ("server", "local")
 
@@ -188,7 +196,9 @@ def test_a_step_kind_without_handler_is_a_one_line_error_at_construction():
             return Phases()
 
     with pytest.raises(ConfigError, match=r"Method has no handler for step kind\(s\) \['server'\] of Phases"):
-        Method(local_iters=1)
+        _ = Method(local_iters=1).schedule
+    with pytest.raises(ConfigError, match=r"Method has no handler for step kind\(s\) \['server'\] of Phases"):
+        quiet_trainer(1).fit(Method(local_iters=1), _dm())
 
 
 # ----------------------------------------------------------------------------- checkpointed method state

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lightning_sfl.data.partition import dirichlet, iid, label_distribution, partition, quantity, shards
-from lightning_sfl.data.sampling import (
+from lightning_sfl.loop.sampling import (
     client_batch_sizes,
     clients_per_round,
     minibatch_indices,

@@ -7,10 +7,10 @@ import torch
 
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.data.partition import labelled_split
-from lightning_sfl.data.selection import UniformSelection
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.ks_control import SupervisedSteps
 from lightning_sfl.loop.phases import Phases
+from lightning_sfl.loop.selection import UniformSelection
 
 
 def test_labelled_split_is_class_balanced_disjoint_and_seeded():

@@ -143,7 +143,7 @@ def test_cluster_resume_finds_last_and_continues_the_same_wandb_run_after_kill_m
     import subprocess
     import time
 
-    from lightning_sfl.wandb_offline import find_offline_runs, read_offline_run
+    from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
 
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}}
     args = _cli("--trainer.default_root_dir=root")  # the CLI's default loggers: W&B (offline) and CSV under runs/

@@ -4,6 +4,7 @@ MiniBatch-SFL for one group, and the sliding split on the per-iteration barrier 
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,6 +14,8 @@ from lightning_sfl.algorithms import S2FL, MiniBatchSFL
 from lightning_sfl.algorithms.s2fl import balanced_groups, group_imbalance, group_mean_loss
 from lightning_sfl.callbacks import SimulatedClock
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop import Federation
+from lightning_sfl.system.wireless import WirelessCell
 
 
 def _imbalance_by_hand(hist, group):
@@ -121,7 +124,7 @@ def test_barrier_clock_by_hand_and_the_sliding_split():
     3·(max(forward + upload) + max(backward)) + max(model upload); the sliding split moves clients to other cuts
     only where that shortens the round."""
     model = S2FL(local_iters=1, arch="cnn_small", split_point="s2")
-    clock = SimulatedClock(barrier="iteration")
+    clock = WirelessCell(barrier="iteration")
     clock.distances_m = torch.tensor([100.0, 900.0], dtype=torch.float64)
     clock.capacities = torch.tensor([1e9, 4e9], dtype=torch.float64)
     from lightning_sfl.models import build_model
@@ -140,9 +143,9 @@ def test_barrier_clock_by_hand_and_the_sliding_split():
         model_up = [8 * c.model_bytes / rates[k] for k in (0, 1)]
         return float(3 * (max(arrive) + max(backward)) + max(model_up))
 
-    clock.cuts, clock.nominal_cut = {"s2": costs["s2"]}, "s2"
+    clock.costs = SimpleNamespace(cuts={"s2": costs["s2"]}, nominal_cut="s2", sends_activations=True)
     assert clock.barrier_seconds(clients, samples, iters) == pytest.approx(float(by_hand("s2")), rel=1e-12)
-    clock.cuts = costs  # every cut point: each client takes its fastest
+    clock.costs = SimpleNamespace(cuts=costs, nominal_cut="s2", sends_activations=True)  # every cut: each its fastest
     sliding = clock.barrier_seconds(clients, samples, iters)
     assert sliding < by_hand("s2")  # the slow, distant client sends smaller activations from a deeper cut
     assert clock.last_cuts != ["s2", "s2"]
@@ -158,11 +161,15 @@ def test_barrier_clock_logs_longer_rounds_than_the_straggler_sum_for_split_metho
 
     def elapsed(cls, barrier):
         torch.manual_seed(0)
-        clock = SimulatedClock(barrier=barrier)
-        quiet_trainer(2, callbacks=[clock]).fit(cls(local_iters=3, lr=0.05), small_digits())
-        return clock.elapsed_seconds
+        model, dm = cls(local_iters=3, lr=0.05), small_digits()
+        Federation.build(model, dm, system=WirelessCell(barrier=barrier))
+        trainer = quiet_trainer(2, callbacks=[SimulatedClock()])
+        trainer.fit(model, dm)
+        logged = float(trainer.callback_metrics["clock/elapsed_seconds"])
+        assert logged == pytest.approx(model.federation.elapsed_seconds)
+        return model.federation.elapsed_seconds
 
     assert elapsed(MiniBatchSFL, "iteration") > elapsed(MiniBatchSFL, "round")
     assert elapsed(FedAvg, "iteration") == pytest.approx(elapsed(FedAvg, "round"), rel=1e-12)
     with pytest.raises(ValueError, match="barrier='x' must be one of: round, iteration"):
-        SimulatedClock(barrier="x")
+        WirelessCell(barrier="x")

@@ -53,11 +53,11 @@ def test_control_variates_after_a_round_by_hand():
     x = flat_params(model0.client.net)
     expected_ci = torch.zeros_like(model.scaffold_client_c)
     for k, client in enumerate(step.clients.tolist()):
-        y = flat_params(model.bank.slots[int(step.bank_slots[k])])  # the client's model after its K = 2 steps
+        y = flat_params(model.bank.slots[int(step.slots_tensor[k])])  # the client's model after its K = 2 steps
         expected_ci[client] = (x - y) / (2 * LR)
     torch.testing.assert_close(model.scaffold_client_c, expected_ci, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(model.scaffold_c, expected_ci.sum(0) / 8, rtol=1e-5, atol=1e-7)
-    mean = torch.stack([flat_params(model.bank.slots[int(s)]) for s in step.bank_slots]).mean(0)  # uniform average
+    mean = torch.stack([flat_params(model.bank.slots[int(s)]) for s in step.slots_tensor]).mean(0)  # uniform average
     torch.testing.assert_close(flat_params(model.client.net), mean, rtol=0, atol=1e-6)
 
 
@@ -77,7 +77,7 @@ def test_the_next_round_steps_with_the_correction_by_hand():
         loss = F.cross_entropy(functional_call(net, params, (xs[k],)), ys[k])
         grad = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(params.values()))])
         want = x1 - LR * (grad + c - c_client[client])
-        got = flat_params(model.bank.slots[int(step.bank_slots[k])])
+        got = flat_params(model.bank.slots[int(step.slots_tensor[k])])
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert (c_client[step.clients] != 0).any() or (c != 0).any(), "round 1 left non-zero control variates"
 

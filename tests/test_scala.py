@@ -11,7 +11,7 @@ from torch.func import functional_call
 
 from lightning_sfl.algorithms import SCALA
 from lightning_sfl.algorithms.aggregate import weighted_average
-from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
+from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
 from lightning_sfl.data import FederatedDataModule
 
 
@@ -46,7 +46,7 @@ def test_row_priors_and_per_client_mean():
         adj = s[i] + priors[i].log()
         assert rows[i].item() == pytest.approx(-(adj[y[i]] - adj.logsumexp(0)).item(), rel=1e-6)
     slot, sizes = torch.tensor([0, 0, 1]), torch.tensor([2, 1])
-    assert per_client_mean(rows, slot, sizes).item() == pytest.approx(((rows[0] + rows[1]) / 2 + rows[2]).item())
+    assert sum_of_client_means(rows, slot, sizes).item() == pytest.approx(((rows[0] + rows[1]) / 2 + rows[2]).item())
 
 
 # ----------------------------------------------------------------------------- one local iteration

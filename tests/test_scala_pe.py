@@ -16,11 +16,11 @@ from test_privacy import reference_ssim
 
 from lightning_sfl.algorithms import SCALA, SCALAPE
 from lightning_sfl.callbacks import CommunicationBytes, SimulatedClock
-from lightning_sfl.data.selection import UniformSelection
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import WarmupRounds
+from lightning_sfl.loop.selection import UniformSelection
 from lightning_sfl.privacy.inversion import inversion_decoder
-from lightning_sfl.wandb_offline import read_offline_run
+from lightning_sfl.wandb.offline import read_offline_run
 
 KEYS = ("comm/", "clock/")
 REPO = Path(__file__).resolve().parents[1]

@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from lightning_sfl.data import selection as selection_module
-from lightning_sfl.data.selection import (
+from lightning_sfl.loop import selection as selection_module
+from lightning_sfl.loop.selection import (
     SELECTIONS,
     ClassBalancedSelection,
     ClientSelection,
@@ -282,7 +282,7 @@ def test_one_resolver_builds_every_policy_and_rejects_unknown_names():
 def test_a_policy_round_trips_through_its_config(policy):
     """What hyperparameters and checkpoints record (plain data) rebuilds the same policy."""
     config = policy.config()
-    assert config["class_path"] == f"lightning_sfl.data.selection.{type(policy).__name__}"
+    assert config["class_path"] == f"lightning_sfl.loop.selection.{type(policy).__name__}"
     rebuilt = resolve_selection(copy.deepcopy(config))
     assert type(rebuilt) is type(policy) and vars(rebuilt) == vars(policy)
     assert isinstance(rebuilt, ClientSelection)
@@ -307,3 +307,12 @@ def test_policies_plug_into_the_schedule_and_resume_with_it(name):
     other.load_state_dict(state)
     again = other.plan_round(5, stats)
     assert torch.equal(again[0].clients, nxt[0].clients) and torch.equal(again[1].rows, nxt[1].rows)
+
+
+def test_a_policy_recorded_under_its_former_module_still_resolves():
+    """Checkpoints written before the policies moved to ``lightning_sfl.loop.selection`` record the old class path."""
+    from lightning_sfl.loop.selection import FedCBSSelection, resolve_selection
+
+    old = {"class_path": "lightning_sfl.data.selection.FedCBSSelection", "init_args": {"lam": 5.0}}
+    policy = resolve_selection(old)
+    assert isinstance(policy, FedCBSSelection) and policy.lam == 5.0

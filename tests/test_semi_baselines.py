@@ -10,7 +10,7 @@ import torch
 from _helpers import flat_params, quiet_trainer
 
 from lightning_sfl.algorithms import FedSwitch, FedSwitchSL, SemiFL, SemiSFL
-from lightning_sfl.algorithms.semi_baselines import mixup_rows, per_client_mean, same_client_partners, switch_logits
+from lightning_sfl.algorithms.semi_baselines import client_means, mixup_rows, same_client_partners, switch_logits
 from lightning_sfl.callbacks import CommunicationBytes
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
@@ -60,7 +60,7 @@ def test_switch_logits_takes_each_clients_more_confident_model():
 def test_per_client_mean_against_a_loop():
     values, owner = torch.tensor([1.0, 2.0, 6.0, 4.0]), torch.tensor([1, 1, 1, 2])
     want = [0.0, 3.0, 4.0]  # client 0 has no rows: 0
-    assert per_client_mean(values, owner, 3).tolist() == want
+    assert client_means(values, owner, 3).tolist() == want
 
 
 def test_mix_partners_stay_within_their_client_and_the_mix_loss_matches_a_loop():

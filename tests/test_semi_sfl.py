@@ -68,8 +68,8 @@ def test_labels_never_travel_and_the_queue_fills():
 
 
 def test_pseudo_label_accuracy_is_measured_against_the_data_modules_labels():
-    """The callback's accuracy equals the fraction of the method's confident pseudo-labels that match the true labels
-    of the step's rows, recomputed here from the same steps."""
+    """The callback's accuracy equals the fraction of the method's confident pseudo-labels (its step's outputs) that
+    match the true labels of the step's rows, recomputed here from the same steps."""
     from lightning_sfl.callbacks import PseudoLabelQuality
 
     records = []
@@ -77,7 +77,7 @@ def test_pseudo_label_accuracy_is_measured_against_the_data_modules_labels():
     class Spy(SemiSFL):
         def unlabelled_step(self, step):
             out = super().unlabelled_step(step)
-            records.append((step.rows.clone(), self.last_pseudo_labels.clone(), self.last_mask.clone()))
+            records.append((step.rows.clone(), out["pseudo_labels"].clone(), out["mask"].clone()))
             return out
 
     torch.manual_seed(0)

@@ -193,7 +193,7 @@ FAULTS = textwrap.dedent(
     import resource, sys, torch
     from lightning_sfl.algorithms.stacked_bank import StackedBank
     from lightning_sfl.models import build_model, split_model
-    from lightning_sfl.system.memory import retain_freed_memory
+    from lightning_sfl.process.memory import retain_freed_memory
     torch.set_num_threads(1)
     if sys.argv[1] == "retain":
         assert retain_freed_memory()

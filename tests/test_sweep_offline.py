@@ -23,7 +23,7 @@ from lightning_sfl.sweep.space import (
     random_generator,
     sample,
 )
-from lightning_sfl.wandb_offline import find_offline_runs, read_offline_run
+from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
 
 REPO = Path(__file__).resolve().parents[1]
 

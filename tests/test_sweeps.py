@@ -375,7 +375,7 @@ def test_wandbs_own_switches_decide_the_mode(env, settings, offline, mode, tmp_p
     default, and no overlay config is needed for a sweep: the CLI's logger leaves the choice to its W&B process
     (``offline=None``), which sets ``WANDB_MODE`` to ``init_mode(None)`` if that is not None; Lightning's own
     WandbLogger given by class path is set offline by the CLI unless a switch says otherwise."""
-    from lightning_sfl.wandb_process import init_mode
+    from lightning_sfl.wandb.process import init_mode
 
     monkeypatch.chdir(tmp_path)
     for key in ("WANDB_MODE", "WANDB_SWEEP_ID"):

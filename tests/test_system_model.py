@@ -1,10 +1,12 @@
-"""Wireless/compute system model (channel.py, flops.py) and the SimulatedClock callback."""
+"""Wireless/compute system model (channel.py, flops.py, the WirelessCell) and the SimulatedClock callback that logs
+its times."""
 
 from __future__ import annotations
 
 import csv
 import doctest
 import math
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -19,6 +21,7 @@ from lightning_sfl.algorithms import SCALA, FedAvg
 from lightning_sfl.callbacks.comm_bytes import CommunicationBytes
 from lightning_sfl.callbacks.simulated_clock import SimulatedClock
 from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.loop import Federation
 from lightning_sfl.system.channel import (
     bandwidth_per_client,
     channel_gain,
@@ -29,6 +32,7 @@ from lightning_sfl.system.channel import (
     uplink_rates,
 )
 from lightning_sfl.system.flops import training_flops_per_sample
+from lightning_sfl.system.wireless import WirelessCell
 
 
 def test_module_doctests_pass():
@@ -146,9 +150,9 @@ def _hand_rate(d_m: float, w_hz: float) -> float:
 
 
 def test_client_seconds_formula_and_downlink():
-    clock = SimulatedClock(seed=5)
+    clock = WirelessCell(seed=5)
     clock.draw_system(6)
-    clock.flops_per_sample = 1e6
+    clock.costs = SimpleNamespace(training_flops=1e6)
     d, f = _hand_clock(5, 6)
     assert clock.distances_m.tolist() == pytest.approx(d, rel=1e-12)
     assert clock.capacities.tolist() == pytest.approx(f, rel=1e-12)
@@ -170,13 +174,14 @@ def _read_metrics(logger: CSVLogger) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def _fit(tmp_path, model, clock: SimulatedClock, max_epochs: int):
+def _fit(tmp_path, model, clock: WirelessCell, max_epochs: int):
     dm = FederatedDataModule(dataset="digits", num_clients=8, alpha=2, participation=0.5, batch_size=24, seed=1)
+    Federation.build(model, dm, system=clock)
     logger = CSVLogger(tmp_path)
     trainer = L.Trainer(
         max_epochs=max_epochs,
         logger=logger,
-        callbacks=[clock, CommunicationBytes()],
+        callbacks=[SimulatedClock(), CommunicationBytes()],
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=False,
@@ -191,8 +196,9 @@ def _fit(tmp_path, model, clock: SimulatedClock, max_epochs: int):
 
 
 def test_simulated_clock_on_a_scala_fit(tmp_path):
-    clock = SimulatedClock()
-    dm, rows = _fit(tmp_path, SCALA(local_iters=2, lr=0.05), clock, max_epochs=2)
+    clock = WirelessCell()
+    model = SCALA(local_iters=2, lr=0.05)
+    dm, rows = _fit(tmp_path, model, clock, max_epochs=2)
     assert [int(r["epoch"]) for r in rows] == [0, 1]
 
     # Ledger-equivalent numbers of cnn_small cut at s2 on 1x8x8 digits, by hand:
@@ -201,7 +207,7 @@ def test_simulated_clock_on_a_scala_fit(tmp_path):
     flops_per_sample = 2 * conv1 + 3 * conv2  # conv1: + weight grad; conv2: + weight and input grads
     act_row, label_row = 64 * 4 * 4 * 4, 8  # float32 activations, int64 labels
     client_half = 4 * (32 * 1 * 9 + 32 + 64 * 32 * 9 + 64)  # float32 weights and biases
-    assert clock.flops_per_sample == flops_per_sample
+    assert clock.costs.training_flops == flops_per_sample
     d, f = _hand_clock(0, 8)
     T = 2
 
@@ -217,23 +223,23 @@ def test_simulated_clock_on_a_scala_fit(tmp_path):
         assert float(row["clock/round_seconds"]) == pytest.approx(max(times), rel=1e-6)
         assert float(row["clock/elapsed_seconds"]) == pytest.approx(elapsed, rel=1e-6)
         assert max(times) > 0
-    assert clock.elapsed_seconds == pytest.approx(elapsed, rel=1e-12)
+    assert model.federation.elapsed_seconds == pytest.approx(elapsed, rel=1e-12)
     assert float(rows[1]["clock/elapsed_seconds"]) == pytest.approx(
         float(rows[0]["clock/round_seconds"]) + float(rows[1]["clock/round_seconds"]), rel=1e-6
     )
 
-    state = clock.state_dict()
-    other = SimulatedClock(seed=123)
-    other.load_state_dict(state)
-    assert other.elapsed_seconds == clock.elapsed_seconds and other.seed == 0
+    state = model.federation.state_dict()
+    other = WirelessCell(seed=123)
+    other.load_state_dict(state["system"])
+    assert state["elapsed_seconds"] == model.federation.elapsed_seconds and other.seed == 0
     assert torch.equal(other.distances_m, clock.distances_m) and torch.equal(other.capacities, clock.capacities)
 
 
 def test_simulated_clock_on_plain_fl(tmp_path):
-    clock = SimulatedClock(seed=2, include_downlink=True)
+    clock = WirelessCell(seed=2, include_downlink=True)
     _, rows = _fit(tmp_path, FedAvg(local_iters=2, lr=0.05), clock, max_epochs=1)
     assert len(rows) == 1
     t = float(rows[0]["clock/round_seconds"])
     assert math.isfinite(t) and t > 0 and float(rows[0]["clock/elapsed_seconds"]) == pytest.approx(t, rel=1e-6)
     assert t == pytest.approx(float(clock.last_client_seconds.max()), rel=1e-6)
-    assert clock.flops_per_sample > 7151616  # the whole model, not only the layers before s2
+    assert clock.costs.training_flops > 7151616  # the whole model, not only the layers before s2

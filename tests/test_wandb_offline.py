@@ -1,4 +1,4 @@
-"""What :mod:`lightning_sfl.wandb_offline` relies on from W&B's own reader (``wandb leet inspect --json``), pinned
+"""What :mod:`lightning_sfl.wandb.offline` relies on from W&B's own reader (``wandb leet inspect --json``), pinned
 on a run written by the W&B SDK itself: if a W&B release changes any of it, this test says what."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from lightning_sfl.wandb_offline import find_offline_runs, inspect_log, read_offline_run
+from lightning_sfl.wandb.offline import find_offline_runs, inspect_log, read_offline_run
 
 SCRIPT = textwrap.dedent(
     """

@@ -1,5 +1,5 @@
-"""W&B in a process of its own (:mod:`lightning_sfl.wandb_process`, :class:`lightning_sfl.loggers.WandbLogger`): the
-run it writes is the run Lightning's own WandbLogger writes (read from W&B's offline files), the training process
+"""W&B in a process of its own (:mod:`lightning_sfl.wandb.process`, :class:`lightning_sfl.wandb.logger.WandbLogger`):
+the run it writes is the run Lightning's own WandbLogger writes (read from W&B's offline files), the training process
 does not import W&B, errors in the worker reach the training process, and a killed training process keeps what it
 logged."""
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lightning_sfl.callbacks.partition_report import PNG_NAME
-from lightning_sfl.wandb_offline import read_offline_run
+from lightning_sfl.wandb.offline import read_offline_run
 
 REPO = Path(__file__).resolve().parents[1]
 FIT = [
@@ -95,7 +95,7 @@ def test_the_training_process_neither_imports_wandb_nor_waits_for_a_second_worke
     script = textwrap.dedent(
         f"""
         import sys
-        import lightning_sfl.wandb_process as wp
+        import lightning_sfl.wandb.process as wp
         started = []
         original = wp.WandbProcess.__init__
         def counted(self):
@@ -117,7 +117,7 @@ def test_the_training_process_neither_imports_wandb_nor_waits_for_a_second_worke
 
 
 def test_errors_in_the_worker_reach_the_training_process(tmp_path, monkeypatch):
-    from lightning_sfl.wandb_process import RemoteRun, WandbProcess, WandbProcessError, generate_run_id
+    from lightning_sfl.wandb.process import RemoteRun, WandbProcess, WandbProcessError, generate_run_id
 
     monkeypatch.chdir(tmp_path)
     process = WandbProcess()
@@ -148,7 +148,7 @@ def test_a_killed_training_process_keeps_what_it_logged(tmp_path):
     script = textwrap.dedent(
         f"""
         import os
-        from lightning_sfl.loggers import WandbLogger
+        from lightning_sfl.wandb.logger import WandbLogger
         logger = WandbLogger(project="t", save_dir={str(tmp_path)!r}, offline=True)
         for step in range(5):
             logger.log_metrics({{"loss": 1.0 / (step + 1)}}, step=step)
@@ -180,8 +180,8 @@ def test_a_killed_training_process_keeps_what_it_logged(tmp_path):
 def test_built_payloads_prefix_and_step(tmp_path, monkeypatch):
     """``log_built`` builds the per-class payload in the worker; ``prefix`` and ``step`` apply as ``log_metrics``
     applies them."""
-    from lightning_sfl.loggers import WandbLogger
-    from lightning_sfl.wandb_payloads import per_class_payload
+    from lightning_sfl.wandb.logger import WandbLogger
+    from lightning_sfl.wandb.payloads import per_class_payload
 
     monkeypatch.chdir(tmp_path)
     logger = WandbLogger(project="t", save_dir=str(tmp_path), offline=True, prefix="p")
@@ -194,8 +194,8 @@ def test_built_payloads_prefix_and_step(tmp_path, monkeypatch):
 
 
 def test_version_is_known_at_once_and_survives_pickling(tmp_path, monkeypatch):
-    from lightning_sfl.loggers import WandbLogger
-    from lightning_sfl.wandb_process import WandbProcessError, prestart, take
+    from lightning_sfl.wandb.logger import WandbLogger
+    from lightning_sfl.wandb.process import WandbProcessError, prestart, take
 
     monkeypatch.delenv("WANDB_RUN_ID", raising=False)
     logger = WandbLogger(save_dir=str(tmp_path), offline=True)
@@ -214,7 +214,7 @@ def test_version_is_known_at_once_and_survives_pickling(tmp_path, monkeypatch):
     assert take() is not spare  # taken once
     spare.close()
     monkeypatch.setenv("LOCAL_RANK", "1")
-    import lightning_sfl.wandb_process as wp
+    import lightning_sfl.wandb.process as wp
 
     prestart()
     assert wp._spare is None  # only rank zero starts a worker early

@@ -8,9 +8,9 @@ import pytest
 import torch
 from _helpers import small_digits
 
-from lightning_sfl.data.selection import UniformSelection
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import SyncRounds, WarmupRounds, WarmupStep
+from lightning_sfl.loop.selection import UniformSelection
 
 
 def _same(a, b) -> bool:

@@ -25,7 +25,7 @@ class ProximalSFL(MiniBatchSFL):
     def client_regulariser(self, step: Step, outputs: torch.Tensor, features=None) -> torch.Tensor:
         global_params = [p.detach() for p in self.client.net.parameters()]
         total = outputs.new_zeros(())
-        for k in step.slot_list():
+        for k in step.slots_list():
             slot = self.bank.slots[k]
             total = total + sum((p - g).pow(2).sum() for p, g in zip(slot.parameters(), global_params))
         return 0.5 * self.mu * total

@@ -5,7 +5,7 @@ Run from the repository root (takes about half a minute on a laptop CPU)::
     python docs/figures/make_run_figure.py            # writes docs/figures/digits_run.png
 
 It trains ``configs/digits/scala.yaml`` with the default loggers (W&B offline + CSV) into a temporary folder,
-then reads the values back from W&B's own offline run file (``lightning_sfl.wandb_offline``) and plots test
+then reads the values back from W&B's own offline run file (``lightning_sfl.wandb.offline``) and plots test
 accuracy against rounds, simulated wall-clock time and cumulative traffic, the final per-class accuracy, the
 gradient dissimilarity of the client and server halves, and the partition heatmap.
 """
@@ -28,7 +28,7 @@ OUT = REPO / "docs" / "figures" / "digits_run.png"
 
 def main() -> None:
     from lightning_sfl.cli import main as cli_main
-    from lightning_sfl.wandb_offline import read_offline_run
+    from lightning_sfl.wandb.offline import read_offline_run
 
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)

@@ -1,38 +1,29 @@
 """What every asynchronous method shares (GAS, AsyncSFL, FedBuff, CA²FL): ``C`` clients in flight on the simulated
-clock of :class:`~lightning_sfl.loop.AsyncEvents`, persistent client slots, the model buffer, and the clock's times
-from the run's system model.
+clock of :class:`~lightning_sfl.loop.AsyncEvents`, persistent client slots, the model buffer.
 
 A client takes a slot when it starts, downloading the global model as it is then, and keeps it (weights and
 optimiser state) until its upload, across rounds. Every upload enters the model buffer; the ``Q_c``-th ends the
 round: :meth:`AsyncMethod.aggregate` replaces the global model (eq. 10 of GAS by default), and the client drawn to
 take the slot next downloads it.
 
-Simulated times (:meth:`AsyncMethod.client_times`) use the run's :class:`~lightning_sfl.callbacks.SimulatedClock`
-(placement, compute speeds ``f_k``, bandwidth ``W``; the GAS paper's ``f_k ~ U[1e9, 1e10]`` is
-``--clock.flops_high 1e10``), each client's rate ``r_k`` at ``W / C`` of the bandwidth (the GAS code gives every
-client all of ``W``: ``full_bandwidth=True``). With ``b_k`` rows per minibatch, ``c_fwd``/``c_bwd`` FLOPs per sample
-of a forward/backward pass of the client model, ``a`` bytes of one row's activations and label and ``m`` bytes of
-the client model:
-
-* split methods: forward ``b_k·c_fwd / f_k``, activation upload ``8·b_k·a / r_k``, backward ``b_k·c_bwd / f_k``,
-  model upload ``8·m / r_k``;
-* FL methods: a local iteration ``b_k·(c_fwd + c_bwd) / f_k``, model upload ``8·m / r_k``.
+The clock's times come from the federation's system model (:meth:`~lightning_sfl.system.wireless.WirelessCell.
+client_times`: forward, activation upload, backward and model upload of each client, each client at ``W / C`` of the
+bandwidth, or all of it with ``full_bandwidth=True`` as in the GAS code). Without the CLI the system model is the GAS
+paper's (``f_k ~ U[1e9, 1e10]``, placement seeded by the data seed); the CLI's is ``--clock.*`` (GAS's
+``f_k ~ U[1e9, 1e10]``: ``--clock.flops_high 1e10``).
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.client_bank import ClientBank
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.loop import AsyncEvents, ClientStats, ClientTimes, Schedule
+from lightning_sfl.loop import AsyncEvents, Schedule
 from lightning_sfl.loop.async_events import UploadStep
-from lightning_sfl.system.channel import uplink_rates
 from lightning_sfl.system.comm import module_bytes
-from lightning_sfl.system.flops import forward_flops_per_sample, training_flops_per_sample
+from lightning_sfl.system.wireless import WirelessCell
 
 __all__ = ["AGGREGATIONS", "AsyncMethod", "choice"]
 
@@ -61,7 +52,7 @@ class AsyncMethod(SplitFedAlgorithm):
         **kwargs: the base's (``local_iters`` is ``E``, local iterations per participation).
     """
 
-    step_handlers = {"arrivals": "no_training", "upload": "upload"}
+    step_handlers = {"arrivals": "skip_step", "upload": "upload"}
 
     def __init__(
         self,
@@ -74,64 +65,39 @@ class AsyncMethod(SplitFedAlgorithm):
         batch_arrivals: bool = True,
         **kwargs,
     ) -> None:
-        self._async = {
-            "concurrency": concurrency,
-            "flush_every": flush_every,
-            "aggregate_every": aggregate_every,
-            "batch_size": client_batch_size,
-            "batch_arrivals": batch_arrivals,
-        }
-        self.aggregation = choice("aggregation", aggregation, AGGREGATIONS)
         super().__init__(**kwargs)
+        self.concurrency, self.flush_every, self.aggregate_every = concurrency, flush_every, aggregate_every
+        self.client_batch_size, self.batch_arrivals = client_batch_size, batch_arrivals
+        self.aggregation = choice("aggregation", aggregation, AGGREGATIONS)
         self.full_bandwidth = bool(full_bandwidth)
         self.uploads: list[tuple[dict[str, torch.Tensor], int]] = []  # the model buffer; empty at every round end
+        self.checked_schedule(self.async_events())  # the settings are checked now (one-line errors at construction)
 
     def configure_schedule(self) -> Schedule:
-        return AsyncEvents(local_iters=self.local_iters, **self._async)
+        return self.async_events()
 
-    # ------------------------------------------------------------------ setup: the clock's times
+    def async_events(self) -> AsyncEvents:
+        """The asynchronous schedule of this method's settings (``C``, ``E``, ``Q_s``, ``Q_c``, ``B``)."""
+        return AsyncEvents(
+            concurrency=self.concurrency,
+            local_iters=self.local_iters,
+            flush_every=self.flush_every,
+            aggregate_every=self.aggregate_every,
+            batch_size=self.client_batch_size,
+            batch_arrivals=self.batch_arrivals,
+            full_bandwidth=self.full_bandwidth,
+        )
+
+    def default_system(self) -> WirelessCell:
+        """The GAS paper's system (``f_k ~ U[1e9, 1e10]``), placed with the data seed."""
+        return WirelessCell(flops_high=1e10, seed=None)
+
     def setup(self, stage: str) -> None:
         if stage == "fit":
             if self.world_size > 1:
                 raise ConfigError(f"{type(self).__name__} runs on one process (got {self.world_size})")
-            stats: ClientStats = self.trainer.datamodule.client_stats
-            rows = torch.tensor([self.schedule.rows_per_batch(k, stats) for k in range(stats.num_clients)])
             self._act_shape = self.activation_shape()
-            if self.schedule.times is None:
-                self.schedule.bind_times(self.client_times(stats, rows))
         super().setup(stage)
-
-    @torch.no_grad()
-    def activation_shape(self) -> tuple[int, ...]:
-        """Shape of one sample's output of the client model (the global one in eval mode: no statistics move)."""
-        param = next(self.client.parameters())
-        was_training = self.client.training
-        self.client.eval()
-        out = self.client(self.example_input_array.to(param.device, param.dtype))
-        self.client.train(was_training)
-        return tuple(out.shape[1:])
-
-    def client_times(self, stats: ClientStats, rows: torch.Tensor) -> ClientTimes:
-        """Per-client seconds of the clock's events (see the module docstring)."""
-        from lightning_sfl.callbacks import SimulatedClock
-
-        clock = next((cb for cb in self.trainer.callbacks if isinstance(cb, SimulatedClock)), None)
-        if clock is None:  # used without the CLI: the GAS paper's system (f_k ~ U[1e9, 1e10])
-            clock = SimulatedClock(flops_high=1e10, seed=stats.seed)
-        if clock.distances_m is None or len(clock.distances_m) != stats.num_clients:
-            clock.draw_system(stats.num_clients)
-        shape = tuple(self.hparams.input_shape)
-        forward = forward_flops_per_sample(self.client.net, shape)
-        backward = training_flops_per_sample(self.client.net, shape) - forward
-        bandwidth = clock.bandwidth_hz if self.full_bandwidth else clock.bandwidth_hz / self.schedule.concurrency
-        rate = uplink_rates(clock.distances_m, bandwidth, clock.tx_power_w, clock.noise_dbm_per_hz)
-        rows, caps = rows.double(), clock.capacities
-        model_upload = 8.0 * module_bytes(self.client.net) / rate
-        if not self.split:
-            return ClientTimes.local(rows * (forward + backward) / caps, model_upload)
-        value_bytes = next(self.client.parameters()).element_size()
-        act_bits = 8.0 * (math.prod(self._act_shape) * value_bytes + 8)  # per row: activations and an int64 label
-        return ClientTimes.split(rows * forward / caps, rows * backward / caps, rows * act_bits / rate, model_upload)
 
     # ------------------------------------------------------------------ round edges, uploads, aggregation
     def start_round(self, step) -> None:
@@ -143,7 +109,7 @@ class AsyncMethod(SplitFedAlgorithm):
         :meth:`aggregate` follows), the next client takes the slot with the global model as it is now."""
         slot = int(step.slots[0])
         self.uploads.append((self.bank.snapshot(slot), int(step.clients[0])))
-        self.ledger.add("up", self.client_kind, module_bytes(self.client.net), step.slots)
+        self.ledger.add("up", self.model_traffic_kind, module_bytes(self.client.net), step.slots)
         self.log("train/staleness", float(step.round - step.version), on_step=False, on_epoch=True, batch_size=1)
         if not step.aggregate:
             self.reset_slots(step.slots)

@@ -1,11 +1,13 @@
-"""The coordinating loop of split federated learning (loop version 2; see ``docs/architecture.md``).
+"""The coordinating loop of split federated learning (see ``docs/architecture.md``).
 
 One ``LightningModule`` coordinates a whole run (manual optimisation). The round structure is data: the method
-owns a :class:`~lightning_sfl.loop.Schedule` (:meth:`SplitFedAlgorithm.configure_schedule`; default
-:class:`~lightning_sfl.loop.SyncRounds` of ``T`` local iterations), the data module executes it, and every
-``training_step`` receives one typed :class:`~lightning_sfl.loop.Step`. **One epoch = one global round** of any
-number of steps. The step's ``kind`` picks the handler (``step_handlers``), ``round_start``/``round_end`` mark the
-round's edges, and callbacks receive ``on_round_start``/``on_round_end`` events.
+configures a :class:`~lightning_sfl.loop.Schedule` (:meth:`SplitFedAlgorithm.configure_schedule`; default
+:class:`~lightning_sfl.loop.SyncRounds` of ``T`` local iterations), which becomes part of the fit's
+:class:`~lightning_sfl.loop.Federation` (with the clients' statistics, the system model and the byte ledger, handed
+to the method by :meth:`SplitFedAlgorithm.federate`); the data module executes it, and every ``training_step``
+receives one typed :class:`~lightning_sfl.loop.Step`. **One epoch = one global round** of any number of steps. The
+step's ``kind`` picks the handler (``step_handlers``), ``round_start``/``round_end`` mark the round's edges, and the
+federation delivers the ``on_round_start``/``on_round_end`` events.
 
 Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SFL):
 
@@ -56,15 +58,17 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots
 from lightning_sfl.algorithms.iteration import split_iteration
-from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
+from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
 from lightning_sfl.algorithms.stacked_bank import BANK_KINDS, StackedBank, make_bank
 from lightning_sfl.algorithms.state import MethodState
-from lightning_sfl.data.selection import ClientSelection, UniformSelection, resolve_selection
 from lightning_sfl.errors import ConfigError, NonFiniteError, whole_number
-from lightning_sfl.loop import ClientStats, RoundEnd, Schedule, Step, SyncRounds
+from lightning_sfl.loop import ClientStats, Federate, Federation, RoundEnd, Schedule, Step, SyncRounds
+from lightning_sfl.loop.selection import ClientSelection, UniformSelection, resolve_selection
 from lightning_sfl.models import add_bottleneck, build_model, split_model
+from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
 from lightning_sfl.system.comm import CommLedger, module_bytes
-from lightning_sfl.system.fast_logging import skip_redundant_metric_moves
+from lightning_sfl.system.timing import ClientCosts, SystemModel
+from lightning_sfl.system.wireless import WirelessCell
 
 skip_redundant_metric_moves()  # Lightning's self.log re-moves every logged metric to its device: skip the no-op moves
 
@@ -111,7 +115,7 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         weight_decay: SGD weight decay.
         num_classes: ``N`` (linked from the data module by the CLI).
         input_shape: ``(C, H, W)`` of one sample (linked from the data module by the CLI).
-        client_selection: the policy choosing the clients of a round (``lightning_sfl.data.selection``): an object,
+        client_selection: the policy choosing the clients of a round (``lightning_sfl.loop.selection``): an object,
             a class with its arguments on the CLI (``--model.client_selection FedCBSSelection
             --model.client_selection.lam 5``) or a short name (``uniform``, ``fedcbs``, ``class_balanced``);
             ``None``: the method's own (``default_selection``).
@@ -127,7 +131,7 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
     """
 
     #: False for plain FL methods: the "client half" is the whole model and there is no server half.
-    split: ClassVar[bool] = True
+    has_server_half: ClassVar[bool] = True
     #: Client-selection policy used when ``client_selection`` is not given.
     default_selection: ClassVar[type[ClientSelection]] = UniformSelection
     #: True: one server-half copy per selected client, trained on that client's activations only and averaged
@@ -139,7 +143,7 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
     #: (SCALA-PE's regulariser): the clients' graph is then kept for a second backward pass.
     extra_loss_uses_activations: ClassVar[bool] = False
     #: Step kind -> name of the method that runs a step of that kind.
-    step_handlers: ClassVar[dict[str, str]] = {"local": "local_iteration", "aggregate": "no_training"}
+    step_handlers: ClassVar[dict[str, str]] = {"local": "local_iteration", "aggregate": "skip_step"}
 
     def __init__(
         self,
@@ -171,21 +175,8 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         self.selection = resolve_selection(client_selection, self.default_selection)
         self.hparams["client_selection"] = self.selection.config()  # a config, so checkpoints load safely
         self.client_bank = client_bank
-        self.schedule: Schedule = self.configure_schedule()
-        if self.schedule.partial_steps:  # a slot left out of a step must not move: SGD skips it on its own modules
-            if client_bank == "auto":
-                self.client_bank = "sequential"
-            elif client_bank == "stacked" and (momentum or weight_decay):
-                raise ConfigError(
-                    "client_bank='stacked' with local_epochs (or another schedule whose steps leave clients out) and "
-                    "momentum or weight_decay would move the clients a step leaves out; use client_bank=sequential"
-                )
-        missing = [k for k in self.schedule.kinds if k not in self.step_handlers]
-        if missing:
-            raise ConfigError(
-                f"{type(self).__name__} has no handler for step kind(s) {missing} of {type(self.schedule).__name__}; "
-                f"it handles: {', '.join(self.step_handlers)}"
-            )
+        self.federation: Federation | None = None  # handed over when a fit starts (federate)
+        self._schedule: Schedule | None = None  # configured on first use (schedule), after the whole construction
         self.bottleneck_channels = (
             self.default_bottleneck_channels
             if bottleneck_channels is None
@@ -196,7 +187,6 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         self.server = ServerModule(server_net)
         self.client_banks = nn.ModuleDict()  # name of a client model -> its slots (built when a fit starts)
         self.server_bank: ClientBank | None = None
-        self.ledger = CommLedger()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.example_input_array = torch.zeros(1, *input_shape)  # the model summary counts FLOPs on it
 
@@ -207,7 +197,7 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         the whole model and an empty server), with a bottleneck at the cut unless ``bottleneck_channels`` is 0."""
         net = build_model(arch, num_classes, input_shape)
         channels = self.bottleneck_channels
-        if not self.split:
+        if not self.has_server_half:
             if channels:
                 raise ConfigError(f"bottleneck_channels={channels} needs a split method; {type(self).__name__} is not")
             return net[:], nn.Sequential()
@@ -215,24 +205,115 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         return (client, server) if channels == 0 else add_bottleneck(client, server, channels, input_shape)
 
     def configure_schedule(self) -> Schedule:
-        """How a round unfolds (executed by the data module): synchronous rounds of ``T`` local iterations."""
+        """How a round unfolds (executed by the data module): synchronous rounds of ``T`` local iterations. Called
+        once, on first use of :attr:`schedule` (the method is then fully constructed: any attribute may be read)."""
         return SyncRounds(self.local_iters, self.selection)
+
+    @property
+    def schedule(self) -> Schedule:
+        """The method's schedule (:meth:`configure_schedule`, checked: a handler for every step kind; a schedule whose
+        steps leave clients out runs the sequential bank), made on first use; the federation's during a fit."""
+        if self._schedule is None:
+            self._schedule = self.checked_schedule(self.configure_schedule())
+        return self._schedule
+
+    def checked_schedule(self, schedule: Schedule) -> Schedule:
+        """``schedule`` checked against the method: a handler for each of its step kinds; steps that leave clients
+        out need the sequential bank (``auto`` becomes it). A method may call it in its constructor on the schedule its
+        settings describe, so that they are one-line errors at construction."""
+        if schedule.partial_steps:  # a slot left out of a step must not move: SGD skips it on its own modules
+            if self.client_bank == "auto":
+                self.client_bank = "sequential"
+            elif self.client_bank == "stacked" and (self.momentum or self.weight_decay):
+                raise ConfigError(
+                    "client_bank='stacked' with local_epochs (or another schedule whose steps leave clients out) "
+                    "and momentum or weight_decay would move the clients a step leaves out; use client_bank=sequential"
+                )
+        missing = [k for k in schedule.kinds if k not in self.step_handlers]
+        if missing:
+            raise ConfigError(
+                f"{type(self).__name__} has no handler for step kind(s) {missing} of {type(schedule).__name__}; "
+                f"it handles: {', '.join(self.step_handlers)}"
+            )
+        return schedule
+
+    def default_system(self) -> SystemModel:
+        """The system model of a federation built without one (Python API): SCALA's wireless cell (clients at
+        1-5 GFLOP/s; :class:`~lightning_sfl.system.wireless.WirelessCell`). The CLI's is ``--clock.*``."""
+        return WirelessCell()
+
+    def split_options(self) -> list[str] | None:
+        """The cut points the system model may charge a client (a sliding split, S²FL); ``None``: ``split_point``."""
+        return None
+
+    def client_costs(self) -> ClientCosts:
+        """What the client-side model costs per sample, for the system model (measured when it asks)."""
+        hp = self.hparams
+        shape = tuple(hp.input_shape)
+        return ClientCosts(
+            self.client.net,
+            shape,
+            self.has_server_half,
+            activation_shape=self.activation_shape,
+            cut_model=lambda: build_model(hp.arch, self.num_classes, shape),
+            cut_options=self.split_options() or [hp.split_point],
+            nominal_cut=hp.split_point,
+        )
+
+    @torch.no_grad()
+    def activation_shape(self) -> tuple[int, ...]:
+        """Shape of one sample's output of the client model (the global one in eval mode: no statistics move)."""
+        param = next(self.client.parameters())
+        was_training = self.client.training
+        self.client.eval()
+        out = self.client(self.example_input_array.to(param.device, param.dtype))
+        self.client.train(was_training)
+        return tuple(out.shape[1:])
+
+    def global_halves(self) -> dict[str, nn.Module]:
+        """The global model as its halves, ``{"client": w_c, "server": w_s}`` (plain FL: the whole model and an empty
+        server), for callbacks that evaluate it part by part (gradient dissimilarity)."""
+        return {"client": self.client.net, "server": self.server.net}
 
     def client_models(self) -> dict[str, nn.Module]:
         """The client-side models every client holds a copy of (broadcast, trained in a slot, aggregated):
         name -> global module. SFLLocalLoss adds its auxiliary head."""
         return {"client": self.client.net}
 
-    # ------------------------------------------------------------------ setup: one binding, banks, states
-    def setup(self, stage: str) -> None:
-        if stage != "fit":
-            return
-        stats: ClientStats = self.trainer.datamodule.client_stats  # handed over once
+    # ------------------------------------------------------------------ the federation, banks, states
+    def configure_callbacks(self) -> list[L.Callback]:
+        """:class:`~lightning_sfl.loop.Federate`: builds (unless given) and connects the fit's federation."""
+        return [Federate()]
+
+    def federate(self, federation: Federation) -> None:
+        """Receive the fit's federation (:meth:`Federation.build <lightning_sfl.loop.Federation.build>`), checked
+        against the method: its data's classes, what the method's schedule needs of the clients."""
+        stats = federation.stats
         if stats.num_classes != self.num_classes:
             raise ConfigError(
                 f"num_classes={self.num_classes} does not match the dataset's {stats.num_classes} classes"
             )
-        self.client_stats = stats
+        self.federation = federation
+
+    @property
+    def client_stats(self) -> ClientStats:
+        """The federation's client statistics (``|D_k|``, ``n_{k,y}``, ``P_k``, shards, ``S``, ``B``, seed)."""
+        return self._federation().stats
+
+    @property
+    def ledger(self) -> CommLedger:
+        """The federation's byte ledger of the current round."""
+        return self._federation().ledger
+
+    def _federation(self) -> Federation:
+        if self.federation is None:
+            raise RuntimeError(f"{type(self).__name__} has no federation yet: it gets one when a fit starts")
+        return self.federation
+
+    def setup(self, stage: str) -> None:
+        if stage != "fit":
+            return
+        stats = self._federation().stats
         self.register_buffer("client_sizes", stats.sizes.clone(), persistent=False)
         self.register_buffer("label_dist", stats.label_distribution.to(torch.float32), persistent=False)
         slots = self.schedule.num_slots(stats)
@@ -275,22 +356,27 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         return torch.optim.SGD(groups, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
     # ------------------------------------------------------------------ the step loop
-    def training_step(self, step: Step, batch_idx: int) -> None:
+    def training_step(self, step: Step, batch_idx: int) -> dict | None:
+        """Run ``step`` with the handler of its kind; at the round's edges, the broadcast (hook 0), the FL phase (hook
+        7) and the round events. A handler returns ``(server_loss, client_loss)`` (logged), ``None``, or a dict with
+        those keys and what callbacks may read (``outputs`` of ``on_train_batch_end``), which is returned."""
         self._disable_ddp_reducer()
         if step.round_start:
-            self._emit("on_round_start", step)
+            self.federation.emit("on_round_start", step)
             self.ledger.start(len(self.bank))
             self._round_samples = step.sizes.new_zeros(len(self.bank))  # on the step's device: no sync per step
             self._round_iters = step.sizes.new_zeros(len(self.bank))
             self._slot_clients = step.clients.new_full((len(self.bank),), -1)
             self.start_round(step)
         if len(step.clients) and step.trains_client_halves:
-            slots = step.bank_slots
+            slots = step.slots_tensor
             self._round_samples.index_add_(0, slots, step.sizes)
             self._round_iters.index_add_(0, slots, (step.sizes > 0).to(step.sizes.dtype))
             self._slot_clients[slots] = step.clients
-        losses = getattr(self, self.step_handlers[step.kind])(step)
-        if losses is not None:
+        result = getattr(self, self.step_handlers[step.kind])(step)
+        outputs = result if isinstance(result, dict) else None
+        losses = result if outputs is None else (outputs.pop("server_loss", None), outputs.pop("client_loss", None))
+        if losses is not None and all(loss is not None for loss in losses):
             self._log_losses(step, *losses)
         if step.round_end:
             self.aggregate(step)
@@ -302,8 +388,10 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
                 self.ledger,
                 step.time,
                 self._round_iters.cpu(),
+                metrics=self.round_metrics(),
             )
-            self._emit("on_round_end", event)
+            self.federation.emit("on_round_end", self.federation.end_round(event))
+        return outputs
 
     def _log_losses(self, step: Step, server_loss: torch.Tensor, client_loss: torch.Tensor) -> None:
         if self.world_size > 1:  # each process holds its shard's part of the (globally normalised) losses
@@ -325,13 +413,9 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
                 f"stopped, the last checkpoint is from round {step.round}"
             )
 
-    def _emit(self, hook: str, arg) -> None:
-        """Round events: every callback defining ``hook`` gets ``(trainer, module, arg)``, then the module's own."""
-        for callback in self.trainer.callbacks:
-            fn = getattr(callback, hook, None)
-            if callable(fn):
-                fn(self.trainer, self, arg)
-        getattr(self, hook)(arg)
+    def round_metrics(self) -> dict[str, float]:
+        """What the method measured in the round that its schedule adapts to (``RoundEnd.metrics``); none here."""
+        return {}
 
     def on_round_start(self, step: Step) -> None:
         """Module hook before the first step of a round (e.g. to adapt the schedule)."""
@@ -380,7 +464,7 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         for name, module in (self.client_models() if models is None else models).items():
             self.client_banks[name].reset(module, slots)
             self.client_banks[name].reset_optimizer_state(opt, slots)
-            self.ledger.add("down", self.client_kind, module_bytes(module), slots)
+            self.ledger.add("down", self.model_traffic_kind, module_bytes(module), slots)
         if self.server_bank is not None:
             self.server_bank.reset(self.server.net, slots)
             self.server_bank.reset_optimizer_state(opt, slots)
@@ -390,7 +474,7 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         client optimiser state starts fresh every round)."""
         self.reset_slots()
 
-    def no_training(self, step: Step) -> None:
+    def skip_step(self, step: Step) -> None:
         """Handler of ``"aggregate"`` steps (a round's closing step listing all its clients, no rows): nothing to
         train; the base then aggregates (the step ends the round)."""
         return None
@@ -413,12 +497,12 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         :meth:`client_models`)."""
         for name, module in (self.client_models() if models is None else models).items():
             self.client_banks[name].aggregate_into(module, weights, slots)
-            self.ledger.add("up", self.client_kind, module_bytes(module), slots)
+            self.ledger.add("up", self.model_traffic_kind, module_bytes(module), slots)
 
     @property
-    def client_kind(self) -> str:
+    def model_traffic_kind(self) -> str:
         """What the clients download and upload each round: ``client_half`` or (plain FL) ``full_model``."""
-        return "client_half" if self.split else "full_model"
+        return "client_half" if self.has_server_half else "full_model"
 
     # ------------------------------------------------------------------ one local iteration (hooks 1-6)
     def client_forward(self, step: Step) -> torch.Tensor:
@@ -459,7 +543,7 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         if self.server_bank is None:
             return self.concat_mean_loss(logits, step, prior)
         rows = logit_adjusted_cross_entropy(logits, step.y, prior, "none", self.missing_class_floor)
-        return per_client_mean(rows, step.owner, step.sizes)
+        return sum_of_client_means(rows, step.owner, step.sizes)
 
     def concat_mean_loss(self, logits: torch.Tensor, step: Step, prior: torch.Tensor | None = None) -> torch.Tensor:
         """(Logit-adjusted) cross-entropy averaged over the whole concatenated batch of ``B`` rows; on a DDP
@@ -476,7 +560,7 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         """Hook 4, the loss whose gradient w.r.t. the activations is sent to the clients (eq. 8): each client's
         mean over its own ``B_k`` rows, summed over clients. ``None``: no gradient is sent."""
         rows = logit_adjusted_cross_entropy(logits, step.y, self.client_prior(step), "none", self.missing_class_floor)
-        return per_client_mean(rows, step.owner, step.sizes)
+        return sum_of_client_means(rows, step.owner, step.sizes)
 
     def client_extra_loss(
         self, step: Step, outputs: torch.Tensor, features: torch.Tensor | None = None

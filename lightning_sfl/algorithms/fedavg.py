@@ -36,11 +36,11 @@ from lightning_sfl.algorithms.aggregate import (
 )
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.iteration import client_side_terms
-from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
+from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
 from lightning_sfl.algorithms.registry import register
-from lightning_sfl.data.selection import FedCBSSelection
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import LocalEpochs, Schedule, Step
+from lightning_sfl.loop.selection import FedCBSSelection
 from lightning_sfl.system.comm import module_bytes
 
 __all__ = [
@@ -149,18 +149,25 @@ class FedAvg(SplitFedAlgorithm):
             effect: there is no server half).
     """
 
-    split: ClassVar[bool] = False
+    has_server_half: ClassVar[bool] = False
     #: Whether :meth:`client_regulariser` needs the features ``z`` (then the bank's ``forward_features`` is used).
     uses_features: ClassVar[bool] = False
 
     def __init__(self, local_epochs: float | None = None, local_batch_size: int | None = None, **kwargs) -> None:
-        super().__init__(**kwargs)  # the schedule (configure_schedule) reads both from the hyperparameters
+        super().__init__(**kwargs)
+        self.local_epochs, self.local_batch_size = local_epochs, local_batch_size
+        if local_epochs is not None:  # the settings are checked now (one-line errors at construction)
+            self.checked_schedule(self.local_epoch_rounds())
 
     def configure_schedule(self) -> Schedule:
         """``T`` local iterations (the base's), or ``E`` local epochs per client with ``local_epochs``."""
-        if self.hparams.get("local_epochs") is None:
+        if self.local_epochs is None:
             return super().configure_schedule()
-        return LocalEpochs(self.hparams["local_epochs"], self.hparams.get("local_batch_size"), self.selection)
+        return self.local_epoch_rounds()
+
+    def local_epoch_rounds(self) -> LocalEpochs:
+        """The schedule of ``E`` local epochs per client."""
+        return LocalEpochs(self.local_epochs, self.local_batch_size, self.selection)
 
     def local_steps(self, clients: torch.Tensor) -> torch.Tensor:
         """``τ_k``: local steps each of ``clients`` ``[S]`` takes in a round (from the schedule), ``[S]``."""
@@ -188,7 +195,7 @@ class FedAvg(SplitFedAlgorithm):
         opt.zero_grad()
         features, logits = self.slot_forward(step)
         self.check_finite("logits", logits, step)
-        loss = per_client_mean(self.row_loss(logits, step), step.owner, step.sizes)
+        loss = sum_of_client_means(self.row_loss(logits, step), step.owner, step.sizes)
         extra = client_side_terms(self, step, logits, features)  # Σ_k R_k over the slots
         if extra is not None:
             loss = loss + extra
@@ -221,7 +228,7 @@ class FedProx(FedAvg):
         """``Σ_k (μ/2)‖w_k − w_g‖²`` over the step's slots."""
         global_params = [p.detach() for p in self.client.net.parameters()]
         total = logits.new_zeros(())
-        for slot in (self.bank.slots[k] for k in step.slot_list()):
+        for slot in (self.bank.slots[k] for k in step.slots_list()):
             total = total + sum((p - g).pow(2).sum() for p, g in zip(slot.parameters(), global_params))
         return 0.5 * self.mu * total
 
@@ -259,7 +266,7 @@ class FedDyn(FedAvg):
         if not penalty > 0:
             raise ConfigError(f"penalty={penalty} must be > 0")
         super().__init__(**kwargs)
-        self.alpha = penalty
+        self.penalty = penalty
         self.add_state("feddyn_client_grads", lambda: parameter_zeros(self.client.net, self.client_stats.num_clients))
         self.add_state("feddyn_h", lambda: parameter_zeros(self.client.net))
 
@@ -267,10 +274,10 @@ class FedDyn(FedAvg):
         """``Σ_k [−⟨∇L_k(θ_k^{t−1}), θ_k⟩ + (α/2)‖θ_k − θ^{t−1}‖²]`` over the slots."""
         theta_prev = flat_parameters(self.client.net).detach()
         total = logits.new_zeros(())
-        for k, client in zip(step.slot_list(), step.clients.tolist()):
+        for k, client in zip(step.slots_list(), step.clients.tolist()):
             theta = flat_parameters(self.bank.slots[k])
             total = total - torch.dot(self.feddyn_client_grads[client], theta)
-            total = total + 0.5 * self.alpha * (theta - theta_prev).pow(2).sum()
+            total = total + 0.5 * self.penalty * (theta - theta_prev).pow(2).sum()
         return total
 
     @torch.no_grad()
@@ -278,13 +285,13 @@ class FedDyn(FedAvg):
         """Client states, server state ``h`` and ``θ^t`` (uniform over participants); traffic as the base."""
         clients = step.clients
         theta_prev = flat_parameters(self.client.net).clone()
-        thetas = slot_flat_parameters(self.bank, step.slot_list())  # [S, P]
+        thetas = slot_flat_parameters(self.bank, step.slots_list())  # [S, P]
         delta = thetas - theta_prev
-        self.feddyn_client_grads[clients] -= self.alpha * delta
-        self.feddyn_h -= self.alpha * delta.sum(dim=0) / self.feddyn_client_grads.shape[0]
+        self.feddyn_client_grads[clients] -= self.penalty * delta
+        self.feddyn_h -= self.penalty * delta.sum(dim=0) / self.feddyn_client_grads.shape[0]
         self.bank.aggregate_into(self.client.net, torch.ones(len(self.bank)))  # uniform; also the buffers
-        load_flat_parameters(self.client.net, thetas.double().mean(dim=0) - self.feddyn_h.double() / self.alpha)
-        self.ledger.add("up", self.client_kind, module_bytes(self.client.net))
+        load_flat_parameters(self.client.net, thetas.double().mean(dim=0) - self.feddyn_h.double() / self.penalty)
+        self.ledger.add("up", self.model_traffic_kind, module_bytes(self.client.net))
 
 
 # ----------------------------------------------------------------------------------------------- FedLC
@@ -378,6 +385,6 @@ class FedDecorr(FedAvg):
 class FedCBS(FedAvg):
     """Fed-CBS (Zhang et al., ICML 2023): FedAvg with class-imbalance-reducing client sampling — each round's
     clients are drawn one by one with probabilities favouring groups of low QCID (``fedcbs`` policy, see
-    ``lightning_sfl.data.selection``)."""
+    ``lightning_sfl.loop.selection``)."""
 
     default_selection = FedCBSSelection

@@ -42,7 +42,7 @@ class FedBuff(AsyncMethod):
             ``aggregate_every`` ``Q_c = M``, ``client_batch_size`` ``b``) and the base's (``local_iters`` ``E``).
     """
 
-    split = False
+    has_server_half = False
     updates: tuple[str, ...] = ("delta", "average")
 
     def __init__(self, server_lr: float = 1.0, update: str = "delta", **kwargs) -> None:

@@ -143,13 +143,13 @@ class FedConcat(FedAvg):
         net = self.client.net
         if not self.in_head_stage(step):
             for c, mask in self._cluster_masks(step):
-                self.reset_slots(step.bank_slots[mask], {"client": net.clusters[c]})
+                self.reset_slots(step.slots_tensor[mask], {"client": net.clusters[c]})
             return
         self.reset_slots(step.slots, {"head": net.head})
         new = ~self.fedconcat_has_encoders[step.clients]
         if new.any():
             encoders = sum(module_bytes(m) - module_bytes(m[-1]) for m in net.clusters)
-            self.ledger.add("down", self.client_kind, encoders, step.bank_slots[new])
+            self.ledger.add("down", self.model_traffic_kind, encoders, step.slots_tensor[new])
             self.fedconcat_has_encoders[step.clients] = True
 
     def slot_forward(self, step: Step) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -173,4 +173,4 @@ class FedConcat(FedAvg):
             self.aggregate_slots(weights, step.slots, {"head": net.head})
             return
         for c, mask in self._cluster_masks(step):
-            self.aggregate_slots(weights[mask], step.bank_slots[mask], {"client": net.clusters[c]})
+            self.aggregate_slots(weights[mask], step.slots_tensor[mask], {"client": net.clusters[c]})

@@ -63,7 +63,7 @@ class FedNova(FedAvg):
     @torch.no_grad()
     def aggregate(self, step: Step) -> None:
         x = flat_parameters(self.client.net).detach()
-        ys = slot_flat_parameters(self.bank, step.slot_list())  # [S, P]
+        ys = slot_flat_parameters(self.bank, step.slots_list())  # [S, P]
         taus = self.local_steps(step.clients).to(ys.device)
         new_x = fednova_average(x, ys, taus, self.aggregation_weights(step).to(ys.device), self.momentum)
         super().aggregate(step)  # buffers and traffic as FedAvg

@@ -65,7 +65,7 @@ class FedRS(FedAvg):
         if getattr(self.client.net[-1], "bias", None) is None:
             return None
         name = f"{len(self.client.net) - 1}.bias"
-        return torch.stack([dict(self.bank.slots[k].named_parameters())[name] for k in step.slot_list()])
+        return torch.stack([dict(self.bank.slots[k].named_parameters())[name] for k in step.slots_list()])
 
     def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
         scale = fedrs_scale(self.client_counts(step), self.rs_alpha, self.scaling).to(logits.dtype)[step.owner]

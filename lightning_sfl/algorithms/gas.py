@@ -1,5 +1,5 @@
-"""GAS: asynchronous split federated learning with generative activations (``papers/gas.txt``, Alg. 1), and its
-ablation without generation, ``AsyncSFL``.
+"""GAS: asynchronous split federated learning with generative activations (Yang and Liu, "GAS: Generative
+Activation-Aided Asynchronous Split Federated Learning", Alg. 1), and its ablation without generation, ``AsyncSFL``.
 
 ``C`` clients train at once on the simulated clock of :class:`~lightning_sfl.loop.AsyncEvents`. On every activation
 arrival (a batched ``"arrivals"`` step of distinct clients) the server
@@ -38,9 +38,8 @@ from lightning_sfl.algorithms.iteration import activation_gradients, split_itera
 from lightning_sfl.algorithms.label_gaussians import COVARIANCES, LabelGaussians, generation_counts
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy
 from lightning_sfl.algorithms.registry import register
-from lightning_sfl.data.sampling import round_generator
-from lightning_sfl.loop import ClientStats
 from lightning_sfl.loop.async_events import ArrivalStep
+from lightning_sfl.loop.sampling import round_generator
 
 __all__ = ["GAS", "AsyncSFL"]
 
@@ -65,8 +64,8 @@ class AsyncSFL(AsyncMethod):
     step_handlers = {"arrivals": "arrivals", "upload": "upload"}
 
     def __init__(self, gradient_order: str = "after_server_step", missing_class_floor: float = 0.0, **kwargs) -> None:
-        self.gradient_order = choice("gradient_order", gradient_order, GRADIENT_ORDERS)
         super().__init__(**kwargs)
+        self.gradient_order = choice("gradient_order", gradient_order, GRADIENT_ORDERS)
         self.missing_class_floor = missing_class_floor
         self.add_state("act_buffer", lambda: torch.zeros(self._capacity, *self._act_shape))
         self.add_state("act_labels", lambda: torch.zeros(self._capacity, dtype=torch.long))
@@ -75,7 +74,7 @@ class AsyncSFL(AsyncMethod):
 
     def setup(self, stage: str) -> None:
         if stage == "fit":  # the buffer holds at most Q_s arrivals of at most max_k b_k rows
-            stats: ClientStats = self.trainer.datamodule.client_stats
+            stats = self.client_stats
             rows = max(self.schedule.rows_per_batch(k, stats) for k in range(stats.num_clients))
             self._capacity = self.schedule.flush_every * rows
         super().setup(stage)

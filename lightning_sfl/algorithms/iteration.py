@@ -84,7 +84,7 @@ def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = Tr
     if client_loss is not None:
         grad = activation_gradients(client_loss, a, keep_graph=server_loss is not None)
         grad = method.on_client_gradients(step, a, grad)
-        if method.split:
+        if method.has_server_half:
             method.ledger.add_rows("down", "gradients", grad, step.sizes, step.slots)
     if server_loss is not None:  # into the optimised weights only (the leaf ``a`` has its gradient: G_k)
         params = [p for g in getattr(opt, "optimizer", opt).param_groups for p in g["params"]]

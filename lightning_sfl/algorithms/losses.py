@@ -61,7 +61,7 @@ def logit_adjusted_cross_entropy(
     return F.cross_entropy(logits, targets, reduction=reduction)
 
 
-def per_client_mean(row_losses: torch.Tensor, slot: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+def sum_of_client_means(row_losses: torch.Tensor, slot: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     """``Σ_k mean_{i ∈ k} ℓ_i``: the sum over clients of each client's mean loss over its own ``B_k`` rows.
 
     Its gradient w.r.t. the rows of client ``k`` is the gradient of client ``k``'s own mean loss, so one

@@ -120,7 +120,7 @@ class S2FL(MiniBatchSFL):
     def server_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
         """(b): the mean over groups of each group's mean cross-entropy (its gradient: the averaged copies)."""
         rows = torch.nn.functional.cross_entropy(logits, step.y, reduction="none")
-        group = self._slot_group[step.bank_slots]  # [S] of this step's clients
+        group = self._slot_group[step.slots_tensor]  # [S] of this step's clients
         sizes = torch.zeros(self.num_groups, dtype=step.sizes.dtype, device=step.sizes.device)
         sizes.index_add_(0, group, step.sizes)
         return group_mean_loss(rows, group[step.owner], sizes)

@@ -69,7 +69,7 @@ class Scaffold(FedAvg):
         """``Σ_k ⟨c − c_k, y_k⟩`` over the slots: its gradient is the correction ``c − c_k`` of eq. (3)."""
         corrections = (self.scaffold_c - self.scaffold_client_c[step.clients]).to(logits.dtype)  # [S, P]
         total = logits.new_zeros(())
-        for correction, slot in zip(corrections, step.slot_list()):
+        for correction, slot in zip(corrections, step.slots_list()):
             total = total + torch.dot(correction, flat_parameters(self.bank.slots[slot]))
         return total
 
@@ -81,7 +81,7 @@ class Scaffold(FedAvg):
         """Control variates (option II), then the average of the clients' models; ``Δc_i`` travel up."""
         x = flat_parameters(self.client.net).detach()
         clients = step.clients
-        ys = slot_flat_parameters(self.bank, step.slot_list())  # [S, P]
+        ys = slot_flat_parameters(self.bank, step.slots_list())  # [S, P]
         steps = self.local_steps(clients).to(ys)[:, None]  # K of each client, [S, 1]
         old = self.scaffold_client_c[clients]
         new = control_variate_update(old, self.scaffold_c, x, ys, steps, self.lr)

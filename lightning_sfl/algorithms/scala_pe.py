@@ -1,5 +1,5 @@
 """SCALA-PE: privacy-enhanced SCALA (SCALA journal §5.7, Table VI), with ResSFL's two mechanisms (Li et al., CVPR 2022,
-``zlijingtao/ResSFL``; notes in ``specs/scala-pe.md``).
+public code ``zlijingtao/ResSFL``).
 
 1. **Bottleneck at the cut** (base option ``bottleneck_channels``; 8 here: ``default_bottleneck_channels``): the
    client half ends with ``Conv2d(C → 8, 3, stride 1)`` and the server half starts with ``Conv2d(8 → C, 3, stride 1)``
@@ -119,7 +119,7 @@ class SCALAPE(SCALA):
             raise ConfigError(f"inversion_lr={inversion_lr!r} must be > 0")
         inversion_every = whole_number("inversion_every", inversion_every)
         inversion_width = whole_number("inversion_width", inversion_width)
-        self.warmup = (  # read by configure_schedule, in the base's __init__
+        warmup = (
             whole_number("inversion_warmup_epochs", inversion_warmup_epochs, low=0),
             whole_number("inversion_warmup_batch_size", inversion_warmup_batch_size),
         )
@@ -128,6 +128,9 @@ class SCALAPE(SCALA):
             "inversion_optimizer_state", inversion_optimizer_state, OPTIMIZER_STATES
         )
         super().__init__(**kwargs)
+        self.warmup = warmup  # (epochs, batch size) of the decoders' warm-up: configure_schedule
+        if warmup[0]:
+            WarmupRounds(self.local_iters, self.selection, *warmup)  # its settings are checked now
         self.gamma, self.threshold = float(gamma), float(threshold)
         self.inversion_lr, self.inversion_every = float(inversion_lr), inversion_every
         shape = tuple(self.hparams.input_shape)
@@ -157,9 +160,9 @@ class SCALAPE(SCALA):
         if stage == "fit":
             if self.world_size > 1:
                 raise ConfigError(f"{type(self).__name__} runs on one process (got {self.world_size})")
-            splits = self.trainer.datamodule.splits  # de-normalisation of the inputs: x = x_norm·std + mean
-            self.register_buffer("pixel_mean", torch.tensor(splits.mean).view(-1, 1, 1), persistent=False)
-            self.register_buffer("pixel_std", torch.tensor(splits.std).view(-1, 1, 1), persistent=False)
+            data = self.federation.data  # de-normalisation of the inputs: x = x_norm·std + mean
+            self.register_buffer("pixel_mean", torch.tensor(data.pixel_mean).view(-1, 1, 1), persistent=False)
+            self.register_buffer("pixel_std", torch.tensor(data.pixel_std).view(-1, 1, 1), persistent=False)
         super().setup(stage)
 
     def start_round(self, step: Step) -> None:

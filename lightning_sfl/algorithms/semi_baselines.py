@@ -50,7 +50,7 @@ __all__ = [
     "FedSwitchSL",
     "SemiFL",
     "mixup_rows",
-    "per_client_mean",
+    "client_means",
     "same_client_partners",
     "switch_logits",
 ]
@@ -58,10 +58,10 @@ __all__ = [
 SWITCHING = ("confidence", "off")
 
 
-def per_client_mean(values: torch.Tensor, owner: torch.Tensor, num_clients: int) -> torch.Tensor:
+def client_means(values: torch.Tensor, owner: torch.Tensor, num_clients: int) -> torch.Tensor:
     """Mean of ``values`` ``[B]`` over each client's rows (``owner`` ``[B]`` in ``0..S-1``): ``[S]``.
 
-    >>> per_client_mean(torch.tensor([1.0, 3.0, 5.0]), torch.tensor([0, 0, 1]), 2).tolist()
+    >>> client_means(torch.tensor([1.0, 3.0, 5.0]), torch.tensor([0, 0, 1]), 2).tolist()
     [2.0, 5.0]
     """
     sums = torch.zeros(num_clients, dtype=values.dtype, device=values.device).index_add_(0, owner, values)
@@ -76,7 +76,7 @@ def switch_logits(
     the higher mean confidence (max softmax) over that client's rows; returns those logits and ``use_student`` ``[S]``
     (ties: the teacher)."""
     confidence = [lg.softmax(dim=1).max(dim=1).values for lg in (student_logits, teacher_logits)]
-    student_mean, teacher_mean = (per_client_mean(c, owner, num_clients) for c in confidence)
+    student_mean, teacher_mean = (client_means(c, owner, num_clients) for c in confidence)
     use_student = student_mean > teacher_mean
     return torch.where(use_student[owner][:, None], student_logits, teacher_logits), use_student
 
@@ -116,7 +116,7 @@ class FedSwitchSL(SemiSFL):
             return super().pseudo_label(step, weak, teacher_logits)
         with torch.no_grad():
             student_acts = self.bank(weak, step.local_sizes, step.slots)
-            if self.split:  # the student's weak view travels up too
+            if self.has_server_half:  # the student's weak view travels up too
                 self.ledger.add_rows("up", "activations", student_acts, step.sizes, step.slots)
             student_logits = self.server(student_acts)
         logits, use_student = switch_logits(student_logits, teacher_logits.detach(), step.owner, len(step.clients))
@@ -129,7 +129,7 @@ class FedSwitch(FedSwitchSL):
     """FedSwitch-SL in full-model federated learning: the clients train the whole model (no activations travel), the
     server trains it on the labelled set; the evaluated model is the global EMA teacher."""
 
-    split: ClassVar[bool] = False
+    has_server_half: ClassVar[bool] = False
 
 
 @register("semifl", family="semi", study="semi_sfl")
@@ -144,7 +144,7 @@ class SemiFL(SemiSFL):
             terms, the teacher is the current global model, frozen on the clients).
     """
 
-    split: ClassVar[bool] = False
+    has_server_half: ClassVar[bool] = False
 
     def __init__(self, mix_alpha: float = 0.75, **kwargs) -> None:
         if not mix_alpha > 0:

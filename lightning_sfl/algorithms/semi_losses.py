@@ -1,6 +1,7 @@
-"""The losses and the teacher of Semi-SFL (Xu et al., "Semi-supervised split federated learning"), as pure functions.
+"""The losses and the teacher of Semi-SFL (Sun, Xu et al., "Efficient Semi-Supervised Federated Learning for
+Heterogeneous Participants"), as pure functions.
 
-Equation numbers are the paper's (``papers/semi-sfl.txt``). Shapes: ``B`` anchors, ``R`` reference samples (a batch
+Equation numbers are the paper's. Shapes: ``B`` anchors, ``R`` reference samples (a batch
 of keys and/or a memory queue), ``d`` projection dimension, ``N`` classes.
 
 * :func:`contrastive_loss` — the one form behind eq. 3 (supervised contrastive loss on the labelled set) and eq. 5

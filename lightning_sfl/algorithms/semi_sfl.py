@@ -1,6 +1,6 @@
-"""Semi-SFL (Xu et al., "Semi-supervised split federated learning", ``papers/semi-sfl.txt``; notes in
-``specs/semi-sfl.md``): labelled data only on the server (PS), unlabelled non-IID clients, an EMA teacher,
-clustering regularisation and an adaptive number of supervised steps ``K_s``.
+"""Semi-SFL (Sun, Xu et al., "Efficient Semi-Supervised Federated Learning for Heterogeneous Participants"; public code
+``littlefishe/Capsule``): labelled data only on the server (PS), unlabelled non-IID clients, an EMA teacher, clustering
+regularisation and an adaptive number of supervised steps ``K_s``.
 
 Model ``w = (w_c, w_s, w_p)``: the client half, the server half (classifier) and a projection head
 ``[Linear(d, d) → ReLU → Linear(d, proj_dim)]`` on the flattened activation, L2-normalised. Teacher ``w̃`` = the EMA of
@@ -134,19 +134,18 @@ class SemiSFL(SplitFedAlgorithm):
         for name, value in (("proj_dim", proj_dim), ("queue_size", queue_size)):
             if int(value) != value or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a whole number >= 1")
-        self._phases = {
-            "supervised": SupervisedSteps(
-                supervised_steps, adaptive_steps, ks_window, ks_low, ks_high, ks_milestone_every, ks_min, ks_max
-            ),
-            "labelled_batch_size": labelled_batch_size,
-            "client_batch_size": client_batch_size,
-        }
-        self.client_teacher = choice("client_teacher", client_teacher, CLIENT_TEACHERS)
-        self.lr_schedule = choice("lr_schedule", lr_schedule, LR_SCHEDULES)
+        supervised = SupervisedSteps(
+            supervised_steps, adaptive_steps, ks_window, ks_low, ks_high, ks_milestone_every, ks_min, ks_max
+        )
+        client_teacher = choice("client_teacher", client_teacher, CLIENT_TEACHERS)
+        lr_schedule = choice("lr_schedule", lr_schedule, LR_SCHEDULES)
         if not 0 <= lr_min:
             raise ConfigError(f"lr_min={lr_min} must be >= 0")
-        self.lr_min = float(lr_min)
         super().__init__(**kwargs)
+        self.supervised = supervised  # the K_s controller (eq. 9): its state is the schedule's
+        self.labelled_batch_size, self.client_batch_size = labelled_batch_size, client_batch_size
+        self.client_teacher, self.lr_schedule, self.lr_min = client_teacher, lr_schedule, float(lr_min)
+        Phases(supervised, self.local_iters, labelled_batch_size, client_batch_size, self.selection)  # checks them now
         self.threshold, self.temperature, self.ema, self.contrastive = threshold, temperature, ema, bool(contrastive)
         side = self.hparams.input_shape[-1]
         self.shift = max(1, round(side / 8)) if shift is None else int(shift)
@@ -168,19 +167,24 @@ class SemiSFL(SplitFedAlgorithm):
         self._slots_ready = False  # the round's clients downloaded the halves (set at its first unlabelled step)
         self._view: dict = {}  # the unlabelled step's views and pseudo-labels, from its upload to its end
 
+    def federate(self, federation) -> None:
+        """The federation must give the server a labelled set (``--data.labelled_per_class``)."""
+        labelled = federation.stats.labelled
+        if labelled is None or len(labelled) == 0:
+            raise ConfigError(
+                f"{type(self).__name__} needs a labelled server set: set --data.labelled_per_class to a number >= 1"
+            )
+        super().federate(federation)
+
     def setup(self, stage: str) -> None:
-        if stage == "fit":
-            stats = self.trainer.datamodule.client_stats
-            if stats.labelled is None or len(stats.labelled) == 0:
-                raise ConfigError(
-                    f"{type(self).__name__} needs a labelled server set: set --data.labelled_per_class to a number >= 1"
-                )
-            if self.world_size > 1:
-                raise ConfigError(f"{type(self).__name__} runs on one process (got {self.world_size})")
+        if stage == "fit" and self.world_size > 1:
+            raise ConfigError(f"{type(self).__name__} runs on one process (got {self.world_size})")
         super().setup(stage)
 
     def configure_schedule(self) -> Phases:
-        return Phases(unlabelled_steps=self.local_iters, selection=self.selection, **self._phases)
+        return Phases(
+            self.supervised, self.local_iters, self.labelled_batch_size, self.client_batch_size, self.selection
+        )
 
     def client_models(self) -> dict[str, nn.Module]:
         """Clients download the student's and the teacher's client halves (only the student's is trained and sent)."""
@@ -236,7 +240,7 @@ class SemiSFL(SplitFedAlgorithm):
         ]
 
     # ------------------------------------------------------------------ C. cross-entity phase
-    def unlabelled_step(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+    def unlabelled_step(self, step: Step) -> dict[str, torch.Tensor]:
         """Handler of ``"unlabelled"`` steps: one split iteration of the round's clients on their unlabelled batch
         (views and pseudo-labels in :meth:`send_activations` and :meth:`split_losses`), then the clients' teachers
         follow their students and the teacher projections enter the queue."""
@@ -250,9 +254,9 @@ class SemiSFL(SplitFedAlgorithm):
         if view["keys"] is not None:
             self._enqueue(view["keys"], view["labels"], view["mask"])
         labels, mask = view["labels"], view["mask"]
-        self.last_pseudo_labels, self.last_mask = labels, mask  # for metrics (PseudoLabelQuality reads the rows)
         self.log("train/mask_rate", mask.float().mean(), on_step=False, on_epoch=True, batch_size=len(mask))
-        return server_loss.detach(), client_loss.detach()
+        losses = {"server_loss": server_loss.detach(), "client_loss": client_loss.detach()}
+        return {**losses, "pseudo_labels": labels, "mask": mask}  # the labels for metrics (PseudoLabelQuality)
 
     def send_activations(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
         """C., upload: the students' ``e_i = w_c,i(strong(x))`` ``[B, *act]`` (checked finite) and the teachers'
@@ -294,7 +298,7 @@ class SemiSFL(SplitFedAlgorithm):
 
     def send_up(self, step: Step, acts: torch.Tensor, teacher_acts: torch.Tensor) -> None:
         """Bytes of what the clients send per step: ``e_i`` and ``ẽ_i`` (no labels); nothing in full-model FL."""
-        if self.split:
+        if self.has_server_half:
             for tensor in (acts, teacher_acts):
                 self.ledger.add_rows("up", "activations", tensor, step.sizes, step.slots)
 
@@ -321,7 +325,7 @@ class SemiSFL(SplitFedAlgorithm):
     @torch.no_grad()
     def _client_teachers_follow(self, step: Step) -> None:
         teachers = self.client_banks["teacher"]
-        for slot in step.slot_list():
+        for slot in step.slots_list():
             old, new = teachers.snapshot(slot), self.bank.snapshot(slot)
             teachers.load_slot(
                 slot,
@@ -353,11 +357,15 @@ class SemiSFL(SplitFedAlgorithm):
         weights = torch.ones(len(step.clients), dtype=torch.float64)
         self.aggregate_slots(weights, step.slots, models={"client": self.client.net})
 
+    def round_metrics(self) -> dict[str, float]:
+        """E.: the round's mean supervised loss, for eq. 9 (the schedule sets the next round's ``K_s`` from it)."""
+        if not self._round_sup_losses:
+            return {}
+        return {"supervised_loss": float(torch.stack(self._round_sup_losses).mean())}
+
     def on_round_end(self, event) -> None:
-        """E.: the round's mean supervised loss feeds eq. 9; ``train/K_s`` is this round's ``K_s``."""
+        """``train/K_s`` is this round's ``K_s`` (the schedule then adapts it, eq. 9)."""
         self.log("train/K_s", float(self.schedule.supervised.steps), on_step=False, on_epoch=True, batch_size=1)
-        if self._round_sup_losses:
-            self.schedule.observe_supervised_loss(float(torch.stack(self._round_sup_losses).mean()))
 
     # ------------------------------------------------------------------ evaluation: the teacher
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -377,7 +385,9 @@ class SupervisedOnly(SemiSFL):
         super().__init__(supervised_steps=supervised_steps, **kwargs)
 
     def configure_schedule(self) -> SupervisedOnlyRounds:
-        return SupervisedOnlyRounds(unlabelled_steps=self.local_iters, selection=self.selection, **self._phases)
+        return SupervisedOnlyRounds(
+            self.supervised, self.local_iters, self.labelled_batch_size, self.client_batch_size, self.selection
+        )
 
     def aggregate(self, step: Step) -> None:
         """No client half to aggregate."""

@@ -27,10 +27,10 @@ from lightning_sfl.algorithms.aggregate import flat_parameters
 from lightning_sfl.algorithms.base import ClientModule, SplitFedAlgorithm
 from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.iteration import split_iteration
-from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, per_client_mean
+from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
 from lightning_sfl.algorithms.registry import register
-from lightning_sfl.data.selection import ClassBalancedSelection
 from lightning_sfl.loop import Step
+from lightning_sfl.loop.selection import ClassBalancedSelection
 
 
 @register("minibatch_sfl", family="split", study="label_skew")
@@ -68,7 +68,7 @@ class SplitFedV2(SplitFedAlgorithm):
     def local_iteration(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
         """One split iteration per client, in slot order, each stepping the server (the last one counted as the
         local iteration's ``global_step``); the losses are the mean over clients of each client's mean CE."""
-        sizes, slots = step.local_sizes.tolist(), step.bank_slots
+        sizes, slots = step.local_sizes.tolist(), step.slots_tensor
         xs, ys = step.x.split(sizes), step.y.split(sizes)
         losses = []
         for k in range(len(sizes)):
@@ -141,7 +141,7 @@ class SFLLocalLoss(SplitFedAlgorithm):
     def client_extra_loss(self, step: Step, outputs: torch.Tensor, features=None) -> torch.Tensor:
         """Each client's mean cross-entropy of its auxiliary head on its own activations, summed over clients."""
         local = self.client_banks["aux"](outputs, step.local_sizes, step.slots)
-        return per_client_mean(logit_adjusted_cross_entropy(local, step.y, None, "none"), step.owner, step.sizes)
+        return sum_of_client_means(logit_adjusted_cross_entropy(local, step.y, None, "none"), step.owner, step.sizes)
 
 
 @register("lla_sfl", family="split", study="label_skew")
@@ -171,6 +171,6 @@ class LLASFL(SplitFedAlgorithm):
 class CSSFL(SplitFedV1):
     """CS-SFL (Xie et al., IEEE TWC 2025): SplitFedV1 with class-balanced client selection — each round's
     clients are chosen so that their pooled label distribution is close to uniform (``class_balanced``
-    policy, see ``lightning_sfl.data.selection``; the paper's wireless resource allocation is left out)."""
+    policy, see ``lightning_sfl.loop.selection``; the paper's wireless resource allocation is left out)."""
 
     default_selection = ClassBalancedSelection

@@ -512,8 +512,8 @@ def make_bank(
     """Build the client bank ``kind``: ``"sequential"`` (:class:`SequentialBank`), ``"stacked"``
     (:class:`StackedBank`) or ``"auto"``, what ``benchmarks/client_scaling.py`` measured faster: stacked on CUDA; on a
     CPU stacked from :data:`AUTO_STACKED_MIN_SLOTS_CPU` slots on, unless the template has BatchNorm layers (their
-    batch statistics need groups of equal ``B_k``, i.e. many small groups), else sequential (one thread, cnn_small
-    cut at s2, B = 64: S = 5 sequential 0.90x the time of stacked, S = 10 1.08x, S = 20 1.36x, S = 50 1.62x).
+    batch statistics need groups of equal ``B_k``, i.e. many small groups), else sequential (the measured times are
+    in the README's Speed section).
     ``device``: where the bank will run; default the template's, but in a LightningModule's ``setup`` the template is
     still on the CPU: pass ``trainer.strategy.root_device``."""
     if kind not in BANK_KINDS:

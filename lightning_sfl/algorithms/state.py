@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from lightning.pytorch.loggers import WandbLogger  # the CLI's logger subclasses it
 
 from lightning_sfl.algorithms.client_bank import ClientBank
 
@@ -72,9 +73,7 @@ class MethodState:
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith(drop)}
         checkpoint["lightning_sfl"] = {"algorithm": algorithm_path(type(self))}
         trainer = getattr(self, "_trainer", None)
-        runs = [
-            lg.version for lg in (trainer.loggers if trainer is not None else []) if type(lg).__name__ == "WandbLogger"
-        ]
+        runs = [lg.version for lg in (trainer.loggers if trainer is not None else []) if isinstance(lg, WandbLogger)]
         if runs and runs[0]:  # the W&B run a resumed run continues
             checkpoint["lightning_sfl"]["wandb_id"] = str(runs[0])
 

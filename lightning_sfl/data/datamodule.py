@@ -1,16 +1,16 @@
-"""``FederatedDataModule``: skewed client shards, and the executor of the method's schedule.
+"""``FederatedDataModule``: skewed client shards, and the executor of the federation's schedule.
 
-The data module knows the clients (shards, ``|D_k|``, label counts and distributions): it hands them over once,
-as :class:`~lightning_sfl.loop.ClientStats` (``client_stats``), to the method and to the method's schedule. It
-executes the schedule the method owns (``trainer.lightning_module.schedule``): at the start of every round (one
-training epoch) it asks the schedule for the round's typed :class:`~lightning_sfl.loop.Step` list and yields them
-one by one, each filled with its data::
+The data module knows the clients (shards, ``|D_k|``, label counts and distributions): it hands them over once, as
+:class:`~lightning_sfl.loop.ClientStats` (``client_stats``), to the fit's :class:`~lightning_sfl.loop.Federation`,
+which hands it its schedule back (:meth:`FederatedDataModule.federate`). At the start of every round (one training
+epoch) it asks that schedule for the round's typed :class:`~lightning_sfl.loop.Step` list and yields them one by one,
+each filled with its data::
 
     x [B, C, H, W], y [B], owner [B] (0..S-1, the row's client in ``clients``), local_sizes [S] (rows here),
     label_counts [N] (labels of the whole step)
 
 next to what the schedule planned (kind, round, index, round_end, clients [S], sizes B_k [S], rows, slots, time).
-The schedule's state (selection history, clocks, adaptive counts) is checkpointed as the data module's state.
+The schedule's state (selection history, clocks, adaptive counts) is checkpointed with the federation.
 
 Under DDP (``--trainer.strategy ddp --trainer.devices N``) every process plans the same round and keeps every
 N-th row of each client's block (:func:`shard_step`); ``sizes`` and ``label_counts`` stay global so that losses
@@ -33,8 +33,8 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from lightning_sfl.data.datasets import DATASETS, DatasetSplits, load_dataset
 from lightning_sfl.data.partition import PARTITIONS, label_distribution, labelled_split, partition
-from lightning_sfl.data.sampling import clients_per_round
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop.sampling import clients_per_round
 from lightning_sfl.loop.step import ClientStats, Step
 
 # The round stream is produced in the main process (num_workers=0), so its length is exact.
@@ -153,6 +153,7 @@ class FederatedDataModule(L.LightningDataModule):
         self.shards_per_client, self.participation, self.batch_size = shards_per_client, participation, batch_size
         self.seed, self.test_batch_size, self.image_size = seed, test_batch_size, image_size
         self.labelled_per_class = int(labelled_per_class)
+        self.federation = None  # handed over when a fit starts (federate)
 
     # ----------------------------------------------------------------- data and shards (loaded on first use)
     @cached_property
@@ -232,19 +233,53 @@ class FederatedDataModule(L.LightningDataModule):
             labelled=self.labelled_indices,
         )
 
-    # ----------------------------------------------------------------- executing the method's schedule
+    # ----------------------------------------------------------------- the clients' data, for the federation
+    @property
+    def pixel_mean(self) -> tuple[float, ...]:
+        """Per-channel mean the inputs are normalised with."""
+        return tuple(self.splits.mean)
+
+    @property
+    def pixel_std(self) -> tuple[float, ...]:
+        """Per-channel standard deviation the inputs are normalised with."""
+        return tuple(self.splits.std)
+
+    def train_labels(self, rows: torch.Tensor) -> torch.Tensor:
+        """True labels ``[n]`` of training rows ``rows`` (also of unlabelled clients: for metrics only)."""
+        return self.splits.train_y[rows.cpu()]
+
+    def train_inputs(self, rows: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+        """Model inputs ``[n, C, H, W]`` of training rows ``rows``: normalised, in the trainer's precision, on
+        ``device``."""
+        return self.model_input(self.splits.train_x[rows.cpu()].to(device))
+
+    def describe(self) -> str:
+        """One line naming the dataset and its partition (plot titles)."""
+        knob = {"quantity": f"α={self.alpha}", "dirichlet": f"β={self.beta}"}.get(self.partition)
+        if self.partition == "shards":
+            knob = f"{self.shards_per_client} shards/client"
+        head = f"{self.dataset}: {self.partition}" + (f" ({knob})" if knob else "")
+        return ", ".join([head, f"K={self.num_clients}", f"ρ={self.participation}", f"seed={self.seed}"])
+
+    # ----------------------------------------------------------------- executing the federation's schedule
+    def federate(self, federation) -> None:
+        """Receive the fit's federation: its schedule plans the rounds this data module executes."""
+        self.federation = federation
+
     @property
     def schedule(self):
-        """The schedule of the trainer's method (``trainer.lightning_module.schedule``)."""
-        module = self.trainer.lightning_module if self.trainer is not None else None
-        schedule = getattr(module, "schedule", None)
-        if schedule is None:
-            raise RuntimeError("FederatedDataModule runs the schedule of a lightning_sfl method; the trainer has none")
-        return schedule
+        """The schedule of the federation this data module was handed (:meth:`federate`)."""
+        federation = getattr(self, "federation", None)
+        if federation is None:
+            raise RuntimeError(
+                "FederatedDataModule runs a federation's schedule: trainer.fit(method, datamodule) builds one "
+                "(or Federation.build(method, datamodule))"
+            )
+        return federation.schedule
 
     def plan(self, round_idx: int, schedule=None) -> list[Step]:
-        """The steps of round ``round_idx``, filled with their data (one process). ``schedule``: default the trainer's
-        method's. Planning moves the schedule's state to the end of the round."""
+        """The steps of round ``round_idx``, filled with their data (one process). ``schedule``: default the
+        federation's. Planning moves the schedule's state to the end of the round."""
         steps = (schedule or self.schedule).plan_round(round_idx, self.client_stats)
         return [self.materialize(step) for step in steps]
 
@@ -268,15 +303,6 @@ class FederatedDataModule(L.LightningDataModule):
         )
 
     # ----------------------------------------------------------------- Lightning hooks
-    def state_dict(self) -> dict:
-        """The schedule's state (client-selection history, clocks, adaptive counts): the next round's start."""
-        return {"schedule": self.schedule.state_dict()}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        if "selection" in state_dict:  # checkpoints written before schedules existed
-            state_dict = {"schedule": {"selection": state_dict["selection"]}}
-        self.schedule.load_state_dict(state_dict.get("schedule", {}))
-
     def setup(self, stage: str) -> None:
         self.check()
 

@@ -26,47 +26,11 @@ from dataclasses import dataclass
 
 import torch
 
-from lightning_sfl.data.sampling import round_generator
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop.sampling import round_generator
+from lightning_sfl.system.timing import ClientTimes
 
 __all__ = ["Arrival", "AsyncClock", "ClientTimes", "Upload"]
-
-
-@dataclass(frozen=True)
-class ClientTimes:
-    """Seconds per local iteration and per upload of every client, ``[K]`` float64 each.
-
-    Attributes:
-        forward: client-half forward of one minibatch (split); a whole local iteration of the model (FL).
-        backward: client-half backward of one minibatch (split); 0 (FL: counted in ``forward``).
-        activation_upload: one minibatch's activations and labels, up (split); ``None`` for FL methods.
-        model_upload: the client half (split) or the whole model (FL), up.
-    """
-
-    forward: torch.Tensor
-    backward: torch.Tensor
-    activation_upload: torch.Tensor | None
-    model_upload: torch.Tensor
-
-    @staticmethod
-    def split(forward, backward, activation_upload, model_upload) -> ClientTimes:
-        """Times of a split method (values or lists, one per client)."""
-        f64 = lambda v: torch.as_tensor(v, dtype=torch.float64)  # noqa: E731
-        return ClientTimes(f64(forward), f64(backward), f64(activation_upload), f64(model_upload))
-
-    @staticmethod
-    def local(iteration, model_upload) -> ClientTimes:
-        """Times of an FL method: a local iteration of the whole model and the model's upload."""
-        it = torch.as_tensor(iteration, dtype=torch.float64)
-        return ClientTimes(it, torch.zeros_like(it), None, torch.as_tensor(model_upload, dtype=torch.float64))
-
-    @property
-    def is_split(self) -> bool:
-        return self.activation_upload is not None
-
-    @property
-    def num_clients(self) -> int:
-        return len(self.forward)
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,12 @@ from typing import ClassVar
 
 import torch
 
-from lightning_sfl.data.sampling import minibatch_indices, round_generator
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.async_clock import Arrival, AsyncClock, ClientTimes, Upload
+from lightning_sfl.loop.sampling import minibatch_indices, round_generator
 from lightning_sfl.loop.schedule import Schedule
 from lightning_sfl.loop.step import ClientStats, Step
+from lightning_sfl.system.timing import SystemModel
 
 __all__ = ["ArrivalStep", "AsyncEvents", "UploadStep"]
 
@@ -91,10 +92,12 @@ class AsyncEvents(Schedule):
         flush_every: ``Q_s``, activation arrivals per server update.
         aggregate_every: ``Q_c``, uploads per aggregation (global iteration).
         batch_size: ``b``, rows per client minibatch (GAS's ``B``); ``None``: the data module's ``batch_size``.
-        times: per-client seconds (:class:`~lightning_sfl.loop.async_clock.ClientTimes`); may be given later with
-            :meth:`bind_times` (they depend on the model's FLOPs and the channel), before the first round.
+        times: per-client seconds (:class:`~lightning_sfl.system.timing.ClientTimes`); ``None``: from the federation's
+            system model (:meth:`bind_system`; they depend on the model's FLOPs and the channel).
         batch_arrivals: group arrivals into batched steps (``False``: one step per arrival, the reference the
             batched path must equal).
+        full_bandwidth: times from the system model give every client the whole bandwidth (the GAS code) instead of
+            ``W / C``.
     """
 
     kinds: ClassVar[tuple[str, ...]] = ("arrivals", "upload")
@@ -110,6 +113,7 @@ class AsyncEvents(Schedule):
         batch_size: int | None = None,
         times: ClientTimes | None = None,
         batch_arrivals: bool = True,
+        full_bandwidth: bool = False,
     ) -> None:
         for name, value in (
             ("concurrency", concurrency),
@@ -123,15 +127,16 @@ class AsyncEvents(Schedule):
         self.concurrency, self.local_iters = int(concurrency), int(local_iters)
         self.flush_every, self.aggregate_every = int(flush_every), int(aggregate_every)
         self.batch_size = None if batch_size is None else int(batch_size)
-        self.times, self.batch_arrivals = times, bool(batch_arrivals)
+        self.times, self.batch_arrivals, self.full_bandwidth = times, bool(batch_arrivals), bool(full_bandwidth)
         self.clock: AsyncClock | None = None
         self._pending_state: dict | None = None
 
-    def bind_times(self, times: ClientTimes) -> None:
-        """Set the per-client times (before the first round is planned)."""
-        if self.clock is not None:
-            raise RuntimeError("the clock has started: its times can no longer change")
-        self.times = times
+    def bind_system(self, system: SystemModel, stats: ClientStats) -> None:
+        """Every client's seconds per event from the system model (``b_k`` rows per minibatch, ``C`` in flight; with
+        ``full_bandwidth`` each client gets the whole bandwidth), unless ``times`` were given."""
+        if self.times is None:
+            rows = torch.tensor([self.rows_per_batch(k, stats) for k in range(stats.num_clients)])
+            self.times = system.client_times(rows, self.concurrency, self.full_bandwidth)
 
     def num_slots(self, stats: ClientStats) -> int:
         if self.concurrency > stats.num_clients:
@@ -141,7 +146,7 @@ class AsyncEvents(Schedule):
     def _clock(self, stats: ClientStats) -> AsyncClock:
         if self.clock is None:
             if self.times is None:
-                raise RuntimeError("AsyncEvents has no client times: call bind_times(...) before planning")
+                raise RuntimeError("AsyncEvents has no client times: give times= or a system model (bind_system)")
             if self.times.num_clients != stats.num_clients:
                 raise ConfigError(
                     f"times are given for {self.times.num_clients} clients, the data has {stats.num_clients}"

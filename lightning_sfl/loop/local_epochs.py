@@ -7,12 +7,12 @@ parameters get no gradient and SGD skips them: no momentum or weight-decay drift
 ``"aggregate"`` (no rows) lists every client of the round and ends it: the method aggregates all of them.
 
 >>> import torch
->>> from lightning_sfl.data.selection import UniformSelection
+>>> from lightning_sfl.loop.selection import UniformSelection
 >>> stats = ClientStats(sizes=torch.tensor([4, 12]), label_counts=torch.tensor([[4, 0], [6, 6]]),
 ...     label_distribution=torch.tensor([[1.0, 0.0], [0.5, 0.5]]),
 ...     shards=[torch.arange(0, 4), torch.arange(4, 16)], clients_per_round=2, batch_size=8, seed=0)
 >>> steps = LocalEpochs(1.0, 4, UniformSelection()).plan_round(0, stats)  # τ = (1, 3)
->>> [(s.kind, s.clients.tolist(), s.bank_slots.tolist(), s.sizes.tolist(), s.round_end) for s in steps]
+>>> [(s.kind, s.clients.tolist(), s.slots_tensor.tolist(), s.sizes.tolist(), s.round_end) for s in steps]
 [('local', [0, 1], [0, 1], [4, 4], False), ('local', [1], [1], [4], False), ('local', [1], [1], [4], False), \
 ('aggregate', [0, 1], [0, 1], [0, 0], True)]
 """
@@ -23,10 +23,10 @@ import math
 
 import torch
 
-from lightning_sfl.data.sampling import minibatch_indices, round_generator
-from lightning_sfl.data.selection import ClientSelection
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop.sampling import minibatch_indices, round_generator
 from lightning_sfl.loop.schedule import SyncRounds
+from lightning_sfl.loop.selection import ClientSelection
 from lightning_sfl.loop.step import ClientStats, Step
 
 __all__ = ["LocalEpochs"]

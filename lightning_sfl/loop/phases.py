@@ -5,8 +5,9 @@ Round ``h``:
 
 1. ``K_s^h`` steps of kind ``"supervised"``: ``labelled_batch_size`` rows of the server's labelled set
    (``ClientStats.labelled``, from ``--data.labelled_per_class``), no clients. ``K_s`` comes from
-   :class:`~lightning_sfl.loop.ks_control.SupervisedSteps` (eq. 9); the method reports each round's supervised loss
-   to it (:meth:`Phases.observe_supervised_loss`) and the next round plans with the new ``K_s``.
+   :class:`~lightning_sfl.loop.ks_control.SupervisedSteps` (eq. 9): the method reports each round's mean supervised
+   loss in its round-end event (``metrics["supervised_loss"]``), the federation delivers the event to the schedule
+   (:meth:`Phases.on_round_end`) and the next round plans with the new ``K_s``.
 2. ``K_u`` steps of kind ``"unlabelled"``: the round's ``S`` clients (the selection policy, as in
    :class:`~lightning_sfl.loop.SyncRounds`), ``client_batch_size`` rows each (capped at ``|D_k|``). These steps are
    :class:`UnlabelledStep`: the data module leaves their labels out (``y is None``), so a method cannot read them;
@@ -14,7 +15,7 @@ Round ``h``:
 
 Minibatches come from generators seeded by ``(seed, h, stream)``: labelled rows from stream 2, client rows from
 stream 1, clients from stream 0; the state (selection history, ``K_s`` and its loss history) is checkpointed with
-the data module, so a run resumed at a round's end plans the same rounds.
+the federation, so a run resumed at a round's end plans the same rounds.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from typing import ClassVar
 
 import torch
 
-from lightning_sfl.data.sampling import minibatch_indices, round_generator
-from lightning_sfl.data.selection import ClientSelection
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.ks_control import SupervisedSteps
+from lightning_sfl.loop.sampling import minibatch_indices, round_generator
 from lightning_sfl.loop.schedule import SyncRounds
-from lightning_sfl.loop.step import ClientStats, Step
+from lightning_sfl.loop.selection import ClientSelection
+from lightning_sfl.loop.step import ClientStats, RoundEnd, Step
 
 __all__ = ["Phases", "SupervisedOnlyRounds", "UnlabelledStep"]
 
@@ -96,6 +97,13 @@ class Phases(SyncRounds):
     def observe_supervised_loss(self, loss: float) -> int:
         """The round's mean supervised loss ``ℓ_s^h``; returns ``K_s`` of the next round (eq. 9)."""
         return self.supervised.observe(loss)
+
+    def on_round_end(self, event: RoundEnd) -> None:
+        """The round's end, after the method's: its mean supervised loss (``event.metrics["supervised_loss"]``, when
+        the round had supervised steps) sets the next round's ``K_s``."""
+        loss = event.metrics.get("supervised_loss")
+        if loss is not None:
+            self.observe_supervised_loss(loss)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "supervised": self.supervised.state_dict()}

@@ -1,4 +1,5 @@
-"""Schedules: how a global round unfolds, as data. Owned by the method, executed by the data module.
+"""Schedules: how a global round unfolds, as data. Configured by the method, part of the federation, executed by the
+data module.
 
 A schedule turns a round index into the list of typed :class:`~lightning_sfl.loop.Step` of that round: which kind
 of step, which clients, which rows, when. The data module calls :meth:`Schedule.plan_round` once at the start of
@@ -15,7 +16,7 @@ next round starts from: a run resumed from a round boundary plans the same round
   :class:`Schedule` with their own step kinds (see ``docs/architecture.md``).
 
 >>> import torch
->>> from lightning_sfl.data.selection import UniformSelection
+>>> from lightning_sfl.loop.selection import UniformSelection
 >>> stats = ClientStats(sizes=torch.tensor([4, 4, 8]), label_counts=torch.tensor([[4, 0], [0, 4], [4, 4]]),
 ...     label_distribution=torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]]),
 ...     shards=[torch.arange(0, 4), torch.arange(4, 8), torch.arange(8, 16)], clients_per_round=2,
@@ -31,10 +32,11 @@ from typing import ClassVar
 
 import torch
 
-from lightning_sfl.data.sampling import client_batch_sizes, minibatch_indices, round_generator
-from lightning_sfl.data.selection import ClientSelection
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop.sampling import client_batch_sizes, minibatch_indices, round_generator
+from lightning_sfl.loop.selection import ClientSelection
 from lightning_sfl.loop.step import ClientStats, Step
+from lightning_sfl.system.timing import SystemModel
 
 __all__ = ["Schedule", "SyncRounds"]
 
@@ -44,7 +46,7 @@ class Schedule:
 
     Class attributes:
         kinds: the step kinds this schedule produces; the method must have a handler for each (checked when the
-            method is constructed, with a one-line error naming the missing ones).
+            method configures its schedule, with a one-line error naming the missing ones).
         persistent_slots: ``True`` when a client keeps its bank slot across rounds (asynchronous clients hold a
             slot across several server updates): the method then checkpoints its banks. ``False``: slots are
             rebuilt from the global model every round and not saved.
@@ -65,6 +67,10 @@ class Schedule:
         """How many client slots (copies of the client half) the method needs: default ``S``."""
         return stats.clients_per_round
 
+    def bind_system(self, system: SystemModel, stats: ClientStats) -> None:
+        """Take what the schedule needs of the federation's system model before its first round (an asynchronous
+        schedule: every client's seconds per event). Default: nothing."""
+
     def plan_round(self, round_idx: int, stats: ClientStats) -> list[Step]:
         """The steps of round ``round_idx``; moves the schedule's state to the end of that round."""
         raise NotImplementedError
@@ -84,7 +90,7 @@ class SyncRounds(Schedule):
 
     Clients come from a generator seeded by ``(seed, i)`` and minibatches from ``(seed, i, stream 1)``, so the
     rounds are the same in a resumed run. Each client's minibatches are drawn without replacement from a
-    permutation of its shard, a fresh permutation when it is used up (:func:`~lightning_sfl.data.sampling.
+    permutation of its shard, a fresh permutation when it is used up (:func:`~lightning_sfl.loop.sampling.
     minibatch_indices`).
 
     Args:

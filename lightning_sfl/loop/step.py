@@ -1,5 +1,5 @@
-"""What flows through the loop: client statistics (data module → method and schedule, once), typed steps
-(schedule → data module → ``training_step``) and the round-end event (method → callbacks).
+"""What flows through the loop: client statistics (data module → federation, once), typed steps (schedule → data module
+→ ``training_step``) and the round-end event (method → federation → callbacks, method, schedule).
 
 Shapes: ``K`` clients in the federation, ``N`` classes, ``S`` clients in a step, ``B`` rows in a step.
 """
@@ -10,19 +10,18 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-import lightning as L
 import torch
 
 if TYPE_CHECKING:
     from lightning_sfl.system.comm import CommLedger
 
-__all__ = ["ClientStats", "RoundCallback", "RoundEnd", "Step"]
+__all__ = ["ClientStats", "RoundEnd", "Step"]
 
 
 @dataclass(frozen=True)
 class ClientStats:
-    """What the data module knows about its clients, handed once to the method (``setup``) and to the schedule
-    (every ``plan_round``). Nothing flows back.
+    """What the data module knows about its clients, handed once to the federation (``Federation.build``) and to the
+    schedule (every ``plan_round``). Nothing flows back.
 
     Attributes:
         sizes: ``|D_k|``, ``[K]`` int64.
@@ -109,12 +108,12 @@ class Step:
         return self.index == 0
 
     @property
-    def bank_slots(self) -> torch.Tensor:
+    def slots_tensor(self) -> torch.Tensor:
         """``[S]`` the bank slot of each client of the step."""
         return self.slots if self.slots is not None else torch.arange(len(self.clients), device=self.clients.device)
 
-    def slot_list(self) -> list[int]:
-        """:attr:`bank_slots` as a Python list (no device sync when the slots are implicit, ``slots is None``)."""
+    def slots_list(self) -> list[int]:
+        """:attr:`slots_tensor` as a Python list (no device sync when the slots are implicit, ``slots is None``)."""
         return list(range(len(self.clients))) if self.slots is None else self.slots.tolist()
 
     @property
@@ -146,8 +145,12 @@ class RoundEnd:
         clients: ``[S]`` the client in each bank slot at the round's end (the columns of ``ledger``).
         samples: ``[S]`` training rows each slot processed in the round (``T·B_k`` under ``SyncRounds``).
         ledger: the round's traffic by direction, kind and slot (exact bytes).
-        time: simulated time (s) at the end of the round, for schedules with their own clock; ``None`` otherwise.
+        time: simulated time (s) at the end of the round: the schedule's own clock where it keeps one (asynchronous
+            events), else stamped by the federation from its system model (``None`` until then).
         iterations: ``[S]`` local iterations each slot took part in (steps with rows for it); ``None``: not counted.
+        seconds: the round's simulated duration (s), stamped by the federation with ``time``.
+        metrics: what the method measured in the round that its schedule adapts to (Semi-SFL: the mean supervised
+            loss, ``supervised_loss``).
     """
 
     round: int
@@ -156,17 +159,5 @@ class RoundEnd:
     ledger: CommLedger
     time: float | None = None
     iterations: torch.Tensor | None = None
-
-
-class RoundCallback(L.Callback):
-    """A Lightning callback that also receives the loop's round events (called by the method, on every process,
-    inside the ``training_step`` of the round's first and last step; ``pl_module.log`` works as in any hook).
-
-    Plain ``L.Callback`` subclasses may define the same two methods; subclassing this only documents them.
-    """
-
-    def on_round_start(self, trainer: L.Trainer, pl_module: L.LightningModule, step: Step) -> None:
-        """Before the round's first step runs (the global model is the one the previous round produced)."""
-
-    def on_round_end(self, trainer: L.Trainer, pl_module: L.LightningModule, event: RoundEnd) -> None:
-        """After the round's FL phase (aggregation): ``event`` says who took part, what they sent and when."""
+    seconds: float | None = None
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)

@@ -15,7 +15,7 @@ clock and the traffic ledger see the same rounds as without the warm-up. Rows co
 so a resumed run warms up the same clients at the same rounds.
 
 >>> import torch
->>> from lightning_sfl.data.selection import UniformSelection
+>>> from lightning_sfl.loop.selection import UniformSelection
 >>> stats = ClientStats(sizes=torch.tensor([3, 5]), label_counts=torch.tensor([[3, 0], [0, 5]]),
 ...     label_distribution=torch.tensor([[1.0, 0.0], [0.0, 1.0]]), shards=[torch.arange(0, 3), torch.arange(3, 8)],
 ...     clients_per_round=2, batch_size=4, seed=0)
@@ -34,10 +34,10 @@ from typing import ClassVar
 
 import torch
 
-from lightning_sfl.data.sampling import round_generator
-from lightning_sfl.data.selection import ClientSelection
 from lightning_sfl.errors import whole_number
+from lightning_sfl.loop.sampling import round_generator
 from lightning_sfl.loop.schedule import SyncRounds
+from lightning_sfl.loop.selection import ClientSelection
 from lightning_sfl.loop.step import ClientStats, Step
 
 __all__ = ["WarmupRounds", "WarmupStep"]

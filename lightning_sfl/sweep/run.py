@@ -49,7 +49,7 @@ STATE = "sweep.json"
 
 def trial_metric(folder: Path, name: str) -> float | None:
     """The last logged value of ``name`` in a trial's offline W&B run (summary), else in its CSV log."""
-    from lightning_sfl.wandb_offline import find_offline_runs, read_offline_run
+    from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
 
     runs = find_offline_runs(folder / "runs")
     if runs:

@@ -1,7 +1,7 @@
 """``WandbLogger``: Lightning's W&B logger with W&B in a process of its own (the ``lightning-sfl`` default).
 
 A drop-in for ``lightning.pytorch.loggers.WandbLogger`` (the same arguments, the same calls to W&B in the same order,
-so the same run), except that the calls are made by a worker process (:mod:`lightning_sfl.wandb_process`): the
+so the same run), except that the calls are made by a worker process (:mod:`lightning_sfl.wandb.process`): the
 training process neither imports W&B nor waits for it. Measured on the digits main job (2 cores, 1 thread, 61
 rounds, ``benchmarks/framework_overhead.py``): W&B's per-round cost in the training process goes from 15-20 ms to
 the pickling of a few lists, and its start-up (import and ``wandb.init``) overlaps the import of Lightning.
@@ -14,7 +14,7 @@ Differences a user can see:
   waits for W&B;
 * the run ends when the process exits (as with Lightning's logger), on ``logger.experiment.finish()`` or
   :meth:`WandbLogger.finish`; a failed fit (``finalize("failed")``) ends it with exit code 1;
-* ``experiment`` is a :class:`~lightning_sfl.wandb_process.RemoteRun` (calls are forwarded); ``watch`` is not
+* ``experiment`` is a :class:`~lightning_sfl.wandb.process.RemoteRun` (calls are forwarded); ``watch`` is not
   available (it needs the model in W&B's process: use Lightning's logger for it);
 * each logger has its own run, even when another run is active in the process (Lightning's attaches to
   ``wandb.run``).
@@ -34,7 +34,7 @@ from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from lightning_sfl.wandb_process import (
+from lightning_sfl.wandb.process import (
     WATCH_REFUSED,
     RemoteRun,
     WandbProcess,
@@ -106,7 +106,7 @@ class WandbLogger(LightningWandbLogger):
     @rank_zero_only
     def log_built(self, build: Callable[..., dict[str, Any]], args: tuple, step: int | None = None) -> None:
         """``log_metrics(build(*args), step)`` with ``build(*args)`` evaluated in the worker (see
-        :func:`lightning_sfl.wandb_payloads.log_built`); ``prefix`` applies to its keys there as here."""
+        :func:`lightning_sfl.wandb.payloads.log_built`); ``prefix`` applies to its keys there as here."""
         run = self.experiment
         if not isinstance(run, RemoteRun):  # a run given as ``experiment=``: built here
             self.log_metrics(build(*args), step=step)

@@ -17,7 +17,7 @@ reads up to its last complete record.
 
 Example::
 
-    from lightning_sfl.wandb_offline import read_offline_run
+    from lightning_sfl.wandb.offline import read_offline_run
 
     run = read_offline_run("runs")  # a save_dir (latest offline run), a run directory or a .wandb file
     run.keys()                      # every key that appears in a history row

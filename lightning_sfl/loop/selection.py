@@ -314,6 +314,10 @@ SELECTIONS: dict[str, type[ClientSelection]] = {
 }
 
 
+#: Where the policies were defined before (checkpoints record a policy's class path).
+_MOVED = {"lightning_sfl.data.selection": __name__}
+
+
 def resolve_selection(value, default: type[ClientSelection] = UniformSelection) -> ClientSelection:
     """The one place a ``client_selection`` setting becomes a policy object.
 
@@ -329,6 +333,7 @@ def resolve_selection(value, default: type[ClientSelection] = UniformSelection) 
         return SELECTIONS[value]()
     if isinstance(value, dict) and "class_path" in value:
         module, _, name = str(value["class_path"]).rpartition(".")
+        module = _MOVED.get(module, module)
         try:
             cls = getattr(importlib.import_module(module or __name__), name, None)
         except ImportError:

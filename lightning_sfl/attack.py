@@ -112,7 +112,7 @@ def _client_half(ckpt: dict, path: str):
     cls = classes.get(recorded.rpartition(".")[2])
     if cls is None:
         raise ConfigError(f"ckpt_path={path!r} was written by {recorded or 'an unknown method'}, not a library method")
-    if not cls.split:
+    if not cls.has_server_half:
         raise ConfigError(f"{cls.__name__} is not a split method (nothing crosses a cut): no activations to invert")
     hparams = {k: v for k, v in (ckpt.get("hyper_parameters") or {}).items() if not k.startswith("_")}
     model = cls(**hparams)
@@ -249,7 +249,7 @@ def _log_to_wandb(args: argparse.Namespace, metrics: dict, history: list[dict], 
     for ``fit``: ``WANDB_MODE``, ``wandb online``) say otherwise."""
     import wandb
 
-    from lightning_sfl.wandb_process import wandb_switch
+    from lightning_sfl.wandb.process import wandb_switch
 
     config = {k: v for k, v in metrics.items() if k not in ("mse", "ssim", "psnr", "best_val_mse", "best_epoch")}
     run = wandb.init(

@@ -1,7 +1,7 @@
 """The W&B objects the callbacks log, built from plain Python data (lists, numbers, bytes).
 
 Pure functions of this module's own: it imports neither torch nor Lightning, so a W&B worker process
-(:mod:`lightning_sfl.wandb_process`) can build the objects itself from the data the training process sends, and
+(:mod:`lightning_sfl.wandb.process`) can build the objects itself from the data the training process sends, and
 :func:`log_built` lets a callback log the same payload to either kind of ``WandbLogger``:
 
 * :func:`per_class_payload` — :class:`~lightning_sfl.callbacks.PerClassAccuracy`'s table, bar chart and confusion
@@ -113,8 +113,8 @@ def typed_table(columns: list[str], rows: list[list[Any]]):
 
 def log_built(logger: Any, build: Callable[..., dict[str, Any]], args: tuple, step: int | None) -> None:
     """``logger.log_metrics(build(*args), step=step)``; a logger that can build in W&B's process
-    (:class:`lightning_sfl.loggers.WandbLogger`: a ``log_built`` method) gets ``build`` and ``args`` instead, so the
-    objects are built there. ``build``: a module-level function of a module without torch (it travels by name)."""
+    (:class:`lightning_sfl.wandb.logger.WandbLogger`: a ``log_built`` method) gets ``build`` and ``args`` instead, so
+    the objects are built there. ``build``: a module-level function of a module without torch (it travels by name)."""
     if callable(getattr(logger, "log_built", None)):
         logger.log_built(build, args, step=step)
     else:

@@ -9,7 +9,7 @@ before it imports Lightning (:func:`prestart`) and the worker's import of W&B ov
 
 Pieces:
 
-* :class:`WandbProcess` — the training process's end: spawns ``python -m lightning_sfl.wandb_process`` (its stdout
+* :class:`WandbProcess` — the training process's end: spawns ``python -m lightning_sfl.wandb.process`` (its stdout
   and stderr are the training process's, so W&B's messages appear as before), sends calls, raises the worker's
   errors as :class:`WandbProcessError` at the next call, finishes the run at exit (``atexit``) or on
   ``finish()``. Calls that return nothing in practice (``log``, ``define_metric``, ``config.update``,
@@ -18,10 +18,10 @@ Pieces:
   ``run.id``, ``run.dir``, ... forwarded to the worker's ``wandb.Run``.
 * :func:`serve` — the worker's loop. :meth:`WandbProcess.log_built` has the worker build what it logs from plain
   data (``build(*args)``: a module-level function of a module that does not import torch, e.g.
-  :func:`lightning_sfl.wandb_payloads.per_class_payload`), so W&B's objects are not even built in the training
+  :func:`lightning_sfl.wandb.payloads.per_class_payload`), so W&B's objects are not even built in the training
   process.
 
-The Lightning logger on top is :class:`lightning_sfl.loggers.WandbLogger`.
+The Lightning logger on top is :class:`lightning_sfl.wandb.logger.WandbLogger`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ FIRE_AND_FORGET = {("log",), ("define_metric",), ("config", "update"), ("summary
 #: Attributes of the run that are objects whose methods are forwarded (``run.config.update(...)``).
 SUB_OBJECTS = {"config", "summary"}
 _RUN_ID_CHARS = string.ascii_lowercase + string.digits
-#: Why ``watch`` is refused (by the run and by :class:`lightning_sfl.loggers.WandbLogger`).
+#: Why ``watch`` is refused (by the run and by :class:`lightning_sfl.wandb.logger.WandbLogger`).
 WATCH_REFUSED = "watch needs the model in W&B's process: use lightning.pytorch.loggers.WandbLogger to watch it"
 
 
@@ -101,7 +101,7 @@ class WandbProcess:
     def __init__(self) -> None:
         parent_to_child, child_reads = os.pipe()[::-1]  # (write end, read end)
         parent_reads, child_to_parent = os.pipe()
-        cmd = [sys.executable, "-m", "lightning_sfl.wandb_process", str(child_reads), str(child_to_parent)]
+        cmd = [sys.executable, "-m", "lightning_sfl.wandb.process", str(child_reads), str(child_to_parent)]
         self._proc = subprocess.Popen(cmd, pass_fds=(child_reads, child_to_parent), stdin=subprocess.DEVNULL)
         os.close(child_reads), os.close(child_to_parent)
         self._send_end = Connection(parent_to_child, readable=False)

@@ -1,0 +1,125 @@
+"""The structure the architecture promises (docs/architecture.md), checked on the source: no package of
+``lightning_sfl`` imports another in a circle (an import inside a function counts), no method or data-module code
+reaches through the trainer for another part, the clients' gradients ``G_k`` are taken in one place, and the
+benchmarks do not edit ``sys.path``."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "lightning_sfl"
+
+
+def _unit(path: Path) -> str:
+    """The package (or top-level module) of ``lightning_sfl`` a source file belongs to; ``callbacks/`` is
+    ``lightning_sfl.callbacks``."""
+    rel = path.relative_to(REPO)
+    if rel.parts[0] == "callbacks":
+        return "callbacks"
+    return rel.parts[1] if len(rel.parts) > 2 else rel.stem
+
+
+def _imported_unit(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "lightning_sfl" or len(parts) == 1:
+        return None
+    return parts[1].removesuffix(".py")
+
+
+def import_graph() -> dict[str, dict[str, list[str]]]:
+    """Unit -> unit it imports -> where (``file:line``), every ``import`` statement of the package counted (also inside
+    functions and ``if TYPE_CHECKING``); the root ``lightning_sfl/__init__.py`` (lazy exports) is left out."""
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    files = [*PACKAGE.rglob("*.py"), *(REPO / "callbacks").rglob("*.py")]
+    for path in files:
+        if path == PACKAGE / "__init__.py":
+            continue
+        source = _unit(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                modules = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            for module in modules:
+                target = _imported_unit(module)
+                if target is not None and target != source:
+                    graph[source][target].append(f"{path.relative_to(REPO)}:{node.lineno}")
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
+    """The strongly connected components with more than one unit (Tarjan).
+
+    >>> cycles({"a": {"b": []}, "b": {"a": []}, "c": {"a": []}})
+    [['a', 'b']]
+    """
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_package_imports_another_in_a_circle():
+    graph = import_graph()
+    assert {"algorithms", "loop", "data", "system", "callbacks"} <= set(graph)  # the graph was read
+    found = cycles(graph)
+    detail = {tuple(c): {s: {t: w for t, w in graph[s].items() if t in c} for s in c} for c in found}
+    assert not found, detail
+
+
+def _sources(*folders: str) -> list[Path]:
+    return [p for f in folders for p in (REPO / f).rglob("*.py")]
+
+
+def test_methods_and_the_data_module_never_reach_through_the_trainer():
+    pattern = re.compile(r"trainer\.(datamodule|callbacks|lightning_module)\b")
+    hits = [
+        f"{p.relative_to(REPO)}:{i}"
+        for p in _sources("lightning_sfl/algorithms", "lightning_sfl/data")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not hits, hits
+
+
+def test_the_clients_gradients_are_taken_in_one_place():
+    """``autograd.grad`` in one file of the methods (the split iteration), besides SCALA-PE's update of its own
+    simulated decoders."""
+    files = {p.name for p in _sources("lightning_sfl/algorithms") if "autograd.grad(" in p.read_text()}
+    assert files == {"iteration.py", "scala_pe.py"}, files
+
+
+def test_benchmarks_do_not_edit_sys_path():
+    pattern = re.compile(r"sys\.path\.(insert|append|extend)|sys\.path\s*[+]?=")
+    hits = [p.name for p in _sources("benchmarks") if pattern.search(p.read_text())]
+    assert not hits, hits
