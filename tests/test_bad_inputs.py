@@ -1,11 +1,17 @@
-"""Every bad input through the real console script: exit code 2, one ``error:`` line naming the option, no traceback,
-and nothing left behind (no run folder, checkpoint or W&B run). Valid but unusual settings simply work."""
+"""Every bad input through the command line's entry point: exit code 2, one ``error:`` line naming the option, no
+traceback, and nothing left behind (no run folder, checkpoint or W&B run). Valid but unusual settings simply work.
+
+The bad inputs run one after another in one Python process (``lightning_sfl.cli.main``, each in a folder of its own,
+stderr captured), so that Lightning is imported once; a few of them (:data:`CONSOLE`) also through the real console
+script, each in a process of its own."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -56,6 +62,8 @@ BAD: list[tuple[list[str], str]] = [
     (["--data.alpha=11"], "alpha=11 must be a whole number of classes per client in [1, 10]"),
     (["--data.num_clients=5000", "--data.participation=0.001"], "num_clients=5000 is larger than the number"),
     (["--data.batch_size=4"], "batch_size=4 is smaller than the 5 clients per round"),
+    (["--model=semi_sfl"], "SemiSFL needs a labelled server set: set --data.labelled_per_class"),  # federation's
+    (["--clock.barrier=never"], "barrier='never' must be one of: round, iteration"),  # the system model's
     # checkpoints and data
     (["--ckpt_path=missing.ckpt"], "does not exist"),
     (["--ckpt_path=truncated.ckpt"], "cannot be loaded safely"),
@@ -91,6 +99,54 @@ def _checkpoints(folder: Path) -> None:
     (folder / "full.ckpt").unlink()
 
 
+def _problems(args, expected, code, stderr, left, before) -> list[str]:
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    problems = []
+    if code != 2:
+        problems.append(f"exit {code}")
+    if len(errors) != 1 or expected not in errors[0]:
+        problems.append(f"error lines {errors}")
+    if "Traceback" in stderr:
+        problems.append("traceback")
+    if left != before:
+        problems.append(f"left behind {sorted(set(left) - set(before))}")
+    return [f"{' '.join(args)}: {'; '.join(problems)}\n{stderr[-600:]}"] if problems else []
+
+
+#: Each case's ``fit`` in one process: the real ``main`` (what the console script runs), stderr captured, the exit code
+#: and any exception escaping it recorded.
+IN_ONE_PROCESS = textwrap.dedent(
+    """
+    import contextlib, io, json, os, sys, traceback
+    from lightning_sfl.cli import main
+    results = []
+    for folder, args in json.loads(sys.stdin.read()):
+        os.chdir(folder)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                main(args)
+                code = 0
+            except SystemExit as exc:
+                code = exc.code
+            except BaseException:
+                code = None
+                traceback.print_exc()
+        results.append({"code": code, "stderr": err.getvalue()})
+    print(json.dumps(results))
+    """
+)
+#: Cases also run through the real console script, each in its own process: a parser error, a data error, a checkpoint
+#: error, an error of the federation (method and data together) and of the system model.
+CONSOLE = (
+    ["--data.num_clients=abc"],
+    ["--data.dataset=cifar10"],
+    ["--ckpt_path=truncated.ckpt"],
+    ["--model=semi_sfl"],
+    ["--clock.barrier=never"],
+)
+
+
 def test_every_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(tmp_path):
     assert len(BAD) >= 30
     folders = []
@@ -100,23 +156,29 @@ def test_every_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(tmp_path):
         _checkpoints(folder)
         folders.append(folder)
     before = {f: sorted(p.name for p in f.iterdir()) for f in folders}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda fa: _console(fa[0], fa[1][0]), zip(folders, BAD)))
+    fit = ["fit", "--config", CONFIG, "--trainer.max_epochs=1"]
+    cases = [[str(f), [*fit, *args]] for f, (args, _) in zip(folders, BAD)]
+    proc = subprocess.run(
+        [sys.executable, "-c", IN_ONE_PROCESS], input=json.dumps(cases), capture_output=True, text=True, env=_env()
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
     failures = []
-    for folder, (args, expected), proc in zip(folders, BAD, results):
-        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-        problems = []
-        if proc.returncode != 2:
-            problems.append(f"exit {proc.returncode}")
-        if len(errors) != 1 or expected not in errors[0]:
-            problems.append(f"error lines {errors}")
-        if "Traceback" in proc.stderr:
-            problems.append("traceback")
+    for folder, (args, expected), r in zip(folders, BAD, results):
         left = sorted(p.name for p in folder.iterdir())
-        if left != before[folder]:
-            problems.append(f"left behind {sorted(set(left) - set(before[folder]))}")
-        if problems:
-            failures.append(f"{' '.join(args)}: {'; '.join(problems)}\n{proc.stderr[-600:]}")
+        failures += _problems(args, expected, r["code"], r["stderr"], left, before[folder])
+    assert not failures, "\n\n".join(failures)
+    console = [(tmp_path / f"console{i}", case) for i, case in enumerate(c for c in BAD if c[0] in CONSOLE)]
+    assert len(console) == len(CONSOLE)
+    for folder, _ in console:
+        folder.mkdir()
+        _checkpoints(folder)
+    before = {f: sorted(p.name for p in f.iterdir()) for f, _ in console}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        procs = list(pool.map(lambda fa: _console(fa[0], fa[1][0]), console))
+    for (folder, (args, expected)), proc in zip(console, procs):
+        left = sorted(p.name for p in folder.iterdir())
+        failures += _problems(args, expected, proc.returncode, proc.stderr, left, before[folder])
     assert not failures, "\n\n".join(failures)
 
 

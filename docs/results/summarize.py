@@ -166,7 +166,7 @@ GAS_TEXT = """# GAS and its baselines on a simulated wireless cell
 
 GAS (asynchronous SFL with generative activations), AsyncSFL (GAS without generation: the paper's ablation), FedBuff,
 CA²FL, FedAvg, MiniBatch-SFL and S²FL, 3 seeds, on the GAS paper's simulated cell (clients with f_k ~ U[1e9, 1e10]
-FLOP/s on a shared 10 MHz uplink; `SimulatedClock`), scaled down from its K=20, C=10, E=20, B=32: K = 20 clients, C = 5
+FLOP/s on a shared 10 MHz uplink; `--clock.*`), scaled down from its K=20, C=10, E=20, B=32: K = 20 clients, C = 5
 in flight (the synchronous methods: 5 per round), E = 5 local iterations of B = 16 rows, Q_s = Q_c = 5, SGD lr 0.01,
 momentum 0.9, weight decay 5e-4, diagonal covariances; `cnn_small` cut at s2. A round (x-axis of `accuracy.png`) is
 one aggregation of client halves (the paper's global iteration): 100 on digits, 50 on MNIST-5k. The synchronous split

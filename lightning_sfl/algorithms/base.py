@@ -52,25 +52,24 @@ from typing import ClassVar
 
 import lightning as L
 import torch
-from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots
+from lightning_sfl.algorithms.evaluation import GlobalModelEvaluation
+from lightning_sfl.algorithms.federated import FederationMember
+from lightning_sfl.algorithms.guards import check_all_finite, check_global_weights
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
+from lightning_sfl.algorithms.processes import disable_ddp_reducer, sum_gradients_over_processes
 from lightning_sfl.algorithms.stacked_bank import BANK_KINDS, StackedBank, make_bank
 from lightning_sfl.algorithms.state import MethodState
-from lightning_sfl.errors import ConfigError, NonFiniteError, whole_number
-from lightning_sfl.loop import ClientStats, Federate, Federation, RoundEnd, Schedule, Step, SyncRounds
+from lightning_sfl.errors import ConfigError, whole_number
+from lightning_sfl.loop import Federation, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.loop.selection import ClientSelection, UniformSelection, resolve_selection
 from lightning_sfl.models import add_bottleneck, build_model, split_model
 from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
-from lightning_sfl.system.comm import CommLedger, module_bytes
-from lightning_sfl.system.timing import ClientCosts, SystemModel
-from lightning_sfl.system.wireless import WirelessCell
-
-skip_redundant_metric_moves()  # Lightning's self.log re-moves every logged metric to its device: skip the no-op moves
+from lightning_sfl.system.comm import module_bytes
 
 
 class ClientModule(L.LightningModule):
@@ -103,7 +102,7 @@ def checked_floor(value: float) -> float:
     return float(value)
 
 
-class SplitFedAlgorithm(MethodState, L.LightningModule):
+class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.LightningModule):
     """Base of every method: builds the split model, runs the schedule's steps, aggregates, evaluates.
 
     Args:
@@ -237,39 +236,6 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
             )
         return schedule
 
-    def default_system(self) -> SystemModel:
-        """The system model of a federation built without one (Python API): SCALA's wireless cell (clients at
-        1-5 GFLOP/s; :class:`~lightning_sfl.system.wireless.WirelessCell`). The CLI's is ``--clock.*``."""
-        return WirelessCell()
-
-    def split_options(self) -> list[str] | None:
-        """The cut points the system model may charge a client (a sliding split, S²FL); ``None``: ``split_point``."""
-        return None
-
-    def client_costs(self) -> ClientCosts:
-        """What the client-side model costs per sample, for the system model (measured when it asks)."""
-        hp = self.hparams
-        shape = tuple(hp.input_shape)
-        return ClientCosts(
-            self.client.net,
-            shape,
-            self.has_server_half,
-            activation_shape=self.activation_shape,
-            cut_model=lambda: build_model(hp.arch, self.num_classes, shape),
-            cut_options=self.split_options() or [hp.split_point],
-            nominal_cut=hp.split_point,
-        )
-
-    @torch.no_grad()
-    def activation_shape(self) -> tuple[int, ...]:
-        """Shape of one sample's output of the client model (the global one in eval mode: no statistics move)."""
-        param = next(self.client.parameters())
-        was_training = self.client.training
-        self.client.eval()
-        out = self.client(self.example_input_array.to(param.device, param.dtype))
-        self.client.train(was_training)
-        return tuple(out.shape[1:])
-
     def global_halves(self) -> dict[str, nn.Module]:
         """The global model as its halves, ``{"client": w_c, "server": w_s}`` (plain FL: the whole model and an empty
         server), for callbacks that evaluate it part by part (gradient dissimilarity)."""
@@ -280,39 +246,11 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         name -> global module. SFLLocalLoss adds its auxiliary head."""
         return {"client": self.client.net}
 
-    # ------------------------------------------------------------------ the federation, banks, states
-    def configure_callbacks(self) -> list[L.Callback]:
-        """:class:`~lightning_sfl.loop.Federate`: builds (unless given) and connects the fit's federation."""
-        return [Federate()]
-
-    def federate(self, federation: Federation) -> None:
-        """Receive the fit's federation (:meth:`Federation.build <lightning_sfl.loop.Federation.build>`), checked
-        against the method: its data's classes, what the method's schedule needs of the clients."""
-        stats = federation.stats
-        if stats.num_classes != self.num_classes:
-            raise ConfigError(
-                f"num_classes={self.num_classes} does not match the dataset's {stats.num_classes} classes"
-            )
-        self.federation = federation
-
-    @property
-    def client_stats(self) -> ClientStats:
-        """The federation's client statistics (``|D_k|``, ``n_{k,y}``, ``P_k``, shards, ``S``, ``B``, seed)."""
-        return self._federation().stats
-
-    @property
-    def ledger(self) -> CommLedger:
-        """The federation's byte ledger of the current round."""
-        return self._federation().ledger
-
-    def _federation(self) -> Federation:
-        if self.federation is None:
-            raise RuntimeError(f"{type(self).__name__} has no federation yet: it gets one when a fit starts")
-        return self.federation
-
+    # ------------------------------------------------------------------ setup: buffers, banks, states
     def setup(self, stage: str) -> None:
         if stage != "fit":
             return
+        skip_redundant_metric_moves()  # Lightning's self.log re-moves every logged metric to its device: skip no-ops
         stats = self._federation().stats
         self.register_buffer("client_sizes", stats.sizes.clone(), persistent=False)
         self.register_buffer("label_dist", stats.label_distribution.to(torch.float32), persistent=False)
@@ -360,7 +298,8 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
         """Run ``step`` with the handler of its kind; at the round's edges, the broadcast (hook 0), the FL phase (hook
         7) and the round events. A handler returns ``(server_loss, client_loss)`` (logged), ``None``, or a dict with
         those keys and what callbacks may read (``outputs`` of ``on_train_batch_end``), which is returned."""
-        self._disable_ddp_reducer()
+        if self._trainer is not None:  # the method sums the gradients itself (take_step), not DDP's reducer
+            disable_ddp_reducer(self.trainer.strategy.model)
         if step.round_start:
             self.federation.emit("on_round_start", step)
             self.ledger.start(len(self.bank))
@@ -380,7 +319,8 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
             self._log_losses(step, *losses)
         if step.round_end:
             self.aggregate(step)
-            self._check_global_weights(step)
+            halves = ((n, p) for n, p in self.named_parameters() if n.startswith(("client.", "server.")))
+            check_global_weights(halves, step)
             event = RoundEnd(
                 step.round,
                 self._slot_clients.cpu(),
@@ -395,23 +335,14 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
 
     def _log_losses(self, step: Step, server_loss: torch.Tensor, client_loss: torch.Tensor) -> None:
         if self.world_size > 1:  # each process holds its shard's part of the (globally normalised) losses
-            server_loss, client_loss = (
-                self.trainer.strategy.reduce(v.detach().clone(), reduce_op="sum") for v in (server_loss, client_loss)
-            )
+            losses = (server_loss, client_loss)
+            server_loss, client_loss = (self._sum_over_processes(v.detach().clone()) for v in losses)
         if not math.isfinite(float(server_loss.detach() + client_loss.detach())):  # one read of the device
             for name, loss in (("server loss", server_loss), ("client loss", client_loss)):
                 if not torch.isfinite(loss):
                     self.check_finite(name, loss.detach().expand(step.num_rows), step)
         self.log("train/server_loss", server_loss.detach(), on_step=False, on_epoch=True, batch_size=step.num_rows)
         self.log("train/client_loss", client_loss.detach(), on_step=False, on_epoch=True, batch_size=step.num_rows)
-
-    def _check_global_weights(self, step: Step) -> None:
-        bad = [n for n, p in self.named_parameters() if n.startswith(("client.", "server.")) and not p.isfinite().all()]
-        if bad:  # never let a broken global model reach evaluation or a checkpoint
-            raise NonFiniteError(
-                f"non-finite global weights ({bad[0]}) after aggregating round {step.round + 1}; "
-                f"stopped, the last checkpoint is from round {step.round}"
-            )
 
     def round_metrics(self) -> dict[str, float]:
         """What the method measured in the round that its schedule adapts to (``RoundEnd.metrics``); none here."""
@@ -425,34 +356,16 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
 
     def check_finite(self, what: str, values: torch.Tensor, step: Step) -> None:
         """NaN/Inf guard for per-row values ``[B, ...]``: stop the run naming the round, the step and the clients
-        whose rows are affected. The last checkpoint (previous round) stays on disk untouched."""
+        whose rows are affected (:mod:`~lightning_sfl.algorithms.guards`)."""
         self.check_all_finite(step, (what, values))
 
     def check_all_finite(self, step: Step, *named: tuple[str, torch.Tensor]) -> None:
-        """:meth:`check_finite` for several ``(what, values)`` at once, blaming the first non-finite one: in the
-        common case one sum per tensor and one read of the device (a local iteration checks its activations and its
-        logits together)."""
-        total = named[0][1].detach().sum()
-        for _, values in named[1:]:
-            total = total + values.detach().sum()
-        bad = [False] * len(named)
-        if not math.isfinite(float(total)):  # a NaN or an infinity, or finite values whose sum overflows
-            bad = [not bool(torch.isfinite(v.detach()).all()) for _, v in named]  # look at every value
-        if self.world_size > 1:  # every process stops together (no process left waiting in a collective)
-            flags = torch.tensor(bad, dtype=torch.int32, device=self.device)
-            bad = [bool(f) for f in self.trainer.strategy.reduce(flags, reduce_op="sum").tolist()]
-        if not any(bad):
-            return
-        what, values = named[bad.index(True)]
-        rows = ~torch.isfinite(values.detach().reshape(len(values), -1)).all(dim=1)
-        if step.owner is None:
-            who = "none (rows held by the server)"
-        else:
-            who = step.clients[torch.unique(step.owner[rows])].tolist() or "on another process"
-        raise NonFiniteError(
-            f"non-finite {what} in round {step.round + 1}, local iteration {step.index + 1}, "
-            f"client(s) {who}; stopped, the last checkpoint is from round {step.round}"
-        )
+        """:meth:`check_finite` for several ``(what, values)`` at once, blaming the first non-finite one; every process
+        stops together."""
+        check_all_finite(step, named, self._sum_over_processes if self.world_size > 1 else None)
+
+    def _sum_over_processes(self, values: torch.Tensor) -> torch.Tensor:
+        return self.trainer.strategy.reduce(values, reduce_op="sum")
 
     # ------------------------------------------------------------------ round edges: broadcast and FL phase
     def reset_slots(self, slots: Slots = None, models: dict[str, nn.Module] | None = None) -> None:
@@ -614,74 +527,18 @@ class SplitFedAlgorithm(MethodState, L.LightningModule):
     def world_size(self) -> int:
         return self.trainer.world_size if self._trainer is not None else 1
 
-    def _disable_ddp_reducer(self) -> None:
-        """Under DDP the gradients are all-reduced by :meth:`take_step`, not by DDP's hooks (a step makes several
-        backward passes over disjoint parameter sets, which DDP's reducer does not support). Lightning turns the
-        reducer back on after every manual-optimisation forward, so this runs in every step."""
-        from torch.nn.parallel import DistributedDataParallel
-
-        if self._trainer is not None and isinstance(self.trainer.strategy.model, DistributedDataParallel):
-            self.trainer.strategy.model.require_backward_grad_sync = False
-
     def take_step(self, opt, count_step: bool = True) -> None:
         """Hook 6: sum the gradients over processes (each holds a shard of every client's rows; losses are
         normalised by global counts, so the sum is the one-process gradient), then step. ``count_step=False``
         steps the raw optimiser, which Lightning does not count as a ``global_step``."""
         if self.world_size > 1:
-            params = [p for p in self.parameters() if p.requires_grad]
-            has_grad = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=self.device)
-            torch.distributed.all_reduce(has_grad, op=torch.distributed.ReduceOp.MAX)  # a client may have no rows here
-            for p, used in zip(params, has_grad.tolist()):
-                if used:
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                    torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
+            sum_gradients_over_processes([p for p in self.parameters() if p.requires_grad], self.device)
         (opt.step() if count_step else opt.optimizer.step())
 
-    # ------------------------------------------------------------------ evaluation
+    # ------------------------------------------------------------------ the global model
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The global model ``[w_c, w_s]``: logits ``[B, N]``."""
+        """The global model ``[w_c, w_s]``: logits ``[B, N]`` (evaluated after every round)."""
         return self.server(self.client(x))
-
-    def _eval_step(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Accuracy of the global model on one test batch; returns ``{"preds": [B]}`` for callbacks
-        (:class:`~lightning_sfl.callbacks.PerClassAccuracy` logs ``test/acc_class_<c>`` from them)."""
-        preds = self(batch["x"]).argmax(dim=1)
-        self.val_acc.update(preds, batch["y"])
-        return {"preds": preds}
-
-    def _eval_epoch_end(self, prefix: str) -> None:
-        self.log(f"{prefix}/acc", self.val_acc.compute())
-        self.log("round", float(self.rounds_completed))
-        self.val_acc.reset()
-
-    @property
-    def rounds_completed(self) -> int:
-        """Rounds behind the global model being evaluated: during fit the round just aggregated; in
-        ``validate``/``test`` of a checkpoint the rounds it was saved after; otherwise the trainer's epochs."""
-        if self.trainer.state.fn == TrainerFn.FITTING:
-            return self.current_epoch + 1
-        restored = getattr(self, "_checkpoint_rounds", None)
-        return restored if restored is not None else self.current_epoch
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        super().on_load_checkpoint(checkpoint)
-        self._checkpoint_rounds = int(checkpoint.get("epoch", -1)) + 1  # saved at the end of epoch ``epoch``
-
-    def on_train_start(self) -> None:
-        self._checkpoint_rounds = None  # from now on the rounds are this fit's
-
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
-        return self._eval_step(batch)
-
-    def on_validation_epoch_end(self) -> None:
-        self._eval_epoch_end("test")
-
-    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
-        return self._eval_step(batch)
-
-    def on_test_epoch_end(self) -> None:
-        self._eval_epoch_end("test")
 
 
 __all__ = ["ClientModule", "ServerModule", "SplitFedAlgorithm"]
