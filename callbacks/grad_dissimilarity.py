@@ -148,6 +148,7 @@ class GradientDissimilarity(RoundCallback):
         self.max_samples_per_client = max_samples_per_client
         self.seed = seed
         self.chunk_size = chunk_size
+        self.federation: Federation | None = None  # the fit's (on_federation)
 
     def should_measure(self, round_idx: int) -> bool:
         return self.every_n_rounds > 0 and round_idx % self.every_n_rounds == 0
@@ -199,7 +200,7 @@ class GradientDissimilarity(RoundCallback):
         round_idx = step.round
         if not self.should_measure(round_idx) or not len(step.clients):
             return
-        federation = getattr(self, "federation", None)
+        federation = self.federation
         if federation is None or federation.data is None:
             raise RuntimeError("GradientDissimilarity needs the clients' data: a federation with a FederatedDataModule")
         metrics = self.measure(pl_module, federation, step.clients, round_idx)

@@ -11,8 +11,8 @@ The public API, importable from the package itself (loaded on first use, so ``li
   ``FedCBSSelection``, ``ClassBalancedSelection``;
 * the loop: ``Federation``, ``Step``, ``Schedule``, ``SyncRounds``, ``ClientStats``, ``RoundEnd``;
 * callbacks (also in ``lightning_sfl.callbacks``): ``CommunicationBytes``, ``PerClassAccuracy``,
-  ``GradientDissimilarity``, ``SimulatedClock``, ``PartitionReport``, ``WandbRoundAxis``, ``RoundProgressBar``, and
-  ``RoundCallback``, the base of callbacks that receive the federation and the round events;
+  ``GradientDissimilarity``, ``SimulatedClock``, ``PartitionReport``, ``WandbRoundAxis``, ``PseudoLabelQuality``,
+  ``RoundProgressBar``, and ``RoundCallback``, the base of callbacks that receive the federation and the round events;
 * system models: ``WirelessCell`` (SCALA's and GAS's wireless cell; ``lightning_sfl.system``);
 * the command line: ``SFLCLI`` (the LightningCLI behind ``lightning-sfl fit|validate|test``).
 """
@@ -40,7 +40,6 @@ _EXPORTS: dict[str, str] = {
     "WirelessCell": "lightning_sfl.system.wireless",
     "SFLCLI": "lightning_sfl.lightning_cli",
 }
-
 
 
 def _methods() -> dict[str, str]:

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.loop.async_clock import Arrival, AsyncClock, ClientTimes, Upload
+from lightning_sfl.loop.async_clock import Arrival, AsyncClock, Upload
+from lightning_sfl.system.timing import ClientTimes
 
 
 def two_clients(**kwargs) -> AsyncClock:

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.loop.async_clock import Arrival, AsyncClock, ClientTimes
+from lightning_sfl.loop.async_clock import Arrival, AsyncClock
 from lightning_sfl.loop.async_events import ArrivalStep, AsyncEvents, UploadStep
 from lightning_sfl.loop.step import ClientStats
+from lightning_sfl.system.timing import ClientTimes
 
 
 def stats(num_clients: int = 6, per_client: int = 10, batch_size: int = 4, seed: int = 3) -> ClientStats:

@@ -1,4 +1,4 @@
-"""Loop version 2: schedules as data (a toy asynchronous and a toy phased schedule through the real Trainer and
+"""The loop: schedules as data (a toy asynchronous and a toy phased schedule through the real Trainer and
 CLI, resumed bit-exactly), round events, checkpointed method state, step-kind checks, and the structure rules
 (no round arithmetic in callbacks or methods, no import circle)."""
 
@@ -108,7 +108,7 @@ def _fit_full_and_resumed(model: str, tmp_path: Path, rounds: int = 6, stop: int
     assert full["state_dict"].keys() == resumed["state_dict"].keys()
     for key, value in full["state_dict"].items():
         assert torch.equal(resumed["state_dict"][key], value), f"{model}: {key} differs after resume"
-    federations = full["callbacks"]["Federate"], resumed["callbacks"]["Federate"]
+    federations = full["lightning_sfl"]["federation"], resumed["lightning_sfl"]["federation"]
     assert federations[0]["schedule"] == federations[1]["schedule"]  # the schedule's state
     assert federations[0]["elapsed_seconds"] == federations[1]["elapsed_seconds"]  # the simulated time
     for key in ("distances_m", "capacities"):  # the system model's draws
@@ -280,3 +280,36 @@ def test_trainer_steps_are_typed_steps():
     quiet_trainer(1, callbacks=[Record()], limit_val_batches=0).fit(SCALA(local_iters=2, lr=0.05), _dm())
     assert [type(s) for s in seen] == [Step, Step] and [s.index for s in seen] == [0, 1]
     assert seen[0].x.dtype == torch.float32  # normalised on the device
+
+
+# ----------------------------------------------------------------------------- the federation
+def test_a_federated_method_pickles_without_the_trainer():
+    """A method holding its federation travels to other processes (``ddp_spawn`` pickles it): the copy keeps the
+    federation's statistics, schedule and system model, and none of the fit's parts."""
+    import pickle
+
+    from lightning_sfl.loop import Federation
+
+    model, dm = SCALA(local_iters=1, lr=0.05), _dm()
+    Federation.build(model, dm)
+    trainer = quiet_trainer(1, limit_val_batches=0)
+    trainer.fit(model, dm)
+    model.federation.connect(trainer, model, [])  # as during a fit
+    copy = pickle.loads(pickle.dumps(model))
+    assert copy.federation is not model.federation and copy.federation._listeners == ()
+    assert torch.equal(copy.federation.stats.sizes, dm.client_stats.sizes)
+    assert torch.equal(copy.federation.system.distances_m, model.federation.system.distances_m)
+
+
+def test_the_federations_state_is_saved_with_the_method_also_after_validate(tmp_path):
+    """The federation's state (schedule, system model, simulated time) travels with the method's in every checkpoint:
+    also in one written after a ``validate`` of the fitted model (no federation is built for evaluation)."""
+    model = SCALA(local_iters=1, lr=0.05)
+    trainer = quiet_trainer(2, limit_val_batches=1)
+    trainer.fit(model, _dm())
+    elapsed = model.federation.elapsed_seconds
+    assert elapsed > 0
+    trainer.validate(model, _dm(), verbose=False)
+    trainer.save_checkpoint(tmp_path / "after_validate.ckpt")
+    saved = torch.load(tmp_path / "after_validate.ckpt", weights_only=True)["lightning_sfl"]["federation"]
+    assert saved["elapsed_seconds"] == elapsed and saved["schedule"] == model.federation.schedule.state_dict()

@@ -37,7 +37,7 @@ def test_logit_adjustment_with_absent_class_drops_it_from_the_softmax():
     assert torch.isfinite(s.grad).all() and s.grad[0, 1] == 0
 
 
-def test_row_priors_and_per_client_mean():
+def test_row_priors_and_sum_of_client_means():
     s = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
     y = torch.tensor([0, 1, 1])
     priors = torch.tensor([[0.9, 0.1], [0.9, 0.1], [0.2, 0.8]])

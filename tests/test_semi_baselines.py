@@ -57,7 +57,7 @@ def test_switch_logits_takes_each_clients_more_confident_model():
     assert torch.equal(same, teacher)  # a tie keeps the teacher
 
 
-def test_per_client_mean_against_a_loop():
+def test_client_means_against_a_loop():
     values, owner = torch.tensor([1.0, 2.0, 6.0, 4.0]), torch.tensor([1, 1, 1, 2])
     want = [0.0, 3.0, 4.0]  # client 0 has no rows: 0
     assert client_means(values, owner, 3).tolist() == want

@@ -61,7 +61,7 @@ from lightning_sfl.algorithms.federated import FederationMember
 from lightning_sfl.algorithms.guards import check_all_finite, check_global_weights
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
-from lightning_sfl.algorithms.processes import disable_ddp_reducer, sum_gradients_over_processes
+from lightning_sfl.algorithms.processes import disable_ddp_reducer, sum_gradients_over_processes, sum_over_processes
 from lightning_sfl.algorithms.stacked_bank import BANK_KINDS, StackedBank, make_bank
 from lightning_sfl.algorithms.state import MethodState
 from lightning_sfl.errors import ConfigError, whole_number
@@ -136,6 +136,7 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
     #: True: one server-half copy per selected client, trained on that client's activations only and averaged
     #: each round (SplitFedV1); False: one server half trained on the concatenated activations (eq. 5-7).
     server_copies: bool = False
+    _missing_class_floor: float = 0.0  # see missing_class_floor
     #: Channels of the bottleneck at the cut when ``bottleneck_channels`` is ``None`` (0: none).
     default_bottleneck_channels: ClassVar[int] = 0
     #: True if :meth:`client_extra_loss` differentiates through the activations after ``G_k`` went back through them
@@ -301,7 +302,7 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         if self._trainer is not None:  # the method sums the gradients itself (take_step), not DDP's reducer
             disable_ddp_reducer(self.trainer.strategy.model)
         if step.round_start:
-            self.federation.emit("on_round_start", step)
+            self._federation().emit("on_round_start", step)
             self.ledger.start(len(self.bank))
             self._round_samples = step.sizes.new_zeros(len(self.bank))  # on the step's device: no sync per step
             self._round_iters = step.sizes.new_zeros(len(self.bank))
@@ -330,13 +331,14 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
                 self._round_iters.cpu(),
                 metrics=self.round_metrics(),
             )
-            self.federation.emit("on_round_end", self.federation.end_round(event))
+            federation = self._federation()
+            federation.emit("on_round_end", federation.end_round(event))
         return outputs
 
     def _log_losses(self, step: Step, server_loss: torch.Tensor, client_loss: torch.Tensor) -> None:
         if self.world_size > 1:  # each process holds its shard's part of the (globally normalised) losses
             losses = (server_loss, client_loss)
-            server_loss, client_loss = (self._sum_over_processes(v.detach().clone()) for v in losses)
+            server_loss, client_loss = (sum_over_processes(v.detach().clone()) for v in losses)
         if not math.isfinite(float(server_loss.detach() + client_loss.detach())):  # one read of the device
             for name, loss in (("server loss", server_loss), ("client loss", client_loss)):
                 if not torch.isfinite(loss):
@@ -362,10 +364,7 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
     def check_all_finite(self, step: Step, *named: tuple[str, torch.Tensor]) -> None:
         """:meth:`check_finite` for several ``(what, values)`` at once, blaming the first non-finite one; every process
         stops together."""
-        check_all_finite(step, named, self._sum_over_processes if self.world_size > 1 else None)
-
-    def _sum_over_processes(self, values: torch.Tensor) -> torch.Tensor:
-        return self.trainer.strategy.reduce(values, reduce_op="sum")
+        check_all_finite(step, named, sum_over_processes if self.world_size > 1 else None)
 
     # ------------------------------------------------------------------ round edges: broadcast and FL phase
     def reset_slots(self, slots: Slots = None, models: dict[str, nn.Module] | None = None) -> None:
@@ -431,11 +430,11 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         """Floor of the log-priors of :meth:`server_prior`/:meth:`client_prior` and of the methods that adjust logits
         by a client's label counts (``0``: ``log 0 = −∞``, a class a client lacks leaves the softmax; ``> 0``: public
         code's finite version; see :func:`~lightning_sfl.algorithms.losses.log_prior`). Checked when set."""
-        return self.__dict__.get("_missing_class_floor", 0.0)
+        return self._missing_class_floor
 
     @missing_class_floor.setter
     def missing_class_floor(self, value: float) -> None:
-        self.__dict__["_missing_class_floor"] = checked_floor(value)
+        self._missing_class_floor = checked_floor(value)
 
     def row_label_distribution(self, step: Step) -> torch.Tensor:
         """``P_k(y)`` of each row's client, ``[B, N]`` (eq. 15's prior; ``step.owner`` picks the row's client)."""

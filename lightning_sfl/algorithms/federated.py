@@ -5,11 +5,15 @@ default system model, the costs of its client model, the cut points a sliding sp
 
 from __future__ import annotations
 
+import functools
+
 import lightning as L
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import ClientStats, Federate, Federation
+from lightning_sfl.loop.federation import legacy_federation_state
 from lightning_sfl.models import build_model
 from lightning_sfl.system.comm import CommLedger
 from lightning_sfl.system.timing import ClientCosts, SystemModel
@@ -23,15 +27,32 @@ class FederationMember:
     fit starts), ``self.num_classes``, ``self.client`` and the hyperparameters ``arch``, ``split_point``,
     ``input_shape``."""
 
-    federation: Federation | None = None
-
     def configure_callbacks(self) -> list[L.Callback]:
-        """:class:`~lightning_sfl.loop.Federate`: builds (unless given) and connects the fit's federation."""
-        return [Federate()]
+        """For a fit, :class:`~lightning_sfl.loop.Federate`: builds (unless given) and connects the fit's federation.
+        Nothing for ``validate``/``test`` (they evaluate the global model; the federation is not needed)."""
+        fitting = self._trainer is None or self.trainer.state.fn == TrainerFn.FITTING
+        return [Federate()] if fitting else []
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """The federation's state (the schedule's, the system model's draws, the simulated time) is saved with the
+        method's, under ``checkpoint["lightning_sfl"]["federation"]``."""
+        super().on_save_checkpoint(checkpoint)
+        if self.federation is not None:
+            checkpoint.setdefault("lightning_sfl", {})["federation"] = self.federation.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """A fit resumed from ``checkpoint`` continues its federation's state (also from checkpoints written before the
+        federation existed, :func:`~lightning_sfl.loop.federation.legacy_federation_state`)."""
+        super().on_load_checkpoint(checkpoint)
+        fitting = self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING
+        if self.federation is None or not fitting:
+            return
+        state = (checkpoint.get("lightning_sfl") or {}).get("federation")
+        self.federation.load_state_dict(state if state is not None else legacy_federation_state(checkpoint))
 
     def federate(self, federation: Federation) -> None:
         """Receive the fit's federation (:meth:`Federation.build <lightning_sfl.loop.Federation.build>`), checked
-        against the method: its data's classes, what the method's schedule needs of the clients."""
+        against the method: its data's classes (a method checks more here, e.g. Semi-SFL a labelled set)."""
         stats = federation.stats
         if stats.num_classes != self.num_classes:
             raise ConfigError(
@@ -72,7 +93,7 @@ class FederationMember:
             shape,
             self.has_server_half,
             activation_shape=self.activation_shape,
-            cut_model=lambda: build_model(hp.arch, self.num_classes, shape),
+            cut_model=functools.partial(build_model, hp.arch, self.num_classes, shape),  # picklable (ddp_spawn)
             cut_options=self.split_options() or [hp.split_point],
             nominal_cut=hp.split_point,
         )

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-__all__ = ["disable_ddp_reducer", "sum_gradients_over_processes"]
+__all__ = ["disable_ddp_reducer", "sum_gradients_over_processes", "sum_over_processes"]
 
 
 def disable_ddp_reducer(wrapped: torch.nn.Module) -> None:
@@ -18,6 +18,13 @@ def disable_ddp_reducer(wrapped: torch.nn.Module) -> None:
     manual-optimisation forward, so this runs in every step). Anything but a ``DistributedDataParallel``: nothing."""
     if isinstance(wrapped, DistributedDataParallel):
         wrapped.require_backward_grad_sync = False
+
+
+def sum_over_processes(values: torch.Tensor) -> torch.Tensor:
+    """``values`` summed over every process (a copy; the input is left as it is)."""
+    total = values.clone()
+    torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.SUM)
+    return total
 
 
 def sum_gradients_over_processes(params: Sequence[torch.nn.Parameter], device: torch.device) -> None:

@@ -14,9 +14,9 @@ from the pre-update forward, as in MiniBatch-SFL. With ``num_groups = 1`` S²FL 
 
 (c) **Adaptive split.** S²FL slides the cut per client so that slow clients train fewer layers. As in the GAS
 authors' comparison it changes only the simulated time, not the training: with
-``--clock.barrier iteration`` the :class:`~lightning_sfl.callbacks.SimulatedClock` may charge each client any of
-the model's cut points (:meth:`S2FL.split_options`) and moves clients off ``split_point`` where that shortens the
-round; ``adaptive_split=False`` keeps everyone at ``split_point``.
+``--clock.barrier iteration`` the system model (:class:`~lightning_sfl.system.wireless.WirelessCell`) may charge each
+client any of the model's cut points (:meth:`S2FL.split_options`) and moves clients off ``split_point`` where that
+shortens the round; ``adaptive_split=False`` keeps everyone at ``split_point``.
 """
 
 from __future__ import annotations

@@ -129,8 +129,7 @@ class SCALAPE(SCALA):
         )
         super().__init__(**kwargs)
         self.warmup = warmup  # (epochs, batch size) of the decoders' warm-up: configure_schedule
-        if warmup[0]:
-            WarmupRounds(self.local_iters, self.selection, *warmup)  # its settings are checked now
+        self.checked_schedule(SCALAPE.configure_schedule(self))  # the settings are checked now (one-line errors)
         self.gamma, self.threshold = float(gamma), float(threshold)
         self.inversion_lr, self.inversion_every = float(inversion_lr), inversion_every
         shape = tuple(self.hparams.input_shape)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -101,6 +102,8 @@ class SemiSFL(SplitFedAlgorithm):
     """
 
     step_handlers = {"supervised": "supervised_step", "unlabelled": "unlabelled_step"}
+    #: The schedule of the rounds (:meth:`configure_schedule`).
+    phase_schedule: ClassVar[type[Phases]] = Phases
 
     def __init__(
         self,
@@ -145,7 +148,7 @@ class SemiSFL(SplitFedAlgorithm):
         self.supervised = supervised  # the K_s controller (eq. 9): its state is the schedule's
         self.labelled_batch_size, self.client_batch_size = labelled_batch_size, client_batch_size
         self.client_teacher, self.lr_schedule, self.lr_min = client_teacher, lr_schedule, float(lr_min)
-        Phases(supervised, self.local_iters, labelled_batch_size, client_batch_size, self.selection)  # checks them now
+        self.checked_schedule(SemiSFL.configure_schedule(self))  # the settings are checked now (one-line errors)
         self.threshold, self.temperature, self.ema, self.contrastive = threshold, temperature, ema, bool(contrastive)
         side = self.hparams.input_shape[-1]
         self.shift = max(1, round(side / 8)) if shift is None else int(shift)
@@ -182,7 +185,8 @@ class SemiSFL(SplitFedAlgorithm):
         super().setup(stage)
 
     def configure_schedule(self) -> Phases:
-        return Phases(
+        """Semi-SFL's rounds (:attr:`phase_schedule`): ``K_s`` supervised steps, then ``K_u`` cross-entity steps."""
+        return self.phase_schedule(
             self.supervised, self.local_iters, self.labelled_batch_size, self.client_batch_size, self.selection
         )
 
@@ -379,15 +383,12 @@ class SupervisedOnly(SemiSFL):
     evaluated model is the EMA teacher, as for Semi-SFL, so that the two differ only in the unlabelled data."""
 
     step_handlers = {"supervised": "supervised_step"}
+    phase_schedule = SupervisedOnlyRounds
 
     def __init__(self, supervised_steps: int = 50, **kwargs) -> None:
         kwargs.update(adaptive_steps=False, contrastive=False)
         super().__init__(supervised_steps=supervised_steps, **kwargs)
 
-    def configure_schedule(self) -> SupervisedOnlyRounds:
-        return SupervisedOnlyRounds(
-            self.supervised, self.local_iters, self.labelled_batch_size, self.client_batch_size, self.selection
-        )
 
     def aggregate(self, step: Step) -> None:
         """No client half to aggregate."""

@@ -30,7 +30,7 @@ from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.sampling import round_generator
 from lightning_sfl.system.timing import ClientTimes
 
-__all__ = ["Arrival", "AsyncClock", "ClientTimes", "Upload"]
+__all__ = ["Arrival", "AsyncClock", "Upload"]
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ Client ``k``'s ``p``-th participation draws its ``E`` minibatches of ``b_k = min
 seeded by ``(seed, k, p)``; with the clock's state in :meth:`state_dict`, a resumed run plans the same steps.
 
 >>> import torch
->>> from lightning_sfl.loop.async_clock import ClientTimes
+>>> from lightning_sfl.system.timing import ClientTimes
 >>> stats = ClientStats(sizes=torch.tensor([4, 4]), label_counts=torch.tensor([[4, 0], [0, 4]]),
 ...     label_distribution=torch.tensor([[1.0, 0.0], [0.0, 1.0]]), shards=[torch.arange(0, 4), torch.arange(4, 8)],
 ...     clients_per_round=2, batch_size=2, seed=0)
@@ -37,11 +37,11 @@ from typing import ClassVar
 import torch
 
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.loop.async_clock import Arrival, AsyncClock, ClientTimes, Upload
+from lightning_sfl.loop.async_clock import Arrival, AsyncClock, Upload
 from lightning_sfl.loop.sampling import minibatch_indices, round_generator
 from lightning_sfl.loop.schedule import Schedule
 from lightning_sfl.loop.step import ClientStats, Step
-from lightning_sfl.system.timing import SystemModel
+from lightning_sfl.system.timing import ClientTimes, SystemModel
 
 __all__ = ["ArrivalStep", "AsyncEvents", "UploadStep"]
 

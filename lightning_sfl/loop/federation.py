@@ -11,13 +11,13 @@ Round events go through the federation: the method announces a round's start and
 end with its simulated time (:meth:`Federation.end_round`) and delivers both to every callback that defines
 ``on_round_start``/``on_round_end``, then to the method's own hook, then to the schedule (e.g. Semi-SFL's ``K_s``).
 
-Its state (the schedule's, the system model's draws, the simulated time) is checkpointed by :class:`Federate`. A
-federation serves one fit: a later fit of the same method builds its own (with the method's schedule, which continues,
-and the same system model).
+Its state (the schedule's, the system model's draws, the simulated time) is checkpointed by the method
+(``FederationMember``). A federation serves one fit: a later fit of the same method builds its own (with the method's
+schedule, which continues, and the same system model).
 
 >>> import lightning_sfl.loop.federation as federation
 >>> sorted(n for n in federation.__all__)
-['ClientData', 'Federate', 'Federation']
+['ClientData', 'Federate', 'Federation', 'legacy_federation_state']
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from lightning_sfl.system.timing import RoundTraffic, SystemModel
 if TYPE_CHECKING:
     from lightning_sfl.loop.schedule import Schedule
 
-__all__ = ["ClientData", "Federate", "Federation"]
+__all__ = ["ClientData", "Federate", "Federation", "legacy_federation_state"]
 
 
 class ClientData(Protocol):
@@ -60,7 +60,7 @@ class ClientData(Protocol):
         """Receive the federation (the data module executes its schedule)."""
 
 
-@dataclass
+@dataclass(eq=False)
 class Federation:
     """Everything a fit's parts share (see the module docstring).
 
@@ -163,13 +163,13 @@ class Federation:
 
 
 class Federate(L.Callback):
-    """Builds the fit's :class:`Federation` if its method has none, connects it to the fit's callbacks and the method
-    (round events), hands it to every callback defining ``on_federation(trainer, module, federation)``, and
-    checkpoints its state. Every method adds it (``configure_callbacks``); nothing to configure."""
+    """Builds the fit's :class:`Federation` if its method has none (or only one that served an earlier fit), connects
+    it to the fit's callbacks and the method (round events), and hands it to every callback defining
+    ``on_federation(trainer, module, federation)``. Every method adds it for a fit (``configure_callbacks``); nothing
+    to configure, no state of its own (the method checkpoints the federation's)."""
 
     def __init__(self) -> None:
         self.federation: Federation | None = None
-        self._pending: dict | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit":
@@ -190,36 +190,25 @@ class Federate(L.Callback):
             hook = getattr(callback, "on_federation", None)
             if callable(hook):
                 hook(trainer, pl_module, federation)
-        if self._pending is not None:
-            federation.load_state_dict(self._pending)
-            self._pending = None
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage == "fit" and self.federation is not None:
             self.federation.disconnect()
 
-    def state_dict(self) -> dict:
-        return {} if self.federation is None else self.federation.state_dict()
 
-    def load_state_dict(self, state_dict: dict) -> None:
-        if self.federation is None:
-            self._pending = dict(state_dict)
-        else:
-            self.federation.load_state_dict(state_dict)
+def legacy_federation_state(checkpoint: dict) -> dict:
+    """The federation's state from a checkpoint written before the federation existed: the schedule's state with the
+    data module, the wireless cell's draws and the simulated time with the ``SimulatedClock`` callback (``{}``: none).
 
-    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        """Checkpoints written before the federation kept the schedule's state with the data module and the wireless
-        cell's with the ``SimulatedClock`` callback: read them from there."""
-        states = checkpoint.get("callbacks", {})
-        if any(key.startswith("Federate") for key in states) or self.federation is None:
-            return
-        legacy: dict = {}
-        old_data = checkpoint.get("FederatedDataModule") or {}
-        if "schedule" in old_data or "selection" in old_data:
-            legacy["schedule"] = old_data.get("schedule", {"selection": old_data.get("selection", {})})
-        for key, value in states.items():
-            if key.startswith("SimulatedClock") and isinstance(value, dict):
-                legacy["system"] = {k: value.get(k) for k in ("seed", "distances_m", "capacities")}
-                legacy["elapsed_seconds"] = value.get("elapsed_seconds", 0.0)
-        if legacy:
-            self.federation.load_state_dict(legacy)
+    >>> legacy_federation_state({"FederatedDataModule": {"schedule": {"selection": {}}}})
+    {'schedule': {'selection': {}}}
+    """
+    state: dict = {}
+    old_data = checkpoint.get("FederatedDataModule") or {}
+    if "schedule" in old_data or "selection" in old_data:
+        state["schedule"] = old_data.get("schedule", {"selection": old_data.get("selection", {})})
+    for key, value in (checkpoint.get("callbacks") or {}).items():
+        if key.startswith("SimulatedClock") and isinstance(value, dict):
+            state["system"] = {k: value.get(k) for k in ("seed", "distances_m", "capacities")}
+            state["elapsed_seconds"] = value.get("elapsed_seconds", 0.0)
+    return state

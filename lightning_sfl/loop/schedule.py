@@ -7,7 +7,7 @@ every round (Lightning epoch) and yields the steps one by one to the method, whi
 Rounds may have any number of steps (one epoch = one round of variable length).
 
 Planning a round moves the schedule's state (selection history, clocks, per-client progress, adaptive counts)
-to the round's end, so the state saved in a checkpoint (with the data module's state) is exactly the state the
+to the round's end, so the state saved in a checkpoint (with the federation's state) is exactly the state the
 next round starts from: a run resumed from a round boundary plans the same rounds as an uninterrupted one.
 
 * :class:`SyncRounds` — synchronous rounds of ``T`` local iterations (every method of the SCALA and FedLC

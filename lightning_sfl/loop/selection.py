@@ -3,7 +3,7 @@
 A policy (a :class:`ClientSelection`) is called once per round by the method's schedule with the clients' label
 counts ``[K, N]``, the number ``S`` to select, a generator seeded by ``(seed, round)`` and the round index; it
 returns ``S`` distinct client ids. Policies that keep state across rounds expose ``state_dict``/``load_state_dict``
-(part of the schedule's state, saved in checkpoints through the data module). A method takes its policy as
+(part of the schedule's state, saved in checkpoints with the federation's). A method takes its policy as
 ``client_selection`` (an object, a class with its init args on the CLI, or a short name of ``SELECTIONS``), resolved
 in one place, :func:`resolve_selection`.
 

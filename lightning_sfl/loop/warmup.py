@@ -11,7 +11,7 @@ A warm-up step (:class:`WarmupStep`) lists the round's clients (as the round's l
 the clients that warm up in it (``sizes`` 0 for the others), and carries no labels. Its rows train no client half:
 they are not counted in the round's samples and iterations (:class:`~lightning_sfl.loop.RoundEnd`), so the simulated
 clock and the traffic ledger see the same rounds as without the warm-up. Rows come from a generator seeded by
-``(seed, round, stream 3)``; which clients have warmed up is the schedule's state (checkpointed with the data module),
+``(seed, round, stream 3)``; which clients have warmed up is the schedule's state (checkpointed with the federation),
 so a resumed run warms up the same clients at the same rounds.
 
 >>> import torch
