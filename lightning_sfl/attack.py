@@ -36,6 +36,7 @@ __all__ = ["check_args", "main", "parse_args", "run_attack", "train_attacker"]
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="lightning-sfl attack",
+        allow_abbrev=False,
         description="Model-inversion attack on a checkpoint's client half: train a decoder on (activation, image) "
         "pairs of the training split, score its reconstructions of the test split (MSE, SSIM, PSNR).",
     )

@@ -45,8 +45,10 @@ def main(args: list[str] | None = None) -> None:
         print(f"error: unknown subcommand {argv[0]!r}; choose from: {', '.join(COMMANDS)}", file=sys.stderr)
         raise SystemExit(2)
     from lightning_sfl.process.memory import retain_freed_memory
+    from lightning_sfl.process.quiet import quiet_dependencies
 
     retain_freed_memory()  # a training process reuses its freed memory (no page faults on bank-sized gradients)
+    quiet_dependencies()  # no warning a user can do nothing about (each filter says why)
     if argv[0] == "compare":
         from lightning_sfl.compare import main as compare_main
 

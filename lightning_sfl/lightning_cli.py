@@ -67,7 +67,11 @@ class SFLCLI(LightningCLI):
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
-            parser_kwargs={"exit_on_error": False, **{sub: {"exit_on_error": False} for sub in SUBCOMMANDS}},
+            parser_kwargs={  # no abbreviated option names: --data.num_client is an error, not num_clients
+                "exit_on_error": False,
+                "allow_abbrev": False,
+                **{sub: {"exit_on_error": False, "allow_abbrev": False} for sub in SUBCOMMANDS},
+            },
             args=args,
             run=run,
         )
@@ -196,9 +200,12 @@ class SFLCLI(LightningCLI):
         if self.trainer.interrupted or not self.trainer.is_global_zero:
             return
         metrics = self.trainer.callback_metrics
-        if "test/acc" not in metrics or int(metrics.get("round", -1)) != self.trainer.current_epoch:
+        # the rounds trained: the trainer's epochs, or (ddp_spawn: the fit ran in other processes, whose metrics come
+        # back but not their epoch counter) the round of the last evaluation
+        rounds = max(self.trainer.current_epoch, int(float(metrics.get("round", 0))))
+        if "test/acc" not in metrics or int(float(metrics.get("round", -1))) != rounds:
             metrics = self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)[0]
-        print(f"final test accuracy: {float(metrics['test/acc']):.4f} after {self.trainer.current_epoch} rounds")
+        print(f"final test accuracy: {float(metrics['test/acc']):.4f} after {rounds} rounds")
 
 
 class _ParseOnly(SFLCLI):

@@ -58,6 +58,7 @@ BAD: list[tuple[list[str], str]] = [
     (["--model.split_point=s9"], "split_point='s9' is not a cut point"),
     (["--model.client_bank=vmap"], "client_bank='vmap' is not one of: auto, sequential, stacked"),
     (["--data.colour=red"], "unrecognized arguments: --data.colour"),
+    (["--data.num_client=10"], "unrecognized arguments: --data.num_client"),  # no abbreviations
     # impossible combinations
     (["--data.alpha=11"], "alpha=11 must be a whole number of classes per client in [1, 10]"),
     (["--data.num_clients=5000", "--data.participation=0.001"], "num_clients=5000 is larger than the number"),

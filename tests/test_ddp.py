@@ -159,3 +159,18 @@ def test_nan_on_one_process_stops_both(tmp_path):
     assert re.search(rf"rank 0: {head}\(s\) \[\d+\]", proc.stdout), proc.stdout
     assert f"rank 1: {head}(s) on another process" in proc.stdout, proc.stdout
     assert "finished" not in proc.stdout
+
+
+def test_ddp_spawn_trains_reports_its_rounds_and_equals_one_process(tmp_path):
+    """``--trainer.strategy ddp_spawn`` (the method, with its federation, is pickled to the processes): the final line
+    names the rounds trained and the accuracy of the one-process run."""
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WANDB_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", str(REPO / "configs/digits/scala.yaml")]
+    cmd += ["--trainer.max_epochs=2", "--trainer.logger=false", "--trainer.enable_checkpointing=false"]
+    cmd += ["--trainer.enable_progress_bar=false", "--dissimilarity.every_n_rounds=0", "--trainer.accelerator=cpu"]
+    lines = []
+    for extra in ([], ["--trainer.strategy=ddp_spawn", "--trainer.devices=2"]):
+        proc = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        lines.append(re.search(r"final test accuracy: [0-9.]+ after \d+ rounds", proc.stdout).group(0))
+    assert lines[1] == lines[0] and lines[0].endswith("after 2 rounds"), lines

@@ -29,6 +29,7 @@ OPTIONS = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lightning-sfl compare",
+        allow_abbrev=False,
         description="Train several split-FL methods over several seeds on one config; write metrics.csv, "
         "results.md (one row per method) and accuracy.png into --out.",
         epilog="Overrides are passed to every `lightning-sfl fit` run; they run up to the next compare option (or "

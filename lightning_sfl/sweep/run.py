@@ -230,6 +230,7 @@ def _cell(value: Any) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lightning-sfl sweep",
+        allow_abbrev=False,
         description="Run the trials of a W&B sweep file offline, without a W&B server (see sweeps/README.md).",
     )
     parser.add_argument("sweep", type=Path, help="a W&B sweep file (method, metric, parameters, command)")

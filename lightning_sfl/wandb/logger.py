@@ -75,6 +75,8 @@ class WandbLogger(LightningWandbLogger):
         # wandb.init's other arguments, as Lightning's logger keeps them (not passed through its __init__: the CLI's
         # parser would then read Lightning's module for its signature and import W&B for its type hints)
         self._wandb_init.update(kwargs)
+        if self._wandb_init.get("anonymous") is None:  # W&B warns that the setting has no effect whenever it is given
+            self._wandb_init.pop("anonymous", None)
         self._offline_choice = offline
         if not self._id:
             self._id = os.environ.get("WANDB_RUN_ID") or generate_run_id()

@@ -1,0 +1,31 @@
+"""A normal run of the command line prints no warnings: what our code caused is fixed where it is caused (e.g. the W&B
+logger no longer passes W&B an ``anonymous`` setting it warns about); what our dependencies print about themselves,
+with nothing for a user to do, is filtered here, each filter with its reason. Installed by :func:`quiet_dependencies`
+when the command line starts (a library import changes no global filter)."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+__all__ = ["quiet_dependencies"]
+
+#: Lines Lightning logs to advertise optional packages of its own (``litlogger``, ``litmodels``): no setting of ours
+#: turns them off, and they are not about the run.
+_TIPS = "💡 Tip:"
+
+
+class _NoTips(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith(_TIPS)
+
+
+def quiet_dependencies() -> None:
+    """Install the filters (idempotent)."""
+    # Lightning 2.6's own pytree helper builds torch's LeafSpec, which newer torch deprecates; nothing of ours calls it
+    # and nothing can be changed on our side (Lightning's helper runs on every logged metric).
+    leafspec = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+    warnings.filterwarnings("ignore", message=leafspec, category=FutureWarning)
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _NoTips) for f in logger.filters):
+        logger.addFilter(_NoTips())
