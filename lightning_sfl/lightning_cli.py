@@ -22,7 +22,7 @@ import lightning as L
 import torch
 from jsonargparse import lazy_instance
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from lightning_sfl.algorithms import ALGORITHMS, SplitFedAlgorithm
 from lightning_sfl.callbacks import (
@@ -55,6 +55,48 @@ TRAINER_DEFAULTS = {
 SUBCOMMANDS = ("fit", "validate", "test")
 
 
+def git_commit(folder: Path | None = None) -> str | None:
+    """The commit of the checkout holding ``folder`` (default: this package's), with ``+dirty`` when files differ from
+    it; ``None`` outside a git checkout or without git."""
+    import subprocess
+
+    folder = folder or Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=folder, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+class RecordRun(SaveConfigCallback):
+    """Lightning's ``SaveConfigCallback`` (the resolved config as ``config.yaml`` in the log folder), and the same
+    resolved config with what produced the run in every logger's hyperparameters (W&B's run config): ``config`` (what
+    ``--print_config`` prints: the method's ``class_path`` and init args, data, trainer with ``max_epochs``,
+    ``seed_everything``, ``torch_threads``, the callbacks' and the system model's options: ``lightning-sfl fit --config
+    config.yaml`` runs it again) and ``lightning_sfl`` (``method``, ``version``, ``commit``)."""
+
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        import yaml
+
+        import lightning_sfl
+
+        config = yaml.safe_load(self.parser.dump(self.config, skip_none=False)) or {}
+        model = config.get("model") or {}
+        record = {
+            "config": config,
+            "lightning_sfl": {
+                "method": model.get("class_path") if isinstance(model, dict) else None,
+                "version": lightning_sfl.__version__,
+                "commit": git_commit(),
+            },
+        }
+        for logger in trainer.loggers:
+            logger.log_hyperparams(record)
+
+
 class SFLCLI(LightningCLI):
     """LightningCLI with the algorithm as a subclass of :class:`SplitFedAlgorithm` and data-driven links."""
 
@@ -65,6 +107,7 @@ class SFLCLI(LightningCLI):
             datamodule_class=FederatedDataModule,
             trainer_defaults=TRAINER_DEFAULTS,
             seed_everything_default=0,
+            save_config_callback=RecordRun,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
             parser_kwargs={  # no abbreviated option names: --data.num_client is an error, not num_clients
@@ -146,6 +189,11 @@ class SFLCLI(LightningCLI):
                 raise ConfigError(f"torch_threads={threads} must be >= 1 (or null for torch's default)")
             torch.set_num_threads(threads)
         loggers = config.get("trainer", {}).get("logger")
+        root = config.get("trainer", {}).get("default_root_dir")
+        for lg in loggers if isinstance(loggers, list) else [loggers]:  # the default loggers follow default_root_dir
+            init = getattr(lg, "init_args", None)
+            if init is not None and root and init.get("save_dir") == TRAINER_DEFAULTS["default_root_dir"]:
+                init.save_dir = root
         wandb_loggers = [
             lg
             for lg in (loggers if isinstance(loggers, list) else [loggers])
@@ -157,6 +205,33 @@ class SFLCLI(LightningCLI):
                 lg.init_args.offline = True
         if self.subcommand == "fit" and wandb_loggers:
             self._resume_where_the_same_command_left_off(config, key, wandb_loggers)
+        if self.subcommand in ("validate", "test") and config.get("ckpt_path") == "last":
+            config.ckpt_path = str(self._last_checkpoint_of(config, key, bool(wandb_loggers)))
+
+    @staticmethod
+    def _last_checkpoint_of(config, key: str, keyed: bool) -> Path:
+        """``--ckpt_path last`` for ``validate``/``test``: the last checkpoint ``fit`` wrote for the same configuration
+        (``--checkpoint.dirpath``; else, for a run logged to W&B as by default,
+        ``<default_root_dir>/checkpoints/<key>``, where ``fit`` put it), checked; a one-line error if there is none
+        (Lightning would evaluate an untrained model)."""
+        checkpoint = config.get("checkpoint") or {}
+        root = config.get("trainer", {}).get("default_root_dir") or "."
+        folder = checkpoint.get("dirpath") or (Path(root) / "checkpoints" / key if keyed else None)
+        if folder is None:
+            raise ConfigError(
+                "ckpt_path='last' needs the folder fit wrote its checkpoints to: give --checkpoint.dirpath (or the "
+                "checkpoint's path)"
+            )
+        folder = Path(folder)
+        path = folder / "last.ckpt"
+        if not path.is_file():
+            raise ConfigError(
+                f"ckpt_path='last': no checkpoint of this configuration in {folder} (fit it first with the same "
+                "options, or give the checkpoint's path)"
+            )
+        model = config.get("model")
+        check_checkpoint(path, expected_class=getattr(model, "class_path", None) if model is not None else None)
+        return path
 
     def before_fit(self) -> None:
         """The fit's federation, built before anything is written (a bad combination of method, data and system model
@@ -236,13 +311,17 @@ def resolved_config(args: list[str]) -> dict:
 
 
 def run_key(config) -> str:
-    """A short hash naming a run by its configuration, the same when the same command is run again (what may change
-    between a start and its resumption is left out: ``ckpt_path``, ``trainer.max_epochs``, ``torch_threads``)."""
+    """A short hash naming a run by its configuration, the same when the same command is run again and for ``fit``,
+    ``validate`` and ``test`` of it (what may change between a start and its resumption or evaluation is left out:
+    ``ckpt_path``, ``trainer.max_epochs``, ``torch_threads``, the checkpoint options, validate's ``verbose``, the
+    progress bar and model summary switches)."""
     values = config.clone().as_dict() if hasattr(config, "clone") else dict(config)
     values.pop("ckpt_path", None)
     values.pop("torch_threads", None)
+    values.pop("verbose", None)  # validate's and test's own: the same run for fit, validate and test
     values.pop("checkpoint", None)
-    values.get("trainer", {}).pop("max_epochs", None)
+    for display in ("max_epochs", "enable_progress_bar", "enable_model_summary"):  # change nothing a run computes
+        values.get("trainer", {}).pop(display, None)
     return hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 

@@ -310,3 +310,11 @@ def test_cli_run_puts_every_callbacks_keys_into_the_wandb_offline_files(tmp_path
     assert any(k.startswith("per_class/") for k in keys)
     assert run.images and run.tables  # partition heatmap; per-class table and confusion matrix
     assert [r["round"] for r in run.rows_with("test/acc")] == [1, 2, 3]
+    # what produced the run: the resolved config (method class, seed, rounds, system model) and the package
+    import lightning_sfl
+
+    config, produced = run.config["config"], run.config["lightning_sfl"]
+    assert config["model"]["class_path"] == produced["method"] == "lightning_sfl.algorithms.SCALA"
+    assert config["seed_everything"] == 0 and config["trainer"]["max_epochs"] == 3 and config["torch_threads"] == 1
+    assert config["clock"]["init_args"]["flops_high"] == 5e9 and produced["version"] == lightning_sfl.__version__
+    assert produced["commit"] is None or len(produced["commit"].split("+")[0]) == 40

@@ -303,3 +303,47 @@ def test_double_precision_trains_with_the_model_summary_on(run_dir):
     (ckpt,) = run_dir.rglob("last.ckpt")
     weights = torch.load(ckpt, weights_only=True)["state_dict"]
     assert {v.dtype for v in weights.values() if v.is_floating_point()} == {torch.float64}
+
+
+def test_validate_and_test_find_the_last_checkpoint_of_the_same_command(tmp_path):
+    """``fit`` with the default loggers, then ``validate``/``test --ckpt_path last`` of the same config: round 3 and
+    fit's final accuracy (not an untrained model); without a fit first, one ``error:`` line and exit 2."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    base = ["--config", str(REPO / "configs/digits/scala.yaml"), "--trainer.enable_progress_bar=false"]
+
+    def cli(*args, cwd=tmp_path):
+        cmd = [sys.executable, "-m", "lightning_sfl.cli", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+    (tmp_path / "empty").mkdir()
+    none = cli("validate", *base, "--ckpt_path=last", cwd=tmp_path / "empty")
+    assert none.returncode == 2 and none.stderr.strip().splitlines()[-1].startswith("error: ckpt_path='last': no")
+    fit = cli("fit", *base, "--trainer.max_epochs=3")
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    final = float(re.search(r"final test accuracy: ([0-9.]+) after 3 rounds", fit.stdout).group(1))
+    for sub in ("validate", "test"):
+        out = cli(sub, *base, "--ckpt_path=last")
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert float(re.search(r"test/acc[\s│]+([0-9.]+)", out.stdout).group(1)) == pytest.approx(final, abs=1e-4)
+        assert float(re.search(r"\bround[\s│]+([0-9.]+)", out.stdout).group(1)) == 3.0
+
+
+def test_default_root_dir_holds_everything_of_a_run(tmp_path):
+    """With ``--trainer.default_root_dir`` elsewhere the working directory stays empty: checkpoints, CSV and W&B logs
+    and the resolved config go there."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "cwd").mkdir()
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", str(REPO / "configs/digits/scala.yaml")]
+    cmd += ["--trainer.max_epochs=1", "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={tmp_path}/d"]
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path / "cwd", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert list((tmp_path / "cwd").iterdir()) == []
+    assert {"checkpoints", "csv", "wandb", "config.yaml"} <= {p.name for p in (tmp_path / "d").iterdir()}

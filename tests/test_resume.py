@@ -146,7 +146,7 @@ def test_cluster_resume_finds_last_and_continues_the_same_wandb_run_after_kill_m
     from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
 
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}}
-    args = _cli("--trainer.default_root_dir=root")  # the CLI's default loggers: W&B (offline) and CSV under runs/
+    args = _cli("--trainer.default_root_dir=root")  # the CLI's default loggers: W&B (offline) and CSV, under root/
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -162,7 +162,7 @@ def test_cluster_resume_finds_last_and_continues_the_same_wandb_run_after_kill_m
     assert 4 <= done < 30, "the kill must land mid-run"
     again = subprocess.run([*args, "--ckpt_path=last"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-2000:]
-    first, resumed = (read_offline_run(d) for d in find_offline_runs(tmp_path / "runs"))
+    first, resumed = (read_offline_run(d) for d in find_offline_runs(tmp_path / "root"))
     ids = [run.run_id for run in (first, resumed)]
     assert ids[0] == ids[1] == saved["lightning_sfl"]["wandb_id"]  # one W&B run
     rounds = [[int(r["round"]) for r in run.rows_with("test/acc")] for run in (first, resumed)]

@@ -77,6 +77,13 @@ def test_the_cli_logger_writes_the_run_lightnings_logger_writes(tmp_path):
     assert len(ours.history) == len(theirs.history) == 10  # partition, then per round: train, eval (+report)
     assert _stable(ours.history) == _stable(theirs.history)
     assert any("per_class/table" in row for row in ours.history)
+    # the same config, but for the resolved command line each recorded: it names its own logger (and so its own
+    # checkpoint folder, named by the configuration)
+    resolved = ours.config.pop("config"), theirs.config.pop("config")
+    assert resolved[0]["trainer"]["logger"] != resolved[1]["trainer"]["logger"]
+    assert {k: v for k, v in resolved[0].items() if k not in ("trainer", "checkpoint")} == {
+        k: v for k, v in resolved[1].items() if k not in ("trainer", "checkpoint")
+    }
     assert ours.metrics == theirs.metrics and ours.config == theirs.config
     assert _stable(ours.summary) == _stable(theirs.summary)
     assert ours.media_files == theirs.media_files and ours.media_files
