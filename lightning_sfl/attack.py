@@ -30,13 +30,14 @@ import json
 import sys
 from pathlib import Path
 
+from lightning_sfl.errors import OneLineArgumentParser
+
 __all__ = ["check_args", "main", "parse_args", "run_attack", "train_attacker"]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="lightning-sfl attack",
-        allow_abbrev=False,
         description="Model-inversion attack on a checkpoint's client half: train a decoder on (activation, image) "
         "pairs of the training split, score its reconstructions of the test split (MSE, SSIM, PSNR).",
     )

@@ -8,6 +8,11 @@ the previous round, stays on disk).
 
 from __future__ import annotations
 
+import argparse
+import os
+import sys
+from pathlib import Path
+
 
 class ConfigError(ValueError):
     """A bad setting, found when the run is constructed."""
@@ -37,6 +42,40 @@ def whole_number(name: str, value, low: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value or value < low:
         raise ConfigError(f"{name}={value!r} must be a whole number >= {low}")
     return int(value)
+
+
+def check_output_folder(name: str, folder: str | os.PathLike | None) -> None:
+    """A one-line :class:`ConfigError` unless ``folder`` (option ``name``) can be a folder to
+    write in: not a file, and its nearest existing folder writable. Nothing is created.
+
+    >>> check_output_folder("out", "/")
+    >>> check_output_folder("out", __file__)
+    Traceback (most recent call last):
+    ...
+    lightning_sfl.errors.ConfigError: out=... is a file, not a folder
+    """
+    if not folder:
+        return
+    path = Path(folder).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{name}={str(folder)!r} is a file, not a folder")
+    existing = next((p for p in (path, *path.absolute().parents) if p.exists()), None)
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{name}={str(folder)!r} is not writable (no permission to write in {existing})")
+
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """``argparse``'s parser whose errors are one ``error:`` line and exit code 2, like ``fit``'s (no usage dump),
+    and which takes no abbreviated option names."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def reported_cause(exc: BaseException) -> BaseException | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from jsonargparse import lazy_instance
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
@@ -37,7 +38,7 @@ from lightning_sfl.callbacks import (
 )
 from lightning_sfl.checkpoint import SPECIAL, check_checkpoint
 from lightning_sfl.data import FederatedDataModule
-from lightning_sfl.errors import ConfigError, NonFiniteError, reported_cause
+from lightning_sfl.errors import ConfigError, NonFiniteError, check_output_folder, reported_cause
 from lightning_sfl.loop import Federation
 from lightning_sfl.system.timing import SystemModel
 from lightning_sfl.system.wireless import WirelessCell
@@ -175,7 +176,11 @@ class SFLCLI(LightningCLI):
         callbacks = [*callbacks, SimulatedClock()]  # logs the times of the system model (--clock.*)
         if config.get("enable_checkpointing") is False:  # --trainer.enable_checkpointing false: no --checkpoint.*
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
-        return super()._instantiate_trainer(config, callbacks)
+        try:
+            return super()._instantiate_trainer(config, callbacks)
+        except (MisconfigurationException, ValueError) as exc:  # Lightning refuses the trainer's settings (an
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__  # accelerator or
+            raise ConfigError(f"trainer: {reason}") from None  # strategy this machine cannot run), before any run
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config)
@@ -183,6 +188,11 @@ class SFLCLI(LightningCLI):
         rounds = config.get("trainer", {}).get("max_epochs")
         if rounds is not None and rounds < 1:
             raise ConfigError(f"trainer.max_epochs={rounds} must be >= 1 (the number of global rounds)")
+        for name, folder in (
+            ("trainer.default_root_dir", config.get("trainer", {}).get("default_root_dir")),
+            ("checkpoint.dirpath", (config.get("checkpoint") or {}).get("dirpath")),
+        ):
+            check_output_folder(name, folder)
         threads = config.get("torch_threads")
         if threads is not None:
             if threads < 1:

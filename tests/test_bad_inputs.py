@@ -65,6 +65,12 @@ BAD: list[tuple[list[str], str]] = [
     (["--data.batch_size=4"], "batch_size=4 is smaller than the 5 clients per round"),
     (["--model=semi_sfl"], "SemiSFL needs a labelled server set: set --data.labelled_per_class"),  # federation's
     (["--clock.barrier=never"], "barrier='never' must be one of: round, iteration"),  # the system model's
+    # what this machine cannot run, and output folders that cannot be one
+    (["--trainer.accelerator=gpu"], "trainer: No supported gpu backend found!"),
+    (["--trainer.strategy=fsdp"], "trainer: The strategy `fsdp` requires a GPU accelerator"),
+    (["--trainer.strategy=deepspeed"], "trainer: To use the `DeepSpeedStrategy`, you must have DeepSpeed installed"),
+    (["--trainer.default_root_dir=fedavg.ckpt"], "trainer.default_root_dir='fedavg.ckpt' is a file, not a folder"),
+    (["--checkpoint.dirpath=fedavg.ckpt"], "checkpoint.dirpath='fedavg.ckpt' is a file, not a folder"),
     # checkpoints and data
     (["--ckpt_path=missing.ckpt"], "does not exist"),
     (["--ckpt_path=truncated.ckpt"], "cannot be loaded safely"),

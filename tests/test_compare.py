@@ -545,3 +545,21 @@ def test_add_refuses_another_command_or_missing_runs(tmp_path, capsys):
         compare.main([*base, "--methods", "fedprox", "--add", "--overrides", "--trainer.max_epochs=1"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and f"lacks runs ({BROKEN} seed 0)" in err
+
+
+def test_argument_errors_are_one_line_like_fits(tmp_path, capsys):
+    """An unknown method, an abbreviated option or an ``--out`` that is a file: one ``error:`` line (no usage dump),
+    exit code 2, nothing written."""
+    (tmp_path / "a_file").write_text("")
+    cases = [
+        (["--methods", "scala", "nosuch"], "error: unknown method 'nosuch'"),
+        (["--method", "scala"], "error: unrecognized arguments: --method scala"),
+        (["--out", str(tmp_path / "a_file")], "is a file, not a folder"),
+    ]
+    for extra, expected in cases:
+        out = ["--out", str(tmp_path / "o")] if "--out" not in extra else []
+        with pytest.raises(SystemExit) as exc:
+            compare.parse_args(["--config", CONFIG, *out, *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert exc.value.code == 2 and len(err) == 1 and expected in err[0], (extra, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from lightning_sfl.errors import OneLineArgumentParser, check_output_folder
+
 from .config import check_overrides, resolve_method
 
 OPTIONS = (
@@ -27,9 +29,8 @@ OPTIONS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="lightning-sfl compare",
-        allow_abbrev=False,
         description="Train several split-FL methods over several seeds on one config; write metrics.csv, "
         "results.md (one row per method) and accuracy.png into --out.",
         epilog="Overrides are passed to every `lightning-sfl fit` run; they run up to the next compare option (or "
@@ -120,6 +121,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         check_overrides(overrides)
         for m in args.methods:
             resolve_method(m)
+        check_output_folder("--out", args.out)
     except ValueError as exc:
         parser.error(str(exc))
     return args

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from lightning_sfl.errors import ConfigError
+from lightning_sfl.errors import ConfigError, OneLineArgumentParser
 from lightning_sfl.sweep.space import (
     check_sweep,
     expand_command,
@@ -228,9 +228,8 @@ def _cell(value: Any) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="lightning-sfl sweep",
-        allow_abbrev=False,
         description="Run the trials of a W&B sweep file offline, without a W&B server (see sweeps/README.md).",
     )
     parser.add_argument("sweep", type=Path, help="a W&B sweep file (method, metric, parameters, command)")
