@@ -56,6 +56,25 @@ TRAINER_DEFAULTS = {
 SUBCOMMANDS = ("fit", "validate", "test")
 
 
+def check_rounds_to_resume(checkpoint: dict, max_epochs: int | None) -> None:
+    """Resuming ``checkpoint`` must continue: ``trainer.max_epochs`` (the rounds in all) may not be fewer than the
+    rounds it already holds (one-line :class:`~lightning_sfl.errors.ConfigError`; Lightning would fail deep in the fit).
+
+    >>> check_rounds_to_resume({"epoch": 99}, 200)
+    >>> try:
+    ...     check_rounds_to_resume({"epoch": 99}, 2)
+    ... except ConfigError as err:
+    ...     print(err)
+    trainer.max_epochs=2 is fewer than the 100 rounds the checkpoint holds: give --trainer.max_epochs 101 or more to ...
+    """
+    done = int(checkpoint.get("epoch", -1)) + 1
+    if max_epochs is not None and 0 <= max_epochs < done:
+        raise ConfigError(
+            f"trainer.max_epochs={max_epochs} is fewer than the {done} rounds the checkpoint holds: give "
+            f"--trainer.max_epochs {done + 1} or more to continue it"
+        )
+
+
 def git_commit(folder: Path | None = None) -> str | None:
     """The commit of the checkout holding ``folder`` (default: this package's), with ``+dirty`` when files differ from
     it; ``None`` outside a git checkout or without git."""
@@ -215,6 +234,8 @@ class SFLCLI(LightningCLI):
                 lg.init_args.offline = True
         if self.subcommand == "fit" and wandb_loggers:
             self._resume_where_the_same_command_left_off(config, key, wandb_loggers)
+        elif self.subcommand == "fit" and config.get("ckpt_path") and str(config.get("ckpt_path")) not in SPECIAL:
+            check_rounds_to_resume(check_checkpoint(config.ckpt_path), config.get("trainer", {}).get("max_epochs"))
         if self.subcommand in ("validate", "test") and config.get("ckpt_path") == "last":
             config.ckpt_path = str(self._last_checkpoint_of(config, key, bool(wandb_loggers)))
 
@@ -264,7 +285,9 @@ class SFLCLI(LightningCLI):
         path = Path(checkpoint.dirpath) / "last.ckpt" if ckpt == "last" else Path(ckpt) if ckpt else None
         if path is None or str(ckpt) in SPECIAL[1:] or not path.is_file():
             return
-        run_id = (check_checkpoint(path).get("lightning_sfl") or {}).get("wandb_id")  # loaded safely, one-line errors
+        loaded = check_checkpoint(path)  # loaded safely, one-line errors
+        check_rounds_to_resume(loaded, config.get("trainer", {}).get("max_epochs"))
+        run_id = (loaded.get("lightning_sfl") or {}).get("wandb_id")
         for lg in wandb_loggers:
             if run_id and not lg.init_args.get("id") and not lg.init_args.get("version"):
                 lg.init_args.id = run_id  # Lightning's WandbLogger resumes a given id ("allow")

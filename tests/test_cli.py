@@ -330,6 +330,14 @@ def test_validate_and_test_find_the_last_checkpoint_of_the_same_command(tmp_path
         assert out.returncode == 0, out.stderr[-2000:]
         assert float(re.search(r"test/acc[\s│]+([0-9.]+)", out.stdout).group(1)) == pytest.approx(final, abs=1e-4)
         assert float(re.search(r"\bround[\s│]+([0-9.]+)", out.stdout).group(1)) == 3.0
+    # resuming it with fewer rounds than it holds: one line, exit 2, no new log or W&B run
+    before = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "runs").rglob("*") if p.is_dir())
+    fewer = cli("fit", *base, "--trainer.max_epochs=2", "--ckpt_path=last")
+    assert fewer.returncode == 2 and fewer.stderr.strip().splitlines()[-1] == (
+        "error: trainer.max_epochs=2 is fewer than the 3 rounds the checkpoint holds: give --trainer.max_epochs 4 or "
+        "more to continue it"
+    )
+    assert sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "runs").rglob("*") if p.is_dir()) == before
 
 
 def test_default_root_dir_holds_everything_of_a_run(tmp_path):
