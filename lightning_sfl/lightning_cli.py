@@ -121,6 +121,15 @@ class SFLCLI(LightningCLI):
     """LightningCLI with the algorithm as a subclass of :class:`SplitFedAlgorithm` and data-driven links."""
 
     def __init__(self, args=None, run: bool = True) -> None:
+        own_argv = sys.argv[1:]
+        if args is not None:  # the arguments are ``args``, not this process's command line (a compare or a sweep calls
+            sys.argv[1:] = []  # this in-process under its own): Lightning would warn that it was given both
+        try:
+            self._init(args, run)
+        finally:
+            sys.argv[1:] = own_argv
+
+    def _init(self, args, run: bool) -> None:
         super().__init__(
             model_class=SplitFedAlgorithm,
             subclass_mode_model=True,
@@ -236,8 +245,13 @@ class SFLCLI(LightningCLI):
             self._resume_where_the_same_command_left_off(config, key, wandb_loggers)
         elif self.subcommand == "fit" and config.get("ckpt_path") and str(config.get("ckpt_path")) not in SPECIAL:
             check_rounds_to_resume(check_checkpoint(config.ckpt_path), config.get("trainer", {}).get("max_epochs"))
-        if self.subcommand in ("validate", "test") and config.get("ckpt_path") == "last":
-            config.ckpt_path = str(self._last_checkpoint_of(config, key, bool(wandb_loggers)))
+        if self.subcommand in ("validate", "test"):
+            checkpoint = config.get("checkpoint")
+            if wandb_loggers and checkpoint is not None and not checkpoint.get("dirpath"):  # fit's folder: Lightning
+                root = config.get("trainer", {}).get("default_root_dir") or "."  # restores its checkpoint callback
+                checkpoint.dirpath = str(Path(root) / "checkpoints" / key)  # there, without a word
+            if config.get("ckpt_path") == "last":
+                config.ckpt_path = str(self._last_checkpoint_of(config, key, bool(wandb_loggers)))
 
     @staticmethod
     def _last_checkpoint_of(config, key: str, keyed: bool) -> Path:

@@ -1,4 +1,5 @@
-"""A normal run prints no warnings: ``lightning-sfl fit`` of the main job with Python's warnings on (the tests' own
+"""A normal run prints no warnings: ``lightning-sfl fit`` of the main job, ``validate --ckpt_path last`` of it, an
+``attack`` on its checkpoint, a ``compare`` and a 2-process DDP fit, with Python's warnings on (the tests' own
 ``PYTHONWARNINGS`` left out), W&B offline, every default logger and callback."""
 
 from __future__ import annotations
@@ -15,12 +16,38 @@ REPO = Path(__file__).resolve().parents[1]
 WARNING = re.compile(r"Warning\b|WARNING|[Dd]eprecat|💡|It is recommended")
 
 
-def test_a_default_fit_prints_no_warning(tmp_path):
+def test_a_default_fit_and_its_validate_print_no_warning(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     env["WANDB_MODE"] = "offline"
-    cmd = [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", str(REPO / "configs/digits/scala.yaml")]
-    proc = subprocess.run([*cmd, "--trainer.max_epochs=2"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    config = ["--config", str(REPO / "configs/digits/scala.yaml")]
+    for args in (["fit", *config, "--trainer.max_epochs=2"], ["validate", *config, "--ckpt_path=last"]):
+        cmd = [sys.executable, "-m", "lightning_sfl.cli", *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "final test accuracy:" in proc.stdout or "test/acc" in proc.stdout
+        noise = [line for line in (proc.stdout + proc.stderr).splitlines() if WARNING.search(line)]
+        assert not noise, (args[0], noise)
+
+
+def _quiet(args: list[str], cwd: Path, **env_extra: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    env.update(WANDB_MODE="offline", **env_extra)
+    proc = subprocess.run([sys.executable, "-m", "lightning_sfl.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "final test accuracy:" in proc.stdout
     noise = [line for line in (proc.stdout + proc.stderr).splitlines() if WARNING.search(line)]
-    assert not noise, noise
+    assert not noise, (args[0], noise)
+
+
+def test_an_attack_a_compare_and_a_two_process_fit_print_no_warning(tmp_path):
+    import socket
+
+    config = ["--config", str(REPO / "configs/digits/scala.yaml")]
+    _quiet(["fit", *config, "--trainer.max_epochs=1", "--checkpoint.dirpath=ckpt"], tmp_path)
+    _quiet(["attack", *config, "--ckpt_path=ckpt/last.ckpt", "--epochs=1", "--out=attack"], tmp_path)
+    _quiet(["compare", *config, "--methods", "fedavg", "--out=compared", "--", "--trainer.max_epochs=1"], tmp_path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    ddp = ["--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.accelerator=cpu", "--trainer.max_epochs=1"]
+    _quiet(["fit", *config, *ddp], tmp_path / "compared", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)

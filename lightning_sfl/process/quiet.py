@@ -26,6 +26,10 @@ def quiet_dependencies() -> None:
     # and nothing can be changed on our side (Lightning's helper runs on every logged metric).
     leafspec = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
     warnings.filterwarnings("ignore", message=leafspec, category=FutureWarning)
+    # Under DDP Lightning recommends sync_dist=True for every epoch-level value; every value our methods and callbacks
+    # log is already the same on every process (losses summed over processes, accuracy synced by torchmetrics, bytes
+    # and simulated times computed alike), so syncing again would change nothing.
+    warnings.filterwarnings("ignore", message=r"It is recommended to use `self\.log\(.*sync_dist=True\)`")
     logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     if not any(isinstance(f, _NoTips) for f in logger.filters):
         logger.addFilter(_NoTips())
