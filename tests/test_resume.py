@@ -149,9 +149,9 @@ def test_cluster_resume_finds_last_and_continues_the_same_wandb_run_after_kill_m
     args = _cli("--trainer.default_root_dir=root")  # the CLI's default loggers: W&B (offline) and CSV, under root/
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while time.time() < deadline:
-        ckpts = list(tmp_path.glob("root/checkpoints/*/epoch=*.ckpt"))
-        if ckpts and max(int(p.name.split("=")[1].split("-")[0]) for p in ckpts) >= 4:
+    while time.time() < deadline:  # until last.ckpt links to a checkpoint of round 5 or later (the link follows the
+        lasts = [p for p in tmp_path.glob("root/checkpoints/*/last.ckpt") if p.exists()]  # numbered file: wait for it)
+        if lasts and int(lasts[0].resolve().name.split("=")[1].split("-")[0]) >= 4:
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
