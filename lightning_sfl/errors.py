@@ -64,7 +64,6 @@ def check_output_folder(name: str, folder: str | os.PathLike | None) -> None:
         raise ConfigError(f"{name}={str(folder)!r} is not writable (no permission to write in {existing})")
 
 
-
 class OneLineArgumentParser(argparse.ArgumentParser):
     """``argparse``'s parser whose errors are one ``error:`` line and exit code 2, like ``fit``'s (no usage dump),
     and which takes no abbreviated option names."""

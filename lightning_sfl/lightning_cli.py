@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -54,6 +55,12 @@ TRAINER_DEFAULTS = {
 
 #: The LightningCLI subcommands offered (the console script adds ``compare``).
 SUBCOMMANDS = ("fit", "validate", "test")
+
+
+def keyed_checkpoint_folder(config, key: str) -> Path:
+    """Where a command logged to W&B keeps its checkpoints unless ``--checkpoint.dirpath`` says otherwise:
+    ``<default_root_dir>/checkpoints/<key>`` (``key``: :func:`run_key`), the same for fit, validate and test of it."""
+    return Path(config.get("trainer", {}).get("default_root_dir") or ".") / "checkpoints" / key
 
 
 def check_rounds_to_resume(checkpoint: dict, max_epochs: int | None) -> None:
@@ -248,8 +255,7 @@ class SFLCLI(LightningCLI):
         if self.subcommand in ("validate", "test"):
             checkpoint = config.get("checkpoint")
             if wandb_loggers and checkpoint is not None and not checkpoint.get("dirpath"):  # fit's folder: Lightning
-                root = config.get("trainer", {}).get("default_root_dir") or "."  # restores its checkpoint callback
-                checkpoint.dirpath = str(Path(root) / "checkpoints" / key)  # there, without a word
+                checkpoint.dirpath = str(keyed_checkpoint_folder(config, key))  # restores its callback there quietly
             if config.get("ckpt_path") == "last":
                 config.ckpt_path = str(self._last_checkpoint_of(config, key, bool(wandb_loggers)))
 
@@ -260,8 +266,7 @@ class SFLCLI(LightningCLI):
         ``<default_root_dir>/checkpoints/<key>``, where ``fit`` put it), checked; a one-line error if there is none
         (Lightning would evaluate an untrained model)."""
         checkpoint = config.get("checkpoint") or {}
-        root = config.get("trainer", {}).get("default_root_dir") or "."
-        folder = checkpoint.get("dirpath") or (Path(root) / "checkpoints" / key if keyed else None)
+        folder = checkpoint.get("dirpath") or (keyed_checkpoint_folder(config, key) if keyed else None)
         if folder is None:
             raise ConfigError(
                 "ckpt_path='last' needs the folder fit wrote its checkpoints to: give --checkpoint.dirpath (or the "
@@ -293,8 +298,7 @@ class SFLCLI(LightningCLI):
         if checkpoint is None:
             return
         if not checkpoint.get("dirpath"):
-            root = config.get("trainer", {}).get("default_root_dir") or "."
-            checkpoint.dirpath = str(Path(root) / "checkpoints" / key)
+            checkpoint.dirpath = str(keyed_checkpoint_folder(config, key))
         ckpt = config.get("ckpt_path")
         path = Path(checkpoint.dirpath) / "last.ckpt" if ckpt == "last" else Path(ckpt) if ckpt else None
         if path is None or str(ckpt) in SPECIAL[1:] or not path.is_file():
@@ -318,7 +322,8 @@ class SFLCLI(LightningCLI):
         super()._parse_ckpt_path()
 
     def after_fit(self) -> None:
-        """Print the final test accuracy of the global model in one line."""
+        """Print the final test accuracy of the global model in one line, then where the run's logs and last
+        checkpoint went."""
         if self.trainer.interrupted or not self.trainer.is_global_zero:
             return
         metrics = self.trainer.callback_metrics
@@ -328,6 +333,16 @@ class SFLCLI(LightningCLI):
         if "test/acc" not in metrics or int(float(metrics.get("round", -1))) != rounds:
             metrics = self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)[0]
         print(f"final test accuracy: {float(metrics['test/acc']):.4f} after {rounds} rounds")
+        folders = dict.fromkeys(str(getattr(lg, "log_dir", None) or lg.save_dir) for lg in self.trainer.loggers)
+        where = [f"logs in {', '.join(folders)}"] if folders else []  # (trainer.log_dir would wait for other ranks)
+        checkpoint = getattr(self.trainer.checkpoint_callback, "last_model_path", "") or getattr(
+            self.trainer.checkpoint_callback, "best_model_path", ""
+        )
+        if checkpoint:
+            inside = Path(checkpoint).resolve().is_relative_to(Path.cwd().resolve())
+            where.append(f"last checkpoint {os.path.relpath(checkpoint) if inside else checkpoint}")
+        if where:
+            print("run saved: " + "; ".join(where))
 
 
 class _ParseOnly(SFLCLI):

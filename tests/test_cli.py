@@ -325,6 +325,8 @@ def test_validate_and_test_find_the_last_checkpoint_of_the_same_command(tmp_path
     fit = cli("fit", *base, "--trainer.max_epochs=3")
     assert fit.returncode == 0, fit.stderr[-2000:]
     final = float(re.search(r"final test accuracy: ([0-9.]+) after 3 rounds", fit.stdout).group(1))
+    logs, last = re.search(r"run saved: logs in (.+); last checkpoint (\S+)$", fit.stdout.strip()).groups()
+    assert all((tmp_path / d).is_dir() for d in logs.split(", ")) and (tmp_path / last).is_file()  # where the run went
     for sub in ("validate", "test"):
         out = cli(sub, *base, "--ckpt_path=last")
         assert out.returncode == 0, out.stderr[-2000:]

@@ -389,6 +389,5 @@ class SupervisedOnly(SemiSFL):
         kwargs.update(adaptive_steps=False, contrastive=False)
         super().__init__(supervised_steps=supervised_steps, **kwargs)
 
-
     def aggregate(self, step: Step) -> None:
         """No client half to aggregate."""
