@@ -12,11 +12,11 @@ of the model are filled in from the data module.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -41,6 +41,18 @@ from lightning_sfl.checkpoint import SPECIAL, check_checkpoint
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError, NonFiniteError, check_output_folder, reported_cause
 from lightning_sfl.loop import Federation
+from lightning_sfl.run_folder import (
+    FOLDER_ENV,
+    RunLock,
+    claim_new,
+    git_commit,
+    latest_run,
+    next_run,
+    run_key,
+    run_name,
+    seeds_group,
+    trim_rounds,
+)
 from lightning_sfl.system.timing import SystemModel
 from lightning_sfl.system.wireless import WirelessCell
 from lightning_sfl.wandb.process import wandb_switch
@@ -55,12 +67,6 @@ TRAINER_DEFAULTS = {
 
 #: The LightningCLI subcommands offered (the console script adds ``compare``).
 SUBCOMMANDS = ("fit", "validate", "test")
-
-
-def keyed_checkpoint_folder(config, key: str) -> Path:
-    """Where a command logged to W&B keeps its checkpoints unless ``--checkpoint.dirpath`` says otherwise:
-    ``<default_root_dir>/checkpoints/<key>`` (``key``: :func:`run_key`), the same for fit, validate and test of it."""
-    return Path(config.get("trainer", {}).get("default_root_dir") or ".") / "checkpoints" / key
 
 
 def check_rounds_to_resume(checkpoint: dict, max_epochs: int | None) -> None:
@@ -80,22 +86,6 @@ def check_rounds_to_resume(checkpoint: dict, max_epochs: int | None) -> None:
             f"trainer.max_epochs={max_epochs} is fewer than the {done} rounds the checkpoint holds: give "
             f"--trainer.max_epochs {done + 1} or more to continue it"
         )
-
-
-def git_commit(folder: Path | None = None) -> str | None:
-    """The commit of the checkout holding ``folder`` (default: this package's), with ``+dirty`` when files differ from
-    it; ``None`` outside a git checkout or without git."""
-    import subprocess
-
-    folder = folder or Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10)
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=folder, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 class RecordRun(SaveConfigCallback):
@@ -131,10 +121,27 @@ class SFLCLI(LightningCLI):
         own_argv = sys.argv[1:]
         if args is not None:  # the arguments are ``args``, not this process's command line (a compare or a sweep calls
             sys.argv[1:] = []  # this in-process under its own): Lightning would warn that it was given both
+        self.run_folder: Path | None = None
+        self._args, self._lock, self._new_folder, self._held, self._made_root = args, None, False, False, False
+        failed = True
         try:
             self._init(args, run)
+            failed = False
         finally:
             sys.argv[1:] = own_argv
+            self._release_run_folder(remove_if_empty=failed or run)
+
+    def _release_run_folder(self, remove_if_empty: bool) -> None:
+        """Let go of the run folder (with ``run=False``, when the CLI is built: the caller's fit is not held); a folder
+        this process created and the command left empty (it failed with a one-line error, or wrote elsewhere) is
+        removed."""
+        if self._lock is not None:
+            self._lock.release()
+        if remove_if_empty and self._new_folder and self.run_folder is not None and self.run_folder.is_dir():
+            if not any(self.run_folder.iterdir()):
+                self.run_folder.rmdir()
+                if self._made_root and not any(self.run_folder.parent.iterdir()):
+                    self.run_folder.parent.rmdir()  # (the default_root_dir this run created)
 
     def _init(self, args, run: bool) -> None:
         super().__init__(
@@ -168,6 +175,13 @@ class SFLCLI(LightningCLI):
             default=None,
             help="torch.set_num_threads for this run (1 is fastest for small models on a shared CPU); null: default",
         )
+        parser.add_argument(
+            "--run_name",
+            type=str | None,
+            default=None,
+            help="the run's folder under trainer.default_root_dir; null: <method>-<dataset>-<partition>-s<seed>-<hash "
+            "of the config>, a new -v<n> for each new fit; '': default_root_dir itself",
+        )
         parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.init_args.input_shape", apply_on="instantiate")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
@@ -190,7 +204,7 @@ class SFLCLI(LightningCLI):
                         "init_args": {"project": "lightning-sfl", "save_dir": "runs", "offline": None},
                     },
                     {
-                        "class_path": "lightning.pytorch.loggers.CSVLogger",
+                        "class_path": "lightning_sfl.run_folder.ContinuingCSVLogger",  # <run folder>/csv/metrics.csv
                         "init_args": {"save_dir": "runs", "name": "csv"},
                     },
                 ],
@@ -212,10 +226,12 @@ class SFLCLI(LightningCLI):
         if config.get("enable_checkpointing") is False:  # --trainer.enable_checkpointing false: no --checkpoint.*
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
         try:
-            return super()._instantiate_trainer(config, callbacks)
+            trainer = super()._instantiate_trainer(config, callbacks)
         except (MisconfigurationException, ValueError) as exc:  # Lightning refuses the trainer's settings (an
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__  # accelerator or
             raise ConfigError(f"trainer: {reason}") from None  # strategy this machine cannot run), before any run
+        self._claim_run_folder()
+        return trainer
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config)
@@ -234,45 +250,108 @@ class SFLCLI(LightningCLI):
                 raise ConfigError(f"torch_threads={threads} must be >= 1 (or null for torch's default)")
             torch.set_num_threads(threads)
         loggers = config.get("trainer", {}).get("logger")
-        root = config.get("trainer", {}).get("default_root_dir")
-        for lg in loggers if isinstance(loggers, list) else [loggers]:  # the default loggers follow default_root_dir
-            init = getattr(lg, "init_args", None)
-            if init is not None and root and init.get("save_dir") == TRAINER_DEFAULTS["default_root_dir"]:
-                init.save_dir = root
-        wandb_loggers = [
-            lg
-            for lg in (loggers if isinstance(loggers, list) else [loggers])
-            if str(getattr(lg, "class_path", "")).endswith("WandbLogger")
-        ]
+        loggers = [lg for lg in (loggers if isinstance(loggers, list) else [loggers]) if lg not in (None, True, False)]
+        wandb_loggers = [lg for lg in loggers if str(getattr(lg, "class_path", "")).endswith("WandbLogger")]
         lightnings = [lg for lg in wandb_loggers if not str(lg.class_path).startswith("lightning_sfl.")]
         if lightnings and wandb_switch() is None:  # nothing says otherwise: no account needed
             for lg in lightnings:  # (ours decides so in its own W&B process: offline=None)
                 lg.init_args.offline = True
-        if self.subcommand == "fit" and wandb_loggers:
-            self._resume_where_the_same_command_left_off(config, key, wandb_loggers)
+        resumed = self._choose_run_folder(config, key)
+        self._place_in_run_folder(config, loggers)
+        if not loggers:  # Lightning would write the resolved config to default_root_dir, shared by every run
+            self.save_config_kwargs["config_filename"] = str((self.run_folder / "config.yaml").resolve())
+        if self.subcommand == "fit" and resumed is not None:
+            self._continue(config, resumed, wandb_loggers)
         elif self.subcommand == "fit" and config.get("ckpt_path") and str(config.get("ckpt_path")) not in SPECIAL:
             check_rounds_to_resume(check_checkpoint(config.ckpt_path), config.get("trainer", {}).get("max_epochs"))
-        if self.subcommand in ("validate", "test"):
-            checkpoint = config.get("checkpoint")
-            if wandb_loggers and checkpoint is not None and not checkpoint.get("dirpath"):  # fit's folder: Lightning
-                checkpoint.dirpath = str(keyed_checkpoint_folder(config, key))  # restores its callback there quietly
-            if config.get("ckpt_path") == "last":
-                config.ckpt_path = str(self._last_checkpoint_of(config, key, bool(wandb_loggers)))
+        if self.subcommand in ("validate", "test") and config.get("ckpt_path") == "last":
+            config.ckpt_path = str(self._last_checkpoint_of(config))
 
-    @staticmethod
-    def _last_checkpoint_of(config, key: str, keyed: bool) -> Path:
-        """``--ckpt_path last`` for ``validate``/``test``: the last checkpoint ``fit`` wrote for the same configuration
-        (``--checkpoint.dirpath``; else, for a run logged to W&B as by default,
-        ``<default_root_dir>/checkpoints/<key>``, where ``fit`` put it), checked; a one-line error if there is none
+    def _choose_run_folder(self, config, key: str) -> Path | None:
+        """The run's folder (:mod:`lightning_sfl.run_folder`), held by this process: a new one for a new ``fit``; the
+        latest of this configuration for ``--ckpt_path last`` and for ``validate``/``test``; the one the first process
+        chose for the other processes of a DDP run. Returns the checkpoint to resume (``fit --ckpt_path last`` where
+        the latest run has one), else ``None``."""
+        root = Path(config.get("trainer", {}).get("default_root_dir") or ".")
+        name = config.get("run_name")
+        name = run_name(config, key) if name is None else name
+        child = any(int(os.environ.get(var, "0") or 0) > 0 for var in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+        inherited = os.environ.get(FOLDER_ENV, "")
+        ckpt = config.get("ckpt_path")
+        if child and inherited:  # a process Lightning launched for DDP: the first process's folder, not held again
+            self.run_folder = Path(inherited)
+        elif name == "":
+            self.run_folder = root
+        elif self._command != "fit" or ckpt == "last":
+            self.run_folder = latest_run(root, name)
+            if self.run_folder is None and ckpt == "last" and self._command != "fit":
+                raise ConfigError(
+                    f"ckpt_path='last': no run of this configuration under {root} (no folder {name}): fit it first "
+                    "with the same options, or give the checkpoint's path"
+                )
+        if self.run_folder is None:
+            self.run_folder, self._new_folder = next_run(root, name), True
+        self._held = not (child and inherited)
+        checkpoint = config.get("checkpoint")
+        if checkpoint is not None and not checkpoint.get("dirpath"):
+            checkpoint.dirpath = str(self.run_folder / "checkpoints")
+        last = Path(checkpoint.dirpath) / "last.ckpt" if checkpoint is not None else None
+        return last if self._command == "fit" and ckpt == "last" and last is not None and last.is_file() else None
+
+    def _claim_run_folder(self) -> None:
+        """Create (a new run) and hold the run folder, once every setting has been checked and before anything is
+        written; the processes of a DDP run learn it from :data:`~lightning_sfl.run_folder.FOLDER_ENV`."""
+        if not self._held or self._lock is not None:
+            return
+        self._made_root = not self.run_folder.parent.exists()
+        if self._new_folder:
+            claim_new(self.run_folder)
+        else:
+            self.run_folder.mkdir(parents=True, exist_ok=True)
+        self._lock = RunLock(self.run_folder, command=" ".join(["lightning-sfl", *self._argv()]))
+        self._lock.acquire()
+        os.environ[FOLDER_ENV] = str(self.run_folder)
+
+    @property
+    def _command(self) -> str:
+        """The subcommand; ``fit`` for a CLI made with ``run=False`` (whose trainer the caller runs)."""
+        return self.subcommand or "fit"
+
+    def _argv(self) -> list[str]:
+        """The command's arguments, for the run folder's lock (``args`` may also be a dict of settings)."""
+        args = self._args if self._args is not None else sys.argv[1:]
+        return [str(a) for a in args] if isinstance(args, list | tuple) else [json.dumps(args, default=str)]
+
+    def _place_in_run_folder(self, config, loggers: list) -> None:
+        """Loggers writing to ``trainer.default_root_dir`` (the defaults: W&B and CSV) write to the run folder
+        instead; W&B's run is named after it, tagged with method, dataset, partition and seed, grouped with the runs
+        of the same configuration but for the seeds (:func:`seeds_group`), typed by subcommand; ``validate``/``test``
+        keep their CSV log apart from ``fit``'s."""
+        root = config.get("trainer", {}).get("default_root_dir")
+        model = config.get("model")
+        method = str(getattr(model, "class_path", "")).rsplit(".", 1)[-1]
+        data = config.get("data") or {}
+        tags = [t for t in (method, data.get("dataset"), data.get("partition")) if t]
+        tags.append(f"seed{config.get('seed_everything')}")
+        for lg in loggers:
+            init = getattr(lg, "init_args", None)
+            if init is None or init.get("save_dir") not in (TRAINER_DEFAULTS["default_root_dir"], root):
+                continue
+            init.save_dir = str(self.run_folder)
+            cls = str(lg.class_path)
+            if cls.endswith("ContinuingCSVLogger") and self._command != "fit":
+                init.name = self._command
+            if cls.endswith("WandbLogger"):
+                init.name = init.get("name") or self.run_folder.name
+                if cls.startswith("lightning_sfl."):
+                    init.tags, init.group, init.job_type = tags, seeds_group(config), self._command
+
+    def _last_checkpoint_of(self, config) -> Path:
+        """``--ckpt_path last`` for ``validate``/``test``: the last checkpoint of the latest ``fit`` of the same
+        configuration (in its run folder, or ``--checkpoint.dirpath``), checked; a one-line error if there is none
         (Lightning would evaluate an untrained model)."""
         checkpoint = config.get("checkpoint") or {}
-        folder = checkpoint.get("dirpath") or (keyed_checkpoint_folder(config, key) if keyed else None)
-        if folder is None:
-            raise ConfigError(
-                "ckpt_path='last' needs the folder fit wrote its checkpoints to: give --checkpoint.dirpath (or the "
-                "checkpoint's path)"
-            )
-        folder = Path(folder)
+        folder = Path(checkpoint.get("dirpath") or self.run_folder / "checkpoints")
         path = folder / "last.ckpt"
         if not path.is_file():
             raise ConfigError(
@@ -285,26 +364,25 @@ class SFLCLI(LightningCLI):
 
     def before_fit(self) -> None:
         """The fit's federation, built before anything is written (a bad combination of method, data and system model
-        is a one-line error here): the method, the data module and the system model of ``--clock.*``."""
+        is a one-line error here): the method, the data module and the system model of ``--clock.*``. Then where the
+        run lives."""
         system = self.config_init[self.subcommand].get("clock")
         Federation.build(self.model, self.datamodule, system=system)
+        if self.trainer.is_global_zero and self._lock is not None:
+            print(f"run folder: {_shown(self.run_folder)}", flush=True)
 
-    def _resume_where_the_same_command_left_off(self, config, key: str, wandb_loggers: list) -> None:
-        """A cluster job re-runs the same command with ``--ckpt_path last``. Without ``--checkpoint.dirpath`` a run
-        logged to W&B (whose run folder changes at every start) keeps its checkpoints in
-        ``<default_root_dir>/checkpoints/<key>`` (``key``: a hash of the config without ``ckpt_path`` and
-        ``max_epochs``), so ``last`` is found again; a resumed run continues the W&B run its checkpoint records."""
-        checkpoint = config.get("checkpoint")
-        if checkpoint is None:
-            return
-        if not checkpoint.get("dirpath"):
-            checkpoint.dirpath = str(keyed_checkpoint_folder(config, key))
-        ckpt = config.get("ckpt_path")
-        path = Path(checkpoint.dirpath) / "last.ckpt" if ckpt == "last" else Path(ckpt) if ckpt else None
-        if path is None or str(ckpt) in SPECIAL[1:] or not path.is_file():
-            return
-        loaded = check_checkpoint(path)  # loaded safely, one-line errors
+    @staticmethod
+    def _continue(config, last: Path, wandb_loggers: list) -> None:
+        """``fit --ckpt_path last`` (how a cluster job re-runs its command) continues the latest run of the same
+        configuration: its ``last.ckpt`` (checked; fewer rounds than it holds is a one-line error), its W&B run (the id
+        the checkpoint records) and its CSV log (the rows of rounds after the checkpoint dropped)."""
+        loaded = check_checkpoint(last)  # loaded safely, one-line errors
         check_rounds_to_resume(loaded, config.get("trainer", {}).get("max_epochs"))
+        # Lightning warns that the checkpoint folder is not empty: it holds this run's own checkpoints, continued on
+        # purpose (a folder held by one process, never shared across runs). Only that exact folder is left unsaid.
+        folder = re.escape(os.path.realpath(last.parent))
+        warnings.filterwarnings("ignore", message=f"Checkpoint directory {folder} exists and is not empty")
+        trim_rounds(last.parent.parent / "csv" / "metrics.csv", int(loaded.get("epoch", -1)) + 1)
         run_id = (loaded.get("lightning_sfl") or {}).get("wandb_id")
         for lg in wandb_loggers:
             if run_id and not lg.init_args.get("id") and not lg.init_args.get("version"):
@@ -339,10 +417,15 @@ class SFLCLI(LightningCLI):
             self.trainer.checkpoint_callback, "best_model_path", ""
         )
         if checkpoint:
-            inside = Path(checkpoint).resolve().is_relative_to(Path.cwd().resolve())
-            where.append(f"last checkpoint {os.path.relpath(checkpoint) if inside else checkpoint}")
+            where.append(f"last checkpoint {_shown(checkpoint)}")
         if where:
             print("run saved: " + "; ".join(where))
+
+
+def _shown(path: str | os.PathLike) -> str:
+    """``path`` relative to the working directory when it lies inside it, else as it is."""
+    inside = Path(path).resolve().is_relative_to(Path.cwd().resolve())
+    return os.path.relpath(path) if inside else str(path)
 
 
 class _ParseOnly(SFLCLI):
@@ -370,21 +453,6 @@ def resolved_config(args: list[str]) -> dict:
     except argparse.ArgumentError as exc:
         raise ConfigError(parser_error_line(str(exc))) from None
     return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False)) or {}
-
-
-def run_key(config) -> str:
-    """A short hash naming a run by its configuration, the same when the same command is run again and for ``fit``,
-    ``validate`` and ``test`` of it (what may change between a start and its resumption or evaluation is left out:
-    ``ckpt_path``, ``trainer.max_epochs``, ``torch_threads``, the checkpoint options, validate's ``verbose``, the
-    progress bar and model summary switches)."""
-    values = config.clone().as_dict() if hasattr(config, "clone") else dict(config)
-    values.pop("ckpt_path", None)
-    values.pop("torch_threads", None)
-    values.pop("verbose", None)  # validate's and test's own: the same run for fit, validate and test
-    values.pop("checkpoint", None)
-    for display in ("max_epochs", "enable_progress_bar", "enable_model_summary"):  # change nothing a run computes
-        values.get("trainer", {}).pop(display, None)
-    return hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 def resolve_algorithm_names(argv: list[str]) -> list[str]:

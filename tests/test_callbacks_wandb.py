@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -289,7 +290,12 @@ def test_cli_run_puts_every_callbacks_keys_into_the_wandb_offline_files(tmp_path
     ]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    run = read_offline_run(tmp_path / "runs")
+    (run_folder,) = (tmp_path / "runs").iterdir()  # one folder per run, and its W&B run named after it
+    run = read_offline_run(run_folder)
+    assert run.run["display_name"] == run_folder.name and run.run["job_type"] == "fit", run.run
+    assert set(run.run["tags"]) == {"SCALA", "digits", "quantity", "seed0"}
+    assert re.fullmatch(r"scala-digits-quantity2-[0-9a-f]{10}", run.run["run_group"])  # the seeds of this setting
+    assert (run_folder / "config.yaml").is_file() and (run_folder / "checkpoints" / "last.ckpt").is_file()
     keys = run.keys()
     for key in (
         "test/acc",

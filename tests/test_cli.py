@@ -32,7 +32,7 @@ def _fit(run_dir: Path, *extra: str, rounds: int = 3, config: Path = REPO / "con
         *extra,
     ]
     SFLCLI(args=args)
-    return max(run_dir.glob("csv/version_*/metrics.csv"), key=lambda p: p.stat().st_mtime)
+    return max(run_dir.glob("*/csv/version_*/metrics.csv"), key=lambda p: p.stat().st_mtime)
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -158,7 +158,7 @@ def test_validate_and_test_from_checkpoint(run_dir, capsys):
     last = ckpt.parent / "last.ckpt"  # a link to it (one checkpoint written per round), the only numbered one kept
     assert last.is_symlink() and last.resolve() == ckpt.resolve()
     assert sorted(p.name for p in ckpt.parent.iterdir()) == sorted([ckpt.name, "last.ckpt"])
-    fitted = [r for r in _rows(next(run_dir.glob("csv/version_*/metrics.csv"))) if r.get("test/acc")][-1]
+    fitted = [r for r in _rows(next(run_dir.glob("*/csv/version_*/metrics.csv"))) if r.get("test/acc")][-1]
     for sub in ("validate", "test"):
         SFLCLI(
             args=[
@@ -356,4 +356,22 @@ def test_default_root_dir_holds_everything_of_a_run(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path / "cwd", timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert list((tmp_path / "cwd").iterdir()) == []
-    assert {"checkpoints", "csv", "wandb", "config.yaml"} <= {p.name for p in (tmp_path / "d").iterdir()}
+    (run,) = (tmp_path / "d").iterdir()  # one folder per run, named for a person and by the configuration's hash
+    assert re.fullmatch(r"scala-digits-quantity2-s0-[0-9a-f]{10}", run.name), run.name
+    assert {"checkpoints", "csv", "wandb", "config.yaml"} == {p.name for p in run.iterdir()}
+    assert (run / "csv" / "metrics.csv").is_file() and f"run folder: {run}" in proc.stdout
+
+
+def test_runs_are_grouped_by_their_setting_and_named_by_their_configuration():
+    """W&B's group of a run leaves out the seeds (its seeds are one group); the run folder's name keeps them."""
+    from lightning_sfl.lightning_cli import resolved_config, run_key, seeds_group
+    from lightning_sfl.run_folder import run_name
+
+    base = ["--config", str(REPO / "configs/digits/scala.yaml")]
+    configs = [
+        resolved_config([*base, *extra]) for extra in ([], ["--seed_everything=1", "--data.seed=1"], ["--model.lr=0.5"])
+    ]
+    groups = [seeds_group(c) for c in configs]
+    assert groups[0] == groups[1] != groups[2] and groups[0].startswith("scala-digits-quantity2-")
+    names = [run_name(c, run_key(c)) for c in configs]
+    assert len(set(names)) == 3 and names[1].startswith("scala-digits-quantity2-s1-")

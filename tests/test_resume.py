@@ -150,22 +150,29 @@ def test_cluster_resume_finds_last_and_continues_the_same_wandb_run_after_kill_m
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline:  # until last.ckpt links to a checkpoint of round 5 or later (the link follows the
-        lasts = [p for p in tmp_path.glob("root/checkpoints/*/last.ckpt") if p.exists()]  # numbered file: wait for it)
+        lasts = [p for p in tmp_path.glob("root/*/checkpoints/last.ckpt") if p.exists()]  # numbered file: wait for it)
         if lasts and int(lasts[0].resolve().name.split("=")[1].split("-")[0]) >= 4:
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    (folder,) = tmp_path.glob("root/checkpoints/*")  # named by the command's config, not by the W&B run
+    (run_folder,) = tmp_path.glob("root/*")  # named by the command's config, not by the W&B run
+    folder = run_folder / "checkpoints"
     saved = torch.load(folder / "last.ckpt", weights_only=True)
     done = saved["epoch"] + 1
     assert 4 <= done < 30, "the kill must land mid-run"
     again = subprocess.run([*args, "--ckpt_path=last"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-2000:]
-    first, resumed = (read_offline_run(d) for d in find_offline_runs(tmp_path / "root"))
+    assert list(tmp_path.glob("root/*")) == [run_folder]  # --ckpt_path last continues the same run folder
+    first, resumed = (read_offline_run(d) for d in find_offline_runs(run_folder))
     ids = [run.run_id for run in (first, resumed)]
     assert ids[0] == ids[1] == saved["lightning_sfl"]["wandb_id"]  # one W&B run
     rounds = [[int(r["round"]) for r in run.rows_with("test/acc")] for run in (first, resumed)]
     # W&B's writer is asynchronous: a SIGKILLed process loses the rounds it had not yet written (not so on SIGTERM)
     assert rounds[0] == list(range(1, len(rounds[0]) + 1)) and len(rounds[0]) <= done + 1
     assert rounds[1] == list(range(done + 1, 31))  # continues right after the checkpoint's round
+    # one CSV log, continued: the rounds the killed process had flushed, none twice, then the resumed ones
+    assert [p.name for p in run_folder.rglob("*.csv")] == ["metrics.csv"]
+    with open(run_folder / "csv" / "metrics.csv") as f:
+        logged = [int(float(r["round"])) for r in csv.DictReader(f) if r.get("test/acc")]
+    assert logged == sorted(set(logged)) and logged[-(30 - done) :] == list(range(done + 1, 31))

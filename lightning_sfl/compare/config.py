@@ -188,6 +188,8 @@ def fit_args(run_config: Path, seed: int, run_dir: Path) -> list[str]:
         "--trainer.logger.name=",
         f"--trainer.logger.version={LOG_SUBDIR}",
         f"--trainer.default_root_dir={run_dir}",
+        "--run_name=",  # the trial's folder is the run folder
+        f"--checkpoint.dirpath={run_dir / LOG_SUBDIR / 'checkpoints'}",
         *FIT_FLAGS,
     ]
 

@@ -48,7 +48,8 @@ __all__ = ["WandbLogger"]
 
 class WandbLogger(LightningWandbLogger):
     """Lightning's ``WandbLogger`` with W&B in a worker process (see the module docstring). Arguments as Lightning's;
-    ``offline=None``: W&B's own switches decide, else offline."""
+    ``offline=None``: W&B's own switches decide, else offline; ``tags``, ``group`` and ``job_type`` go to
+    ``wandb.init`` (the command line sets them: method, dataset, partition, seed; the configuration; the subcommand)."""
 
     def __init__(
         self,
@@ -65,6 +66,9 @@ class WandbLogger(LightningWandbLogger):
         prefix: str = "",
         checkpoint_name: str | None = None,
         add_file_policy: Literal["mutable", "immutable"] = "mutable",
+        tags: list[str] | None = None,
+        group: str | None = None,
+        job_type: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -75,6 +79,8 @@ class WandbLogger(LightningWandbLogger):
         # wandb.init's other arguments, as Lightning's logger keeps them (not passed through its __init__: the CLI's
         # parser would then read Lightning's module for its signature and import W&B for its type hints)
         self._wandb_init.update(kwargs)
+        given = {"tags": tags, "group": group, "job_type": job_type}
+        self._wandb_init.update({k: v for k, v in given.items() if v is not None})
         if self._wandb_init.get("anonymous") is None:  # W&B warns that the setting has no effect whenever it is given
             self._wandb_init.pop("anonymous", None)
         self._offline_choice = offline

@@ -1,0 +1,255 @@
+"""One folder per run: ``<default_root_dir>/<method>-<dataset>-<partition>-s<seed>-<key>[-v<n>]`` holds everything a
+run of the command line writes (``checkpoints/``, the CSV log ``csv/metrics.csv``, W&B's files ``wandb/``, the resolved
+``config.yaml``), named so that a person can read it and the same command finds it again.
+
+- A new ``fit`` takes the first free name (``…-<key>``, then ``…-<key>-v2``, …: an earlier run is never overwritten);
+  ``fit``, ``validate`` and ``test`` with ``--ckpt_path last`` take the latest run of the same configuration.
+- A live process holds its run folder (:class:`RunLock`): a second process that would write there stops with one line
+  naming the holder, so two runs never share checkpoints and ``last.ckpt`` never points across runs.
+- Resuming continues the CSV log in the same file (:class:`ContinuingCSVLogger`, :func:`trim_rounds`).
+
+Pure functions of the configuration and the file system; nothing here imports Lightning's trainer.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import json
+import os
+import re
+import socket
+import time
+from pathlib import Path
+
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+from lightning_sfl.errors import ConfigError
+
+__all__ = [
+    "ContinuingCSVLogger", "RunLock", "claim_new", "git_commit", "latest_run", "next_run", "run_key", "run_name",
+    "seeds_group", "trim_rounds",
+]  # fmt: skip
+
+#: Set by the process that chose the run folder, for the processes Lightning launches for DDP (the same command).
+FOLDER_ENV = "LIGHTNING_SFL_RUN_FOLDER"
+LOCK_NAME = ".lock"
+
+
+def run_name(config: dict, key: str) -> str:
+    """A readable name of the run's configuration, ``<method>-<dataset>-<partition>-s<seed>-<key>``.
+
+    >>> run_name({"model": {"class_path": "lightning_sfl.algorithms.SCALA"}, "seed_everything": 0,
+    ...           "data": {"dataset": "digits", "partition": "dirichlet", "beta": 0.5}}, "0f58ca476a")
+    'scala-digits-dirichlet0.5-s0-0f58ca476a'
+    >>> run_name({"model": {"class_path": "my.FedAvg"}, "data": {"partition": "quantity", "alpha": 2}}, "ab")
+    'fedavg-data-quantity2-sNone-ab'
+    """
+    model = config.get("model") or {}
+    method = str(model.get("class_path", "model") if isinstance(model, dict) else getattr(model, "class_path", "model"))
+    data = config.get("data") or {}
+    partition = str(data.get("partition", "partition"))
+    parameter = {"dirichlet": "beta", "quantity": "alpha", "shards": "shards_per_client"}.get(partition)
+    if parameter and data.get(parameter) is not None:
+        partition += str(data.get(parameter))
+    parts = [method.rsplit(".", 1)[-1].lower(), str(data.get("dataset", "data")), partition]
+    parts += [f"s{config.get('seed_everything')}", key]
+    return "-".join(re.sub(r"[^\w.]+", "_", p) for p in parts)
+
+
+def run_key(config) -> str:
+    """A short hash naming a run by its configuration, the same when the same command is run again and for ``fit``,
+    ``validate`` and ``test`` of it (what may change between a start and its resumption or evaluation is left out:
+    ``ckpt_path``, ``trainer.max_epochs``, ``torch_threads``, the checkpoint options, validate's ``verbose``, the
+    progress bar and model summary switches)."""
+    values = config.clone().as_dict() if hasattr(config, "clone") else dict(config)
+    values.pop("ckpt_path", None)
+    values.pop("torch_threads", None)
+    values.pop("verbose", None)  # validate's and test's own: the same run for fit, validate and test
+    values.pop("checkpoint", None)
+    for display in ("max_epochs", "enable_progress_bar", "enable_model_summary"):  # change nothing a run computes
+        values.get("trainer", {}).pop(display, None)
+    return hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def seeds_group(config) -> str:
+    """The W&B group of a run: its name without the seed and a hash of its configuration without the seeds
+    (``seed_everything``, ``data.seed``), so that the seeds of one setting are one group (W&B's grouped mean ± std)."""
+    values = config.clone() if hasattr(config, "clone") else copy.deepcopy(dict(config))
+    values["seed_everything"] = None
+    if values.get("data") is not None:
+        values["data"]["seed"] = None
+    name = run_name(values, run_key(values))
+    return re.sub(r"-sNone-", "-", name)
+
+
+def git_commit(folder: Path | None = None) -> str | None:
+    """The commit of the checkout holding ``folder`` (default: this package's), with ``+dirty`` when files differ from
+    it; ``None`` outside a git checkout or without git."""
+    import subprocess
+
+    folder = folder or Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=folder, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def _versions(root: Path, name: str) -> list[tuple[int, Path]]:
+    found = []
+    for path in root.glob(f"{glob_escape(name)}*") if root.is_dir() else ():
+        match = re.fullmatch(re.escape(name) + r"(?:-v(\d+))?", path.name)
+        if match and path.is_dir():
+            found.append((int(match.group(1) or 1), path))
+    return sorted(found)
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def latest_run(root: str | os.PathLike, name: str) -> Path | None:
+    """The latest run folder of ``name`` under ``root`` (``name``, ``name-v2``, …: the highest), or ``None``."""
+    found = _versions(Path(root), name)
+    return found[-1][1] if found else None
+
+
+def next_run(root: str | os.PathLike, name: str) -> Path:
+    """The first free run folder of ``name`` under ``root`` (``name``, then ``name-v2``, …), not created."""
+    version = (_versions(Path(root), name) or [(0, None)])[-1][0] + 1
+    return Path(root) / (name if version == 1 else f"{name}-v{version}")
+
+
+def claim_new(folder: Path) -> None:
+    """Create the run folder chosen by :func:`next_run` (``mkdir``: of two processes that chose it at once, the second
+    stops with one line)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        raise ConfigError(f"run folder {folder} was just created by another process: run the command again") from None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RunLock:
+    """A live process's claim on a run folder: ``<folder>/.lock`` holds its pid, host, command and start time.
+
+    :meth:`acquire` raises a one-line :class:`ConfigError` naming the holder while another live process on this host
+    holds the folder (a lock left by a process that died is taken over); :meth:`release` removes it.
+    """
+
+    def __init__(self, folder: str | os.PathLike, command: str = "") -> None:
+        self.path = Path(folder) / LOCK_NAME
+        self.command = command
+        self.held = False
+
+    def holder(self) -> dict | None:
+        """The live holder's record, or ``None`` when the folder is free (no lock, or one left by a dead process)."""
+        try:
+            record = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        if record.get("host") == socket.gethostname() and not _alive(int(record.get("pid", -1))):
+            return None
+        return record
+
+    def acquire(self) -> None:
+        record = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command, "since": time.time()}
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = self.holder()
+                if holder is not None and holder.get("pid") != os.getpid():
+                    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.get("since", 0))))
+                    raise ConfigError(
+                        f"run folder {self.path.parent} is in use by process {holder.get('pid')} on "
+                        f"{holder.get('host')} (since {since}: {holder.get('command', '')}); wait for it to end, or "
+                        "give another --trainer.default_root_dir"
+                    ) from None
+                self.path.unlink(missing_ok=True)  # left by a process that is gone (or by this one)
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(record, f)
+            self.held = True
+            return
+        raise ConfigError(f"run folder {self.path.parent}: could not take {self.path} (other processes keep taking it)")
+
+    def release(self) -> None:
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False
+
+
+def trim_rounds(metrics_csv: str | os.PathLike, rounds: int) -> int:
+    """Keep the rows of a CSV log (Lightning's ``metrics.csv``) logged in the first ``rounds`` rounds (``epoch`` below
+    ``rounds``; rows without an epoch are kept): what a resumed run logs again is not logged twice. Returns the rows
+    dropped.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "metrics.csv"
+    >>> _ = path.write_text("epoch,step,loss\\n0,0,1.0\\n1,1,0.5\\n2,2,0.4\\n,3,\\n")
+    >>> trim_rounds(path, 2), path.read_text().splitlines()
+    (1, ['epoch,step,loss', '0,0,1.0', '1,1,0.5', ',3,'])
+    """
+    path = Path(metrics_csv)
+    if not path.is_file():
+        return 0
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames or [], list(reader)
+    kept = [r for r in rows if not r.get("epoch") or float(r["epoch"]) < rounds]
+    if len(kept) != len(rows):
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(kept)
+    return len(rows) - len(kept)
+
+
+class _ContinuingWriter(ExperimentWriter):
+    """Lightning's CSV writer, but an existing ``metrics.csv`` is continued (its columns kept), not deleted."""
+
+    def _check_log_dir_exists(self) -> None:
+        if os.path.isfile(self.metrics_file_path):
+            with open(self.metrics_file_path, newline="") as f:
+                self.metrics_keys = sorted(csv.DictReader(f).fieldnames or [])
+
+
+class ContinuingCSVLogger(CSVLogger):
+    """Lightning's :class:`~lightning.pytorch.loggers.CSVLogger` writing ``<save_dir>/<name>/metrics.csv`` (no
+    ``version_<n>`` folder: the run folder is the version) and continuing that file when the run is resumed."""
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike = "runs",
+        name: str = "csv",
+        version: int | str = "",
+        prefix: str = "",
+        flush_logs_every_n_steps: int = 100,
+    ) -> None:
+        super().__init__(save_dir, name, version, prefix, flush_logs_every_n_steps)
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _ContinuingWriter(log_dir=self.log_dir)
+        return self._experiment
