@@ -26,6 +26,15 @@ class NonFiniteError(RuntimeError):
     """A NaN or Inf appeared in training."""
 
 
+class RunInterrupted(Exception):
+    """A run stopped by Ctrl-C or SIGTERM after Lightning saved what it could; ``exit_code`` is the shell's for the
+    signal (130 for SIGINT, 143 for SIGTERM), so that a cluster's scheduler sees a preempted job, not a finished one."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 REPORTED = (ConfigError, NonFiniteError)
 
 

@@ -39,7 +39,7 @@ from lightning_sfl.callbacks import (
 )
 from lightning_sfl.checkpoint import SPECIAL, check_checkpoint
 from lightning_sfl.data import FederatedDataModule
-from lightning_sfl.errors import ConfigError, NonFiniteError, check_output_folder, reported_cause
+from lightning_sfl.errors import ConfigError, NonFiniteError, RunInterrupted, check_output_folder, reported_cause
 from lightning_sfl.loop import Federation
 from lightning_sfl.run_folder import (
     FOLDER_ENV,
@@ -399,6 +399,35 @@ class SFLCLI(LightningCLI):
             check_checkpoint(ckpt, expected_class=expected)
         super()._parse_ckpt_path()
 
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Lightning's, with Ctrl-C and SIGTERM (how SLURM and Kubernetes preempt a job) ending in one line: Lightning
+        stops at the next step, drops the unfinished round (no checkpoint is written mid-round) and tears down; the
+        last finished round's checkpoint stays, and the same command with ``--ckpt_path last`` continues exactly.
+        Raises :class:`~lightning_sfl.errors.RunInterrupted` (exit code 130 for Ctrl-C, 143 for SIGTERM)."""
+        try:
+            super()._run_subcommand(subcommand)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            if not self.trainer.interrupted and not isinstance(exc, KeyboardInterrupt):
+                raise
+            sigterm = self.trainer.received_sigterm
+            raise RunInterrupted(self._interrupted_line(subcommand, "SIGTERM" if sigterm else "Ctrl-C"), 143 if sigterm
+                                 else 130) from None  # fmt: skip
+
+    def _interrupted_line(self, subcommand: str, cause: str) -> str:
+        line = f"interrupted ({cause}) in round {self.trainer.current_epoch + 1}"
+        if subcommand != "fit":
+            return line
+        last = (
+            Path(self.trainer.checkpoint_callback.dirpath or "") / "last.ckpt"
+            if self.trainer.checkpoint_callback
+            else None
+        )
+        if last is None or not last.exists():
+            return f"{line}; no round had finished: nothing to continue"
+        saved = re.search(r"epoch=(\d+)", last.resolve().name)
+        kept = f"round {int(saved.group(1)) + 1}'s checkpoint is kept" if saved else "the last checkpoint is kept"
+        return f"{line}; {kept} ({_shown(last)}): continue with the same command and --ckpt_path last"
+
     def after_fit(self) -> None:
         """Print the final test accuracy of the global model in one line, then where the run's logs and last
         checkpoint went."""
@@ -490,6 +519,10 @@ def run(args: list[str] | None = None) -> None:
     except argparse.ArgumentError as exc:  # the parser's own messages, without its usage dump
         print(f"error: {parser_error_line(str(exc))}", file=sys.stderr)
         raise SystemExit(2) from None
+    except RunInterrupted as exc:
+        if int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:
+            print(str(exc), file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
     except Exception as exc:
         cause = reported_cause(exc)
         if cause is None:

@@ -150,8 +150,9 @@ def _alive(pid: int) -> bool:
 class RunLock:
     """A live process's claim on a run folder: ``<folder>/.lock`` holds its pid, host, command and start time.
 
-    :meth:`acquire` raises a one-line :class:`ConfigError` naming the holder while another live process on this host
-    holds the folder (a lock left by a process that died is taken over); :meth:`release` removes it.
+    :meth:`acquire` raises a one-line :class:`ConfigError` naming the holder while another live process holds the
+    folder; a lock left by a process of this host that died, or by an earlier start of the same SLURM job (a requeued
+    job, maybe on another node), is taken over. :meth:`release` removes it.
     """
 
     def __init__(self, folder: str | os.PathLike, command: str = "") -> None:
@@ -167,10 +168,18 @@ class RunLock:
             return None
         if record.get("host") == socket.gethostname() and not _alive(int(record.get("pid", -1))):
             return None
+        job = os.environ.get("SLURM_JOB_ID")
+        if (
+            job
+            and record.get("job") == job
+            and (record.get("host"), record.get("pid")) != (socket.gethostname(), os.getpid())
+        ):
+            return None  # an earlier start of this SLURM job (requeued, maybe on another node): it is gone
         return record
 
     def acquire(self) -> None:
         record = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command, "since": time.time()}
+        record["job"] = os.environ.get("SLURM_JOB_ID")
         for _ in range(3):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -180,8 +189,8 @@ class RunLock:
                     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.get("since", 0))))
                     raise ConfigError(
                         f"run folder {self.path.parent} is in use by process {holder.get('pid')} on "
-                        f"{holder.get('host')} (since {since}: {holder.get('command', '')}); wait for it to end, or "
-                        "give another --trainer.default_root_dir"
+                        f"{holder.get('host')} (since {since}: {holder.get('command', '')}); wait for it to end, give "
+                        f"another --trainer.default_root_dir, or if that process is gone, delete {self.path}"
                     ) from None
                 self.path.unlink(missing_ok=True)  # left by a process that is gone (or by this one)
                 continue

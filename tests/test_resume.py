@@ -4,6 +4,7 @@ last checkpoint ends with exactly the weights and metrics of an uninterrupted ru
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 import lightning as L
@@ -86,9 +87,9 @@ def _cli(*args: str, config: str = "scala") -> list[str]:
     ]
 
 
-def _csv_rounds(folder: Path) -> dict[int, str]:
+def _csv_rounds(folder: Path, pattern: str = "csv/version_*/metrics.csv") -> dict[int, str]:
     out: dict[int, str] = {}
-    for path in sorted(folder.glob("csv/version_*/metrics.csv")):
+    for path in sorted(folder.glob(pattern)):
         with open(path) as f:
             for row in csv.DictReader(f):
                 if row.get("test/acc"):
@@ -176,3 +177,49 @@ def test_cluster_resume_finds_last_and_continues_the_same_wandb_run_after_kill_m
     with open(run_folder / "csv" / "metrics.csv") as f:
         logged = [int(float(r["round"])) for r in csv.DictReader(f) if r.get("test/acc")]
     assert logged == sorted(set(logged)) and logged[-(30 - done) :] == list(range(done + 1, 31))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict[int, str]:
+    """Test accuracy per round of a 40-round CLI fit (default loggers) that nobody interrupts."""
+    import subprocess
+
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    subprocess.run(_cli("--trainer.max_epochs=40"), cwd=folder, check=True, capture_output=True, timeout=600)
+    return _csv_rounds(next(folder.glob("runs/*")), "csv/metrics.csv")
+
+
+@pytest.mark.parametrize("signal_name,exit_code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_sigterm_or_ctrl_c_says_one_line_and_the_same_command_continues_exactly(
+    signal_name, exit_code, uninterrupted, tmp_path
+):
+    """A scheduler's SIGTERM (or Ctrl-C) reaches every process of the job (here: the process group, W&B's worker
+    included): the command ends with the signal's exit code and one line naming the kept round and how to continue,
+    no traceback from any process; the same command with ``--ckpt_path last`` then gives the uninterrupted run's
+    accuracy in every round, in one CSV log."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    args = _cli("--trainer.max_epochs=40")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    deadline = time.time() + 300
+    while time.time() < deadline and not [p for p in tmp_path.glob("runs/*/checkpoints/epoch=*.ckpt")
+                                          if int(p.name.split("=")[1].split("-")[0]) >= 2]:  # fmt: skip
+        time.sleep(0.05)
+    os.killpg(proc.pid, getattr(signal, signal_name))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == exit_code, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    (line,) = [ln for ln in err.splitlines() if "interrupted" in ln.lower()]
+    cause = "SIGTERM" if signal_name == "SIGTERM" else "Ctrl-C"
+    kept = re.fullmatch(rf"interrupted \({cause}\) in round (\d+); round (\d+)'s checkpoint is kept \((\S+)\): "
+                        "continue with the same command and --ckpt_path last", line)  # fmt: skip
+    assert kept and int(kept.group(2)) < 40 and (tmp_path / kept.group(3)).exists(), line
+    again = subprocess.run([*args, "--ckpt_path=last"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    (run_folder,) = tmp_path.glob("runs/*")
+    assert _csv_rounds(run_folder, "csv/metrics.csv") == uninterrupted and len(uninterrupted) == 40

@@ -51,6 +51,15 @@ def test_a_live_holder_is_named_and_a_dead_ones_lock_is_taken_over(tmp_path):
     assert not (tmp_path / ".lock").exists()
 
 
+def test_a_requeued_slurm_job_takes_over_the_lock_of_its_earlier_start_on_another_node(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    (tmp_path / ".lock").write_text('{"pid": 1, "host": "node-a", "job": "4242", "since": 0}')
+    RunLock(tmp_path).acquire()  # the earlier start of this job
+    (tmp_path / ".lock").write_text('{"pid": 1, "host": "node-a", "job": "7", "since": 0}')
+    with pytest.raises(ConfigError, match="in use by process 1 on node-a"):  # another job, elsewhere: maybe alive
+        RunLock(tmp_path).acquire()
+
+
 def test_the_csv_log_continues_in_one_file_without_the_rounds_logged_again(tmp_path):
     first = ContinuingCSVLogger(tmp_path, name="csv")
     for epoch in range(3):

@@ -11,8 +11,15 @@ import warnings
 __all__ = ["quiet_dependencies"]
 
 #: Lines Lightning logs to advertise optional packages of its own (``litlogger``, ``litmodels``): no setting of ours
-#: turns them off, and they are not about the run.
-_TIPS = "💡 Tip:"
+#: turns them off, and they are not about the run. And its notes on Ctrl-C and SIGTERM: the command line says in one
+#: line what was interrupted, what was kept and how to continue (``SFLCLI._run_subcommand``).
+_TIPS = (
+    "💡 Tip:",
+    "\nDetected KeyboardInterrupt",
+    "Detected KeyboardInterrupt",
+    "Received SIGTERM",
+    "[rank: 0] Received SIGTERM",
+)
 
 
 class _NoTips(logging.Filter):
@@ -30,6 +37,7 @@ def quiet_dependencies() -> None:
     # log is already the same on every process (losses summed over processes, accuracy synced by torchmetrics, bytes
     # and simulated times computed alike), so syncing again would change nothing.
     warnings.filterwarnings("ignore", message=r"It is recommended to use `self\.log\(.*sync_dist=True\)`")
-    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    if not any(isinstance(f, _NoTips) for f in logger.filters):
-        logger.addFilter(_NoTips())
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.trainer.connectors.signal_connector"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NoTips) for f in logger.filters):
+            logger.addFilter(_NoTips())

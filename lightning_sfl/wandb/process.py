@@ -407,5 +407,12 @@ def serve(receive: Connection, reply: Connection) -> int:
 
 
 if __name__ == "__main__":
+    import signal
+
+    # Ctrl-C in a terminal and a scheduler's SIGTERM reach every process of the job: the training process stops and
+    # closes the pipe, which ends the run here (the calls it made are written first); a signal here would only cut
+    # that short with a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     read_fd, write_fd = (int(a) for a in sys.argv[1:3])
     raise SystemExit(serve(Connection(read_fd, writable=False), Connection(write_fd, readable=False)))
