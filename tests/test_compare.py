@@ -506,14 +506,14 @@ def test_a_bad_setting_is_one_line_before_any_folder(tmp_path, capsys):
 
 
 def test_add_runs_only_the_new_method_and_reports_the_whole_comparison(tmp_path, capsys):
-    def argv(*methods, extra=()):
-        return ["--config", CONFIG, "--methods", *methods, "--seeds", "0", "--out", str(tmp_path), *extra,
+    def argv(*methods, extra=(), out=tmp_path):
+        return ["--config", CONFIG, "--methods", *methods, "--seeds", "0", "--out", str(out), *extra,
                 "--overrides", "--trainer.max_epochs=1"]  # fmt: skip
 
     first, second = _two_methods()
-    compare.main(argv(first, second))  # the reference: both methods in one command
-    both = compare.read_metrics_csv(tmp_path / "metrics.csv")
-    both_md = (tmp_path / "results.md").read_text()
+    compare.main(argv(first, second, out=tmp_path / "both"))  # the reference: both methods in one command
+    both = compare.read_metrics_csv(tmp_path / "both" / "metrics.csv")
+    both_md = (tmp_path / "both" / "results.md").read_text().replace(str(tmp_path / "both"), str(tmp_path))
     compare.main(argv(first))  # only the first, then the second added
     capsys.readouterr()
     compare.main(argv(second, extra=["--add", "--jobs", "2"]))
@@ -539,12 +539,31 @@ def test_add_refuses_another_command_or_missing_runs(tmp_path, capsys):
         compare.main([*base, "--methods", "fedprox", "--add", "--overrides", "--trainer.max_epochs=2"])
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and len(err) == 1 and "produced by another command" in err[0]
-    compare.main([*base, "--methods", "fedavg", BROKEN, "--overrides", "--trainer.max_epochs=1"])
+    other = ["--config", CONFIG, "--seeds", "0", "--out", str(tmp_path / "other")]
+    compare.main([*other, "--methods", "fedavg", BROKEN, "--overrides", "--trainer.max_epochs=1"])
     capsys.readouterr()  # the broken method's run failed before logging a row: it cannot be kept
     with pytest.raises(SystemExit) as exc:
-        compare.main([*base, "--methods", "fedprox", "--add", "--overrides", "--trainer.max_epochs=1"])
+        compare.main([*other, "--methods", "fedprox", "--add", "--overrides", "--trainer.max_epochs=1"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and f"lacks runs ({BROKEN} seed 0)" in err
+
+
+def test_an_out_made_by_another_comparison_is_refused_unless_add_or_reuse(tmp_path, capsys):
+    """``compare`` into an ``--out`` holding another comparison stops with one line and changes nothing there; the
+    same command again replaces its own results, and ``--reuse`` builds on the other's finished runs."""
+    base = ["--config", CONFIG, "--seeds", "0", "--out", str(tmp_path), "--overrides", "--trainer.max_epochs=1"]
+    compare.main(["--methods", "fedavg", *base])
+    written = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        compare.main(["--methods", "fedprox", *base])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: --out {tmp_path} holds another")
+    assert "--methods fedavg" in err[0] and not (tmp_path / "runs" / "fedprox").exists()
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == written
+    compare.main(["--methods", "fedavg", *base])  # the same comparison again
+    compare.main(["--methods", "fedavg", "fedprox", "--reuse", *base])
+    assert "reusing 1 finished runs" in capsys.readouterr().out
 
 
 def test_argument_errors_are_one_line_like_fits(tmp_path, capsys):

@@ -38,10 +38,27 @@ def kept_runs(args: argparse.Namespace) -> tuple[list[str], list[RunResult]]:
     return methods, kept
 
 
+def check_out_is_ours(args: argparse.Namespace) -> None:
+    """An ``--out`` holding another comparison (its ``results.md`` names another command) is not overwritten unless
+    ``--add`` or ``--reuse`` says to build on it; otherwise ``ValueError`` (one line). The same command again
+    replaces its own results."""
+    md_path = Path(args.out) / "results.md"
+    if args.add or args.reuse or not md_path.is_file():
+        return
+    found = re.search(r"```bash\n(lightning-sfl compare .*)\n```", md_path.read_text())
+    previous = found.group(1) if found else "(no command found)"
+    if previous != command_line(args):
+        raise ValueError(
+            f"--out {args.out} holds another comparison (made by: {previous}): give another --out, or --add to add "
+            "these methods to it, or --reuse to keep its finished runs"
+        )
+
+
 def run_compare(args: argparse.Namespace) -> list[MethodSummary]:
     """Plan, run, and write ``metrics.csv``, ``results.md`` and ``accuracy.png``; return the summary rows."""
     out = Path(args.out)
     try:
+        check_out_is_ours(args)
         kept_methods, kept = kept_runs(args) if args.add else ([], [])
         plan = plan_runs(args.config, args.methods, args.seeds, out, args.overrides, reuse=args.reuse)
         if kept_methods:
