@@ -11,13 +11,15 @@ SCALA journal's Table VI):
    reports the means over images of MSE, SSIM and PSNR (:mod:`lightning_sfl.privacy.metrics`).
 
 Images are scored in ``[0, 1]`` (the stored pixels, before normalisation). Written to ``--out`` (default: a folder
-``attack`` next to the checkpoint): ``metrics.json``, ``metrics.md`` and ``reconstructions.png`` (originals in the
-top row, reconstructions below). The same scores, the attacker's training curves (``attack/train_mse``,
-``attack/val_mse`` against ``attack/epoch``) and the picture (``attack/reconstructions``) go to a W&B run
-(``job_type=attack``, files under ``--out``), offline unless W&B's own switches say otherwise (as for ``fit``);
-``--no_wandb`` skips it. The same command scores SCALA, SCALA-PE, SplitFedV1, … alike.
+``attack`` next to the checkpoint): ``metrics.json``, ``metrics.md`` and ``reconstructions.png`` (labelled rows:
+originals, and reconstructions with each image's SSIM and PSNR; method, rounds and mean scores in the title). The
+same scores, the attacker's training curves (``attack/train_mse``, ``attack/val_mse`` against ``attack/epoch``) and
+the picture (``attack/reconstructions``) go to a W&B run (``job_type=attack``, files under ``--out``), offline unless
+W&B's own switches say otherwise (as for ``fit``); ``--no_wandb`` skips it. The same command scores SCALA, SCALA-PE,
+SplitFedV1, … alike.
 
-    lightning-sfl attack --config configs/digits/scala_pe.yaml --ckpt_path runs/…/last.ckpt
+    lightning-sfl attack --config configs/digits/scala_pe.yaml --ckpt_path last   # the latest fit of that config
+    lightning-sfl attack --ckpt_path runs/…/checkpoints/last.ckpt                   # any split method's checkpoint
 
 ``--config`` (repeatable, merged as ``fit`` merges them) gives the data; without it the data module's arguments saved
 in the checkpoint are used. The method and its client half always come from the checkpoint.
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from lightning_sfl.errors import OneLineArgumentParser
 
-__all__ = ["check_args", "main", "parse_args", "run_attack", "train_attacker"]
+__all__ = ["check_args", "main", "parse_args", "run_attack", "save_grid", "train_attacker"]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -41,7 +43,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description="Model-inversion attack on a checkpoint's client half: train a decoder on (activation, image) "
         "pairs of the training split, score its reconstructions of the test split (MSE, SSIM, PSNR).",
     )
-    parser.add_argument("--ckpt_path", help="checkpoint of a split method (required)")
+    parser.add_argument(
+        "--ckpt_path", help="checkpoint of a split method (required); last: the latest fit of the same --config files"
+    )
     parser.add_argument("--config", action="append", default=[], help="config(s) giving the data (as for fit)")
     parser.add_argument("--out", help="output folder (default: 'attack' next to the checkpoint)")
     parser.add_argument("--epochs", type=int, default=50, help="decoder training epochs (default 50)")
@@ -64,7 +68,9 @@ def check_args(args: argparse.Namespace) -> None:
     from lightning_sfl.errors import ConfigError
 
     if not args.ckpt_path:
-        raise ConfigError("attack needs --ckpt_path: a checkpoint of a split method (e.g. runs/.../last.ckpt)")
+        raise ConfigError("attack needs --ckpt_path: a checkpoint of a split method (e.g. runs/.../last.ckpt, or last)")
+    if args.ckpt_path == "last" and not args.config:
+        raise ConfigError("--ckpt_path last needs the --config the fit ran with (its run folder is named by it)")
     for name, low in (("epochs", 1), ("width", 1), ("batch_size", 2), ("grid", 1), ("threads", 0)):
         if getattr(args, name) < low:
             raise ConfigError(f"--{name}={getattr(args, name)} must be >= {low}")
@@ -194,6 +200,10 @@ def run_attack(args: argparse.Namespace) -> dict:
     from lightning_sfl.privacy.metrics import reconstruction_scores
 
     check_args(args)
+    if args.ckpt_path == "last":
+        from lightning_sfl.lightning_cli import last_checkpoint_of_fit
+
+        args.ckpt_path = str(last_checkpoint_of_fit([a for c in args.config for a in ("--config", c)]))
     if args.threads >= 1:
         torch.set_num_threads(args.threads)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
@@ -221,6 +231,7 @@ def run_attack(args: argparse.Namespace) -> dict:
         **reconstruction_scores(x_hat, x_test),
         "method": method,
         "checkpoint": str(args.ckpt_path),
+        "rounds": int(ckpt.get("epoch", -1)) + 1,  # the global rounds the checkpoint's model was trained for
         "dataset": splits.name,
         "activation_shape": list(a_test.shape[1:]),
         "test_images": len(x_test),
@@ -239,7 +250,9 @@ def run_attack(args: argparse.Namespace) -> dict:
     )
     grid = out / "reconstructions.png"
     shown = grid_indices(splits.test_y, args.grid).to(x_test.device)
-    save_grid(x_test[shown].cpu(), x_hat[shown].cpu(), grid)
+    title = (f"{method} after {metrics['rounds']} rounds ({splits.name}): model inversion of {len(x_test)} test "
+             f"images, MSE {metrics['mse']:.4f}, SSIM {metrics['ssim']:.3f}, PSNR {metrics['psnr']:.1f} dB")
+    save_grid(x_test[shown].cpu(), x_hat[shown].cpu(), grid, title=title)
     if not args.no_wandb:
         _log_to_wandb(args, metrics, history, grid, (ckpt.get("lightning_sfl") or {}).get("wandb_id"))
     return metrics
@@ -296,16 +309,35 @@ def grid_indices(labels, n: int):
     return torch.tensor(order[:n], dtype=torch.long)
 
 
-def save_grid(originals, reconstructions, path: Path) -> None:
-    """Originals ``[n, C, H, W]`` (top row) over their reconstructions (bottom row), upscaled to at least 32 pixels,
-    as a PNG."""
-    import torch
-    from torchvision.utils import make_grid, save_image
+def save_grid(originals, reconstructions, path: Path, title: str = "") -> list[str]:
+    """Originals ``[n, C, H, W]`` in ``[0, 1]`` (top row, labelled "original") over the attacker's reconstructions
+    (bottom row, labelled "reconstruction", each with its own SSIM and PSNR beneath), ``title`` above, as a PNG of
+    about 1.1 inches per image at 100 dpi. Returns the texts drawn: the title, the row labels, the captions."""
+    import matplotlib
 
-    scale = max(1, 32 // originals.shape[-1])
-    images = torch.cat([originals, reconstructions])
-    images = torch.nn.functional.interpolate(images, scale_factor=scale, mode="nearest") if scale > 1 else images
-    save_image(make_grid(images, nrow=len(originals), padding=2, pad_value=1.0), path)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lightning_sfl.privacy.metrics import psnr_per_image, ssim_per_image
+
+    ssim, psnr = ssim_per_image(reconstructions, originals), psnr_per_image(reconstructions, originals)
+    n = len(originals)
+    fig, axes = plt.subplots(2, n, figsize=(max(4.0, 1.1 * n), 3.0), squeeze=False, dpi=100)
+    for row, (images, label) in enumerate(((originals, "original"), (reconstructions, "reconstruction"))):
+        for i in range(n):
+            ax = axes[row][i]
+            image = images[i].clamp(0, 1).permute(1, 2, 0).numpy()
+            ax.imshow(image[..., 0] if image.shape[-1] == 1 else image, cmap="gray", vmin=0, vmax=1)
+            ax.set_xticks([]), ax.set_yticks([])
+            if row == 1:
+                ax.set_xlabel(f"SSIM {float(ssim[i]):.2f}\n{float(psnr[i]):.1f} dB", fontsize=7)
+        axes[row][0].set_ylabel(label, fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    texts = [title, *(axes[r][0].get_ylabel() for r in range(2)), *(ax.get_xlabel() for ax in axes[1])]
+    plt.close(fig)
+    return texts
 
 
 def main(argv: list[str]) -> None:

@@ -484,6 +484,27 @@ def resolved_config(args: list[str]) -> dict:
     return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False)) or {}
 
 
+def last_checkpoint_of_fit(args: list[str]) -> Path:
+    """The ``last.ckpt`` of the latest ``fit`` run with ``args`` (its configs and options; what names its run folder),
+    for commands outside the LightningCLI (``attack --ckpt_path last``); a one-line error when there is none."""
+    try:
+        config = _ParseOnly(args=resolve_algorithm_names(list(args)), run=False).config
+    except argparse.ArgumentError as exc:
+        raise ConfigError(parser_error_line(str(exc))) from None
+    root = Path(config.get("trainer", {}).get("default_root_dir") or ".")
+    name = config.get("run_name")
+    name = run_name(config, run_key(config)) if name is None else name
+    folder = root if name == "" else latest_run(root, name)
+    dirpath = (config.get("checkpoint") or {}).get("dirpath")
+    last = Path(dirpath) / "last.ckpt" if dirpath else folder / "checkpoints" / "last.ckpt" if folder else None
+    if last is None or not last.is_file():
+        raise ConfigError(
+            f"ckpt_path='last': no fit of this configuration under {root} (no {name}/checkpoints/last.ckpt): fit it "
+            "first with the same --config, or give the checkpoint's path"
+        )
+    return last
+
+
 def resolve_algorithm_names(argv: list[str]) -> list[str]:
     """Let ``--model scala`` (a registry name) or ``--model SCALA`` stand for the class path; an unknown name
     is a one-line error listing the valid ones."""

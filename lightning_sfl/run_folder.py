@@ -67,10 +67,11 @@ def run_key(config) -> str:
     progress bar and model summary switches)."""
     values = config.clone().as_dict() if hasattr(config, "clone") else dict(config)
     values.pop("ckpt_path", None)
+    values.pop("weights_only", None)  # how the checkpoint is read, an argument of the subcommand like ckpt_path
     values.pop("torch_threads", None)
     values.pop("verbose", None)  # validate's and test's own: the same run for fit, validate and test
     values.pop("checkpoint", None)
-    for display in ("max_epochs", "enable_progress_bar", "enable_model_summary"):  # change nothing a run computes
+    for display in ("max_epochs", "enable_progress_bar", "enable_model_summary", "logger"):  # change nothing computed
         values.get("trainer", {}).pop(display, None)
     return hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
 

@@ -16,9 +16,9 @@ from _helpers import small_digits
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl.algorithms import SCALA, SCALAPE, FedAvg, SplitFedV1
-from lightning_sfl.attack import check_args, grid_indices, parse_args, train_attacker
+from lightning_sfl.attack import check_args, grid_indices, parse_args, save_grid, train_attacker
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.privacy.metrics import mse_per_image
+from lightning_sfl.privacy.metrics import mse_per_image, psnr_per_image, ssim_per_image
 from lightning_sfl.wandb.offline import read_offline_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -168,3 +168,38 @@ def test_grid_shows_each_class_in_turn():
         assert grid_indices(labels, n).tolist() == expected[:n]
     sorted_split = torch.arange(10).repeat_interleave(100)  # 10 classes stored one after another
     assert sorted(sorted_split[grid_indices(sorted_split, 10)].tolist()) == list(range(10))
+
+
+def test_the_picture_labels_its_rows_scores_each_image_and_names_method_and_round(tmp_path):
+    """Rows labelled, each reconstruction's own SSIM and PSNR (from the metrics' functions) beneath it, the title as
+    given; a readable size (about 110 pixels per image)."""
+    import matplotlib.image
+
+    g = torch.Generator().manual_seed(0)
+    originals = torch.rand(5, 1, 8, 8, generator=g)
+    recon = (originals + 0.2 * torch.randn(5, 1, 8, 8, generator=g)).clamp(0, 1)
+    texts = save_grid(originals, recon, tmp_path / "r.png", title="SCALAPE after 3 rounds (digits)")
+    ssim, psnr = ssim_per_image(recon, originals), psnr_per_image(recon, originals)
+    expected = [f"SSIM {float(s):.2f}\n{float(p):.1f} dB" for s, p in zip(ssim, psnr)]
+    assert texts == ["SCALAPE after 3 rounds (digits)", "original", "reconstruction", *expected]
+    assert len(set(expected)) > 1  # per image, not one mean
+    height, width = matplotlib.image.imread(tmp_path / "r.png").shape[:2]
+    assert width >= 5 * 100 and height >= 250
+
+
+def test_attack_last_finds_the_latest_fit_of_the_same_config(tmp_path):
+    """``attack --config C --ckpt_path last`` attacks the last checkpoint of the latest ``fit --config C``; with no
+    such fit it is one line."""
+    config = str(REPO / "configs/digits/scala_pe.yaml")
+    none = _attack("--config", config, "--ckpt_path", "last", cwd=tmp_path)
+    assert none.returncode == 2 and none.stderr.startswith("error: ckpt_path='last': no fit of this configuration")
+    fit = [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", config, "--trainer.max_epochs=1"]
+    fit += ["--trainer.enable_progress_bar=false", "--trainer.logger=false"]
+    assert subprocess.run(fit, cwd=tmp_path, capture_output=True, timeout=600).returncode == 0
+    (run_folder,) = (tmp_path / "runs").iterdir()
+    out = _attack("--config", config, "--ckpt_path", "last", "--epochs", "1", "--train_size", "100", "--no_wandb",
+                  cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    m = json.loads((run_folder / "checkpoints" / "attack" / "metrics.json").read_text())
+    assert (tmp_path / m["checkpoint"]).resolve() == (run_folder / "checkpoints" / "last.ckpt").resolve()
+    assert m["rounds"] == 1
