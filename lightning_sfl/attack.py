@@ -250,8 +250,10 @@ def run_attack(args: argparse.Namespace) -> dict:
     )
     grid = out / "reconstructions.png"
     shown = grid_indices(splits.test_y, args.grid).to(x_test.device)
-    title = (f"{method} after {metrics['rounds']} rounds ({splits.name}): model inversion of {len(x_test)} test "
-             f"images, MSE {metrics['mse']:.4f}, SSIM {metrics['ssim']:.3f}, PSNR {metrics['psnr']:.1f} dB")
+    title = (
+        f"{method} after {metrics['rounds']} rounds ({splits.name}): model inversion of {len(x_test)} test "
+        f"images, MSE {metrics['mse']:.4f}, SSIM {metrics['ssim']:.3f}, PSNR {metrics['psnr']:.1f} dB"
+    )
     save_grid(x_test[shown].cpu(), x_hat[shown].cpu(), grid, title=title)
     if not args.no_wandb:
         _log_to_wandb(args, metrics, history, grid, (ckpt.get("lightning_sfl") or {}).get("wandb_id"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -95,3 +96,15 @@ def reported_cause(exc: BaseException) -> BaseException | None:
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def parser_error_line(text: str) -> str:
+    """jsonargparse's (multi-line) message in one line: ``--data.num_clients: Expected a int. Got value: abc``."""
+    keys = re.findall(r'Parser key "([^"]+)":', text)
+    key = ".".join(dict.fromkeys(keys)) if keys else None  # --model: ... Parser key "lr": -> --model.lr
+    rest = re.split(r'Parser key "[^"]+":', text)[-1] if keys else text
+    rest = re.split(r"\n\s*- Expected a <class 'NoneType'>|\n\s*Given value type", rest)[0]
+    rest = " ".join(line.strip().lstrip("- ") for line in rest.splitlines() if line.strip())
+    rest = re.sub(r"<class '(?:[\w]+\.)*(\w+)'>", r"\1", rest)
+    line = f"--{key}: {rest}" if key else rest
+    return line if len(line) <= 300 else line[:297] + "..."

@@ -24,7 +24,7 @@ import torch
 from jsonargparse import lazy_instance
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
-from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningCLI
 
 from lightning_sfl.algorithms import ALGORITHMS, SplitFedAlgorithm
 from lightning_sfl.callbacks import (
@@ -39,13 +39,20 @@ from lightning_sfl.callbacks import (
 )
 from lightning_sfl.checkpoint import SPECIAL, check_checkpoint
 from lightning_sfl.data import FederatedDataModule
-from lightning_sfl.errors import ConfigError, NonFiniteError, RunInterrupted, check_output_folder, reported_cause
+from lightning_sfl.errors import (
+    ConfigError,
+    NonFiniteError,
+    RunInterrupted,
+    check_output_folder,
+    parser_error_line,
+    reported_cause,
+)
 from lightning_sfl.loop import Federation
 from lightning_sfl.run_folder import (
     FOLDER_ENV,
+    RecordRun,
     RunLock,
     claim_new,
-    git_commit,
     latest_run,
     next_run,
     run_key,
@@ -86,32 +93,6 @@ def check_rounds_to_resume(checkpoint: dict, max_epochs: int | None) -> None:
             f"trainer.max_epochs={max_epochs} is fewer than the {done} rounds the checkpoint holds: give "
             f"--trainer.max_epochs {done + 1} or more to continue it"
         )
-
-
-class RecordRun(SaveConfigCallback):
-    """Lightning's ``SaveConfigCallback`` (the resolved config as ``config.yaml`` in the log folder), and the same
-    resolved config with what produced the run in every logger's hyperparameters (W&B's run config): ``config`` (what
-    ``--print_config`` prints: the method's ``class_path`` and init args, data, trainer with ``max_epochs``,
-    ``seed_everything``, ``torch_threads``, the callbacks' and the system model's options: ``lightning-sfl fit --config
-    config.yaml`` runs it again) and ``lightning_sfl`` (``method``, ``version``, ``commit``)."""
-
-    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        import yaml
-
-        import lightning_sfl
-
-        config = yaml.safe_load(self.parser.dump(self.config, skip_none=False)) or {}
-        model = config.get("model") or {}
-        record = {
-            "config": config,
-            "lightning_sfl": {
-                "method": model.get("class_path") if isinstance(model, dict) else None,
-                "version": lightning_sfl.__version__,
-                "commit": git_commit(),
-            },
-        }
-        for logger in trainer.loggers:
-            logger.log_hyperparams(record)
 
 
 class SFLCLI(LightningCLI):
@@ -550,15 +531,3 @@ def run(args: list[str] | None = None) -> None:
             raise
         print(f"error: {cause}", file=sys.stderr)
         raise SystemExit(1 if isinstance(cause, NonFiniteError) else 2) from None
-
-
-def parser_error_line(text: str) -> str:
-    """jsonargparse's (multi-line) message in one line: ``--data.num_clients: Expected a int. Got value: abc``."""
-    keys = re.findall(r'Parser key "([^"]+)":', text)
-    key = ".".join(dict.fromkeys(keys)) if keys else None  # --model: ... Parser key "lr": -> --model.lr
-    rest = re.split(r'Parser key "[^"]+":', text)[-1] if keys else text
-    rest = re.split(r"\n\s*- Expected a <class 'NoneType'>|\n\s*Given value type", rest)[0]
-    rest = " ".join(line.strip().lstrip("- ") for line in rest.splitlines() if line.strip())
-    rest = re.sub(r"<class '(?:[\w]+\.)*(\w+)'>", r"\1", rest)
-    line = f"--{key}: {rest}" if key else rest
-    return line if len(line) <= 300 else line[:297] + "..."

@@ -23,15 +23,17 @@ import socket
 import time
 from pathlib import Path
 
+import lightning as L
 from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 from lightning_sfl.errors import ConfigError
 
 __all__ = [
-    "ContinuingCSVLogger", "RunLock", "claim_new", "git_commit", "latest_run", "next_run", "run_key", "run_name",
-    "seeds_group", "trim_rounds",
+    "ContinuingCSVLogger", "RecordRun", "RunLock", "claim_new", "git_commit", "latest_run", "next_run", "run_key",
+    "run_name", "seeds_group", "trim_rounds",
 ]  # fmt: skip
 
 #: Set by the process that chose the run folder, for the processes Lightning launches for DDP (the same command).
@@ -101,6 +103,32 @@ def git_commit(folder: Path | None = None) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+class RecordRun(SaveConfigCallback):
+    """Lightning's ``SaveConfigCallback`` (the resolved config as ``config.yaml`` in the log folder), and the same
+    resolved config with what produced the run in every logger's hyperparameters (W&B's run config): ``config`` (what
+    ``--print_config`` prints: the method's ``class_path`` and init args, data, trainer with ``max_epochs``,
+    ``seed_everything``, ``torch_threads``, the callbacks' and the system model's options: ``lightning-sfl fit --config
+    config.yaml`` runs it again) and ``lightning_sfl`` (``method``, ``version``, ``commit``)."""
+
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        import yaml
+
+        import lightning_sfl
+
+        config = yaml.safe_load(self.parser.dump(self.config, skip_none=False)) or {}
+        model = config.get("model") or {}
+        record = {
+            "config": config,
+            "lightning_sfl": {
+                "method": model.get("class_path") if isinstance(model, dict) else None,
+                "version": lightning_sfl.__version__,
+                "commit": git_commit(),
+            },
+        }
+        for logger in trainer.loggers:
+            logger.log_hyperparams(record)
 
 
 def _versions(root: Path, name: str) -> list[tuple[int, Path]]:
