@@ -194,3 +194,45 @@ def test_valid_unusual_settings_simply_work(args, tmp_path):
     proc = _console(tmp_path, args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "final test accuracy:" in proc.stdout
+
+
+#: The other commands' mistakes (``compare``, ``sweep``, ``attack``, ``validate``): the same one line, exit code 2,
+#: nothing written. ``other/`` holds another comparison's ``results.md``.
+OTHER_COMMANDS = [
+    (["compare", "--config", CONFIG, "--out", "o", "--methods", "scala", "nosuch"], "unknown method 'nosuch'"),
+    (["compare", "--config", CONFIG, "--out", "o", "--method", "scala"], "unrecognized arguments: --method scala"),
+    (["compare", "--config", CONFIG, "--out", "fedavg.ckpt"], "is a file, not a folder"),
+    (["compare", "--config", CONFIG, "--methods", "fedprox", "--out", "other"], "--out other holds another comparison"),
+    (["compare", "--config", CONFIG, "--out", "o", "--", "--data.alpha=two"], "--data.alpha"),
+    (["sweep", str(REPO / "sweeps" / "digits_lr.yaml"), "--coun", "2"], "unrecognized arguments: --coun"),
+    (["sweep", "no_such_sweep.yaml"], "no_such_sweep.yaml"),
+    (["attack", "--epoch", "3"], "unrecognized arguments: --epoch"),
+    (["attack", "--ckpt_path", "last"], "--ckpt_path last needs the --config"),
+    (["attack", "--config", CONFIG, "--ckpt_path", "last"], "ckpt_path='last': no fit of this configuration"),
+    (["attack", "--ckpt_path", "truncated.ckpt"], "truncated.ckpt"),
+    (["validate", "--config", CONFIG, "--ckpt_path", "last"], "ckpt_path='last': no run of this configuration"),
+    (["test", "--config", CONFIG, "--ckpt_path", "foreign.ckpt"], "foreign.ckpt"),
+]
+
+
+def test_the_other_commands_bad_inputs_are_one_line_exit_2_and_leave_nothing_behind(tmp_path):
+    folders = []
+    for i, _ in enumerate(OTHER_COMMANDS):
+        folder = tmp_path / f"case{i}"
+        (folder / "other").mkdir(parents=True)
+        made_by = f"lightning-sfl compare --config {CONFIG} --methods fedavg --seeds 0 --out other"
+        (folder / "other" / "results.md").write_text(f"# Comparison\n\n```bash\n{made_by}\n```\n")
+        _checkpoints(folder)
+        folders.append(folder)
+    before = {f: sorted(str(p.relative_to(f)) for p in f.rglob("*")) for f in folders}
+    cases = [[str(f), args] for f, (args, _) in zip(folders, OTHER_COMMANDS)]
+    proc = subprocess.run(
+        [sys.executable, "-c", IN_ONE_PROCESS], input=json.dumps(cases), capture_output=True, text=True, env=_env()
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    failures = []
+    for folder, (args, expected), r in zip(folders, OTHER_COMMANDS, results):
+        left = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+        failures += _problems(args, expected, r["code"], r["stderr"], left, before[folder])
+    assert not failures, "\n\n".join(failures)
