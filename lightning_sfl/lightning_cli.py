@@ -322,10 +322,13 @@ class SFLCLI(LightningCLI):
             cls = str(lg.class_path)
             if cls.endswith("ContinuingCSVLogger") and self._command != "fit":
                 init.name = self._command
-            if cls.endswith("WandbLogger"):
-                init.name = init.get("name") or self.run_folder.name
+            if cls.endswith("WandbLogger"):  # W&B's own variables (a sweep's trials: WANDB_NAME, ...) come first
+                init.name = init.get("name") or os.environ.get("WANDB_NAME") or self.run_folder.name
                 if cls.startswith("lightning_sfl."):
-                    init.tags, init.group, init.job_type = tags, seeds_group(config), self._command
+                    given = [t for t in os.environ.get("WANDB_TAGS", "").split(",") if t]
+                    init.tags = list(dict.fromkeys([*given, *tags]))
+                    init.group = os.environ.get("WANDB_RUN_GROUP") or seeds_group(config)
+                    init.job_type = os.environ.get("WANDB_JOB_TYPE") or self._command
 
     def _last_checkpoint_of(self, config) -> Path:
         """``--ckpt_path last`` for ``validate``/``test``: the last checkpoint of the latest ``fit`` of the same

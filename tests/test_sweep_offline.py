@@ -145,9 +145,11 @@ def test_digits_sweep_runs_offline_prints_its_table_and_resumes(tmp_path):
     state = json.loads((out / "sweep.json").read_text())["trials"]
     assert sorted(state) == ["0", "1"] and all(t["status"] == "finished" for t in state.values())
     for k, trial in state.items():
-        (run_dir,) = find_offline_runs(out / f"trial-{k}" / "runs")  # an offline W&B run per trial
-        run = read_offline_run(run_dir)
-        assert run.run["tags"] == ["sweep-scala-digits-lr"] and run.run["run_group"] == "scala-digits-lr"
+        (run_folder,) = (out / f"trial-{k}" / "runs").iterdir()  # the trial's run folder
+        (run_dir,) = find_offline_runs(run_folder)  # an offline W&B run per trial
+        run = read_offline_run(run_dir)  # named, grouped and tagged by the sweep; tagged by the run too
+        assert run.run["display_name"] == f"scala-digits-lr-trial-{k}" and run.run["run_group"] == "scala-digits-lr"
+        assert run.run["tags"][0] == "sweep-scala-digits-lr" and {"SCALA", "digits"} <= set(run.run["tags"])
         assert trial["metric"] == pytest.approx(run.summary["test/acc"])  # what a W&B sweep would read
         assert 0.003 <= trial["params"]["model.lr"] <= 0.5
         assert f"--model.lr={trial['params']['model.lr']}" in trial["command"]

@@ -48,10 +48,13 @@ STATE = "sweep.json"
 
 
 def trial_metric(folder: Path, name: str) -> float | None:
-    """The last logged value of ``name`` in a trial's offline W&B run (summary), else in its CSV log."""
+    """The last logged value of ``name`` in a trial's offline W&B run (summary), else in its CSV log; both in the
+    trial's run folder (``runs/<run>/``, :mod:`lightning_sfl.run_folder`) or, for a command with its own loggers, in
+    ``runs/``."""
     from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
 
-    runs = find_offline_runs(folder / "runs")
+    places = [folder / "runs", *sorted(p for p in (folder / "runs").glob("*") if p.is_dir())]
+    runs = sorted((run for place in places for run in find_offline_runs(place)), key=lambda p: p.name)  # oldest first
     if runs:
         value = read_offline_run(runs[-1]).summary.get(name)
         if isinstance(value, (int, float)):
@@ -59,7 +62,9 @@ def trial_metric(folder: Path, name: str) -> float | None:
     import csv
 
     last = None
-    for path in sorted(folder.glob("runs/csv/version_*/metrics.csv")):
+    for path in sorted(
+        p for pattern in ("runs/csv/version_*/", "runs/*/csv/") for p in folder.glob(pattern + "metrics.csv")
+    ):
         with open(path) as f:
             for row in csv.DictReader(f):
                 if row.get(name):
