@@ -143,6 +143,27 @@ IN_ONE_PROCESS = textwrap.dedent(
     print(json.dumps(results))
     """
 )
+
+
+def _in_one_process(folders: list[Path], cases: list[tuple[list[str], str]]) -> list[str]:
+    """Each ``(argv, expected error)`` of ``cases`` run by :data:`IN_ONE_PROCESS` in its folder; the problems found
+    (exit code, error lines, traceback, files left behind at any depth)."""
+
+    def files(folder: Path) -> list[str]:
+        return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+    before = {f: files(f) for f in folders}
+    payload = json.dumps([[str(f), argv] for f, (argv, _) in zip(folders, cases)])
+    proc = subprocess.run([sys.executable, "-c", IN_ONE_PROCESS], input=payload, capture_output=True, text=True,
+                          env=_env())  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    problems = []
+    for folder, (argv, expected), r in zip(folders, cases, results):
+        problems += _problems(argv, expected, r["code"], r["stderr"], files(folder), before[folder])
+    return problems
+
+
 #: Cases also run through the real console script, each in its own process: a parser error, a data error, a checkpoint
 #: error, an error of the federation (method and data together) and of the system model.
 CONSOLE = (
@@ -162,18 +183,8 @@ def test_every_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(tmp_path):
         folder.mkdir()
         _checkpoints(folder)
         folders.append(folder)
-    before = {f: sorted(p.name for p in f.iterdir()) for f in folders}
     fit = ["fit", "--config", CONFIG, "--trainer.max_epochs=1"]
-    cases = [[str(f), [*fit, *args]] for f, (args, _) in zip(folders, BAD)]
-    proc = subprocess.run(
-        [sys.executable, "-c", IN_ONE_PROCESS], input=json.dumps(cases), capture_output=True, text=True, env=_env()
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
-    failures = []
-    for folder, (args, expected), r in zip(folders, BAD, results):
-        left = sorted(p.name for p in folder.iterdir())
-        failures += _problems(args, expected, r["code"], r["stderr"], left, before[folder])
+    failures = _in_one_process(folders, [([*fit, *args], expected) for args, expected in BAD])
     assert not failures, "\n\n".join(failures)
     console = [(tmp_path / f"console{i}", case) for i, case in enumerate(c for c in BAD if c[0] in CONSOLE)]
     assert len(console) == len(CONSOLE)
@@ -224,15 +235,5 @@ def test_the_other_commands_bad_inputs_are_one_line_exit_2_and_leave_nothing_beh
         (folder / "other" / "results.md").write_text(f"# Comparison\n\n```bash\n{made_by}\n```\n")
         _checkpoints(folder)
         folders.append(folder)
-    before = {f: sorted(str(p.relative_to(f)) for p in f.rglob("*")) for f in folders}
-    cases = [[str(f), args] for f, (args, _) in zip(folders, OTHER_COMMANDS)]
-    proc = subprocess.run(
-        [sys.executable, "-c", IN_ONE_PROCESS], input=json.dumps(cases), capture_output=True, text=True, env=_env()
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
-    failures = []
-    for folder, (args, expected), r in zip(folders, OTHER_COMMANDS, results):
-        left = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
-        failures += _problems(args, expected, r["code"], r["stderr"], left, before[folder])
+    failures = _in_one_process(folders, OTHER_COMMANDS)
     assert not failures, "\n\n".join(failures)

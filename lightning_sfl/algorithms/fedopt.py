@@ -26,7 +26,10 @@ from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 
-__all__ = ["FedAdagrad", "FedAdam", "FedAvgM", "FedOpt", "FedYogi", "SERVER_OPTIMIZERS", "server_step"]
+__all__ = [
+    "FedAdagrad", "FedAdam", "FedAvgM", "FedOpt", "FedYogi", "SERVER_OPTIMIZERS", "flower_bias_corrected_lr",
+    "server_step",
+]  # fmt: skip
 
 #: The server optimisers :func:`server_step` knows.
 SERVER_OPTIMIZERS = ("momentum", "adagrad", "adam", "yogi")
@@ -51,7 +54,8 @@ def server_step(
     * ``yogi``: ``v_t = v_{t−1} − (1 − β2)·Δ_t²·sign(v_{t−1} − Δ_t²)``;
 
     and for the three adaptive ones (Reddi et al. 2021, Algorithm 2, no bias correction)
-    ``m_t = β1·m_{t−1} + (1 − β1)·Δ_t``, ``x_{t+1} = x_t + η·m_t / (√v_t + τ)``.
+    ``m_t = β1·m_{t−1} + (1 − β1)·Δ_t``, ``x_{t+1} = x_t + η·m_t / (√v_t + τ)``. Flower's ``FedAdam`` passes a
+    bias-corrected ``η`` (:func:`flower_bias_corrected_lr`).
     """
     if kind == "momentum":
         m = beta1 * m + delta
@@ -69,6 +73,17 @@ def server_step(
     return x + lr * m / (v.sqrt() + tau), m, v
 
 
+def flower_bias_corrected_lr(lr: float, beta1: float, beta2: float, step: int) -> float:
+    """The server learning rate of Flower's ``FedAdam`` at its ``step``-th server round (1, 2, …): Kingma & Ba's
+    ``α_t = η·√(1 − β2^τ) / (1 − β1^τ)`` with ``τ = step + 1`` (Flower writes ``server_round + 1.0``, its rounds
+    counted from 1). Reddi et al.'s Algorithm 2 has no such correction.
+
+    >>> round(flower_bias_corrected_lr(0.1, 0.9, 0.99, 1), 6)  # 0.1 · √(1 − 0.99²) / (1 − 0.9²)
+    0.074246
+    """
+    return lr * (1 - beta2 ** (step + 1)) ** 0.5 / (1 - beta1 ** (step + 1))
+
+
 class FedOpt(FedAvg):
     """FedAvg with a server optimiser on the pseudo-gradient (Reddi et al., ICLR 2021, Algorithm 2).
 
@@ -79,16 +94,38 @@ class FedOpt(FedAvg):
         beta1: ``β1``, the decay of the first moment ``m`` (FedAvgM: the server momentum).
         beta2: ``β2``, the decay of the second moment ``v`` (Adam, Yogi).
         tau: ``τ``, the adaptivity (added to ``√v``).
+        initial_second_moment: ``v_{−1}``; ``None``: ``τ²`` (Algorithm 2 asks ``v_{−1} ≥ τ²``). Flower's strategies
+            start at 0. With τ = 10⁻³ the difference, 10⁻⁶, is not negligible where ``(1 − β2)·Δ² ≲ 10⁻⁶``, i.e.
+            ``|Δ| ≲ 10⁻²`` for Adam and Yogi, which an independent check found for most coordinates on digits.
+        bias_correction: FedAdam only: Flower's bias-corrected server rate (:func:`flower_bias_corrected_lr`);
+            ``False`` (default): Algorithm 2's constant ``η``.
         **kwargs: see :class:`~lightning_sfl.algorithms.fedavg.FedAvg`.
 
-    The second moment starts at ``v_{−1} = τ²`` (Algorithm 2 asks ``v_{−1} ≥ τ²``); Flower's strategies start at 0,
-    a difference of ``τ² = 10⁻⁶`` that the first ``Δ²`` term outweighs.
+    Where we follow Reddi et al.'s Algorithm 2 and where Flower (``flwr.server.strategy``) differs, per setting:
+
+    * ``v_{−1}``: ours ``τ²``; Flower 0.
+    * ``η_t``: ours ``η``; Flower's FedAdam bias-corrected (:func:`flower_bias_corrected_lr`), FedYogi and FedAdagrad
+      ``η``.
+    * ``τ``: ours 10⁻³; Flower's FedAdam and FedAdagrad 10⁻⁹, FedYogi 10⁻³.
+    * ``β1``: ours 0.9; Flower's FedAdam and FedYogi 0.9, FedAdagrad 0 (fixed).
+    * ``η``: FedAdam and FedAdagrad 0.1, FedYogi 0.01, in both.
+
+    ``FedAdam(tau=1e-9, initial_second_moment=0, bias_correction=True)``, ``FedYogi(initial_second_moment=0)`` and
+    ``FedAdagrad(beta1=0, tau=1e-9, initial_second_moment=0)`` take Flower's steps (tested against a reference
+    written from Flower's update lines).
     """
 
     server_optimizer: ClassVar[str] = "adam"
 
     def __init__(
-        self, server_lr: float = 0.1, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, **kwargs
+        self,
+        server_lr: float = 0.1,
+        beta1: float = 0.9,
+        beta2: float = 0.99,
+        tau: float = 1e-3,
+        initial_second_moment: float | None = None,
+        bias_correction: bool = False,
+        **kwargs,
     ) -> None:
         if not server_lr > 0:
             raise ConfigError(f"server_lr={server_lr} must be > 0")
@@ -98,10 +135,17 @@ class FedOpt(FedAvg):
             raise ConfigError(f"beta2={beta2} must be in [0, 1)")
         if tau < 0 or (tau == 0 and self.server_optimizer != "momentum"):
             raise ConfigError(f"tau={tau} must be > 0")
+        if initial_second_moment is not None and not initial_second_moment >= 0:
+            raise ConfigError(f"initial_second_moment={initial_second_moment} must be >= 0 (or null for tau²)")
+        if bias_correction and self.server_optimizer != "adam":
+            raise ConfigError("bias_correction=True is Flower's FedAdam's: it applies to FedAdam only")
         super().__init__(**kwargs)
         self.server_lr, self.beta1, self.beta2, self.tau = server_lr, beta1, beta2, tau
+        self.bias_correction = bias_correction
+        self.initial_second_moment = self.tau**2 if initial_second_moment is None else float(initial_second_moment)
         self.add_state("server_m", lambda: parameter_zeros(self.client.net))
-        self.add_state("server_v", lambda: parameter_zeros(self.client.net) + self.tau**2)
+        self.add_state("server_v", lambda: parameter_zeros(self.client.net) + self.initial_second_moment)
+        self.add_state("server_steps", lambda: torch.zeros((), dtype=torch.long))  # t: server steps taken
 
     @torch.no_grad()
     def aggregate(self, step: Step) -> None:
@@ -109,16 +153,12 @@ class FedOpt(FedAvg):
         x = flat_parameters(self.client.net).detach()
         super().aggregate(step)  # client.net ← Σ_k p_k x_k (and the traffic)
         delta = flat_parameters(self.client.net).detach() - x
+        self.server_steps += 1
+        lr = self.server_lr
+        if self.bias_correction:
+            lr = flower_bias_corrected_lr(lr, self.beta1, self.beta2, int(self.server_steps))
         new_x, m, v = server_step(
-            self.server_optimizer,
-            x,
-            delta,
-            self.server_m,
-            self.server_v,
-            self.server_lr,
-            self.beta1,
-            self.beta2,
-            self.tau,
+            self.server_optimizer, x, delta, self.server_m, self.server_v, lr, self.beta1, self.beta2, self.tau
         )
         self.server_m.copy_(m)
         self.server_v.copy_(v)
@@ -128,15 +168,16 @@ class FedOpt(FedAvg):
 @register("fedadam", family="fl", study="label_skew")
 class FedAdam(FedOpt):
     """FedAdam (Reddi et al., ICLR 2021): Adam on the server. Defaults ``η = 0.1``, ``β1 = 0.9``, ``β2 = 0.99``,
-    ``τ = 10⁻³`` (Flower's ``FedAdam`` defaults; Reddi et al. grid-search ``η`` and ``τ``)."""
+    ``τ = 10⁻³`` (Reddi et al. grid-search ``η`` and ``τ``; Flower's defaults differ in ``τ``, ``v_{−1}`` and the bias
+    correction: see :class:`FedOpt`)."""
 
     server_optimizer: ClassVar[str] = "adam"
 
 
 @register("fedyogi", family="fl", study="label_skew")
 class FedYogi(FedOpt):
-    """FedYogi (Reddi et al., ICLR 2021): Yogi on the server. Default ``η = 0.01`` (Flower's ``FedYogi``),
-    ``β1 = 0.9``, ``β2 = 0.99``, ``τ = 10⁻³``."""
+    """FedYogi (Reddi et al., ICLR 2021): Yogi on the server. Defaults ``η = 0.01``, ``β1 = 0.9``, ``β2 = 0.99``,
+    ``τ = 10⁻³`` (Flower's ``FedYogi`` too, but for ``v_{−1}``: see :class:`FedOpt`)."""
 
     server_optimizer: ClassVar[str] = "yogi"
 
@@ -147,7 +188,7 @@ class FedYogi(FedOpt):
 @register("fedadagrad", family="fl", study="label_skew")
 class FedAdagrad(FedOpt):
     """FedAdagrad (Reddi et al., ICLR 2021): Adagrad on the server. Defaults ``η = 0.1``, ``β1 = 0.9``,
-    ``τ = 10⁻³`` (Flower's ``FedAdagrad``; ``β2`` unused)."""
+    ``τ = 10⁻³`` (``β2`` unused; Flower's ``FedAdagrad`` fixes ``β1 = 0``, uses ``τ = 10⁻⁹``: see :class:`FedOpt`)."""
 
     server_optimizer: ClassVar[str] = "adagrad"
 

@@ -87,7 +87,7 @@ def quantity(labels: torch.Tensor, num_clients: int, alpha: int, seed: int = 0) 
         if holders and len(idx) < len(holders):
             raise ConfigError(
                 f"alpha={alpha}: class {classes[c]} has {len(idx)} samples for {len(holders)} portions; "
-                "use fewer clients or a larger alpha"
+                "use fewer clients or a smaller alpha (fewer classes per client)"
             )
         for client, chunk in zip(holders, np.array_split(idx, len(holders)) if holders else []):
             parts[client].append(chunk)
