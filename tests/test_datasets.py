@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from lightning_sfl.data import datasets
 from lightning_sfl.data.datasets import DATASETS, DatasetSplits, load_dataset
 
 # ------------------------------------------------------------------------------------------ fake-file writers
@@ -252,6 +253,43 @@ def test_fashion_mnist_round_trip(tmp_path):
     assert torch.equal(ds.test_x[:, 0], torch.from_numpy(test_x)) and ds.test_y.tolist() == test_y.tolist()
 
 
+def _write_fashion(folder: Path, rng, compress: bool) -> tuple[np.ndarray, ...]:
+    """Tiny Fashion-MNIST files in ``folder`` (the four IDX files; ``.gz`` as distributed when ``compress``)."""
+    train_x, test_x = _images(rng, 6, 1, 28, 28)[:, 0], _images(rng, 3, 1, 28, 28)[:, 0]
+    train_y, test_y = rng.integers(0, 10, 6).astype(np.uint8), rng.integers(0, 10, 3).astype(np.uint8)
+    for stem, array in zip(
+        ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+        (train_x, train_y, test_x, test_y),
+    ):
+        _write_idx(folder / stem, array, compress)
+    return train_x, train_y, test_x, test_y
+
+
+@pytest.mark.parametrize("where", [".", "FashionMNIST/raw"])
+def test_fashion_mnist_reads_the_gz_files_as_distributed(tmp_path, where, monkeypatch):
+    monkeypatch.setattr(datasets, "DEBIAN_FASHION_MNIST", tmp_path / "no_debian_package")
+    train_x, train_y, test_x, test_y = _write_fashion(tmp_path / where, np.random.default_rng(5), compress=True)
+    ds = load_dataset("fashion_mnist", root=tmp_path)
+    _check_common(ds, "fashion_mnist", (1, 28, 28), torch.uint8, 10)
+    assert torch.equal(ds.train_x[:, 0], torch.from_numpy(train_x)) and ds.train_y.tolist() == train_y.tolist()
+    assert torch.equal(ds.test_x[:, 0], torch.from_numpy(test_x)) and ds.test_y.tolist() == test_y.tolist()
+
+
+def test_fashion_mnist_falls_back_to_debians_package_when_root_holds_nothing(tmp_path, monkeypatch):
+    """``apt-get install dataset-fashion-mnist`` puts the ``.gz`` files in one place; a root without the dataset reads
+    them there, a root with it reads its own."""
+    debian = tmp_path / "usr/share/datasets/fashion-mnist"
+    monkeypatch.setattr(datasets, "DEBIAN_FASHION_MNIST", debian)
+    train_x, train_y, _, _ = _write_fashion(debian, np.random.default_rng(6), compress=True)
+    ds = load_dataset("fashion_mnist", root=tmp_path / "data")
+    assert torch.equal(ds.train_x[:, 0], torch.from_numpy(train_x)) and ds.train_y.tolist() == train_y.tolist()
+    own_x, *_ = _write_fashion(tmp_path / "own", np.random.default_rng(7), compress=True)
+    assert torch.equal(load_dataset("fashion_mnist", root=tmp_path / "own").train_x[:, 0], torch.from_numpy(own_x))
+    (debian / "t10k-labels-idx1-ubyte.gz").write_bytes(b"not gzip")
+    with pytest.raises(ValueError, match="fashion_mnist: could not read its files"):
+        load_dataset("fashion_mnist", root=tmp_path / "data")
+
+
 def test_fashion_mnist_rejects_bad_magic(tmp_path):
     raw = tmp_path / "FashionMNIST" / "raw"
     raw.mkdir(parents=True)
@@ -359,11 +397,13 @@ def test_image_folder_class_mismatch(tmp_path):
         ("svhn", "train_32x32.mat"),
     ],
 )
-def test_missing_files_name_the_path(tmp_path, name, expected):
+def test_missing_files_name_the_path(tmp_path, name, expected, monkeypatch):
+    monkeypatch.setattr(datasets, "DEBIAN_FASHION_MNIST", tmp_path / "no_debian_package")
     with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / expected))) as err:
         load_dataset(name, root=tmp_path)
     message = str(err.value)
     assert "\n" not in message and name in message and "--data.download=true" in message
+    assert name != "fashion_mnist" or "apt-get install dataset-fashion-mnist" in message  # both ways to get it
 
 
 def test_missing_file_is_the_first_absent_one(tmp_path):

@@ -192,7 +192,8 @@ def test_a_two_round_run_of_the_digits_config_trains_and_reaches_wandb(tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     final = re.search(r"final test accuracy: (\d\.\d{4}) after 2 rounds", out.stdout)
     assert final, out.stdout[-500:]
-    run = read_offline_run(tmp_path / "runs")
+    (run_folder,) = (tmp_path / "runs").iterdir()
+    run = read_offline_run(run_folder)
     acc = [row["test/acc"] for row in run.rows_with("test/acc")]
     loss = [row["train/server_loss"] for row in run.rows_with("train/server_loss")]
     assert len(acc) == len(loss) == 2 and float(final.group(1)) == pytest.approx(acc[-1], abs=1e-4)

@@ -13,7 +13,9 @@ they are, without torchvision's md5 checks (a re-packed copy or a subset has oth
   ``test_batch``).
 - ``cifar100``: ``torchvision.datasets.CIFAR100`` (``cifar-100-python/train``, ``test``; the fine labels).
 - ``fashion_mnist``: ``torchvision.datasets.FashionMNIST``
-  (``FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte``).
+  (``FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte``); or the ``.gz`` files as distributed, in
+  ``root`` or ``FashionMNIST/raw`` (read as they are); or, when ``root`` holds none of them, Debian's package
+  ``dataset-fashion-mnist`` (:data:`DEBIAN_FASHION_MNIST`).
 - ``svhn``: ``torchvision.datasets.SVHN`` (``train_32x32.mat``, ``test_32x32.mat``; label 10 is the digit 0).
 - ``cinic10``: ``torchvision.datasets.ImageFolder`` over ``cinic10/{train,test}/<class>/*.png`` (``valid`` is
   ignored); not downloadable.
@@ -301,15 +303,78 @@ def _load_cifar100(root: Path, download: bool) -> _Parts:
     return _read_cifar("cifar100", root, download)
 
 
+#: Where Debian's package ``dataset-fashion-mnist`` puts the original files (``apt-get install dataset-fashion-mnist``).
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+_FASHION_STEMS = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """An IDX file of unsigned bytes (LeCun's MNIST format, Fashion-MNIST's too; read through gzip when the name ends
+    in ``.gz``): magic ``00 00 08 <n dims>``, the dims as big-endian ``uint32``, then the bytes.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "labels-idx1-ubyte"
+    >>> _ = path.write_bytes(bytes([0, 0, 8, 1, 0, 0, 0, 3, 7, 0, 9]))
+    >>> read_idx(path).tolist()
+    [7, 0, 9]
+    """
+    import gzip
+
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
+        data = f.read()
+    if len(data) < 4 or data[:3] != b"\0\0\x08":
+        raise ValueError(f"{path.name} is not an IDX file of unsigned bytes (magic {data[:4].hex()})")
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(data[3]))
+    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * len(shape))
+    if body.size != int(np.prod(shape)):
+        raise ValueError(f"{path.name} holds {body.size} values for its shape {list(shape)}")
+    return body.reshape(shape).copy()  # writable (the bytes object is not): torch takes it as is
+
+
+def _gz_folder(folder: Path) -> Path | None:
+    """``folder`` or its ``FashionMNIST/raw`` when it holds the four ``.gz`` files as distributed, else ``None``."""
+    for where in (folder / "FashionMNIST" / "raw", folder):
+        if all((where / f"{stem}.gz").is_file() for stem in _FASHION_STEMS):
+            return where
+    return None
+
+
 def _load_fashion_mnist(root: Path, download: bool) -> _Parts:
-    """torchvision's ``FashionMNIST`` (its IDX files under ``FashionMNIST/raw``): ``.data`` ``uint8 [N, 28, 28]`` ->
-    ``[N, 1, 28, 28]``, ``.targets``."""
+    """Fashion-MNIST (``uint8 [N, 1, 28, 28]``, labels ``[N]``), from the first of:
+
+    1. the extracted IDX files under ``root/FashionMNIST/raw`` (torchvision's ``FashionMNIST``, its layout);
+    2. the ``.gz`` files as distributed, in ``root`` or ``root/FashionMNIST/raw`` (read by :func:`read_idx`);
+    3. with ``download``, torchvision's download into ``root``;
+    4. Debian's package, :data:`DEBIAN_FASHION_MNIST` (its ``.gz`` files), when ``root`` holds none of them.
+    """
     import torchvision
 
     cls = torchvision.datasets.FashionMNIST
     raw = root / cls.__name__ / "raw"
-    stems = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
-    _ensure_files("fashion_mnist", [raw / s for s in stems], download, lambda: cls(str(root), download=True))
+    extracted = [raw / s for s in _FASHION_STEMS]
+    gz = _gz_folder(root)
+    if gz is None and not all(p.exists() for p in extracted) and not download:
+        gz = _gz_folder(DEBIAN_FASHION_MNIST)
+    if gz is not None:
+
+        def read_gz(split: str) -> tuple[torch.Tensor, torch.Tensor]:
+            images = _read("fashion_mnist", lambda: read_idx(gz / f"{split}-images-idx3-ubyte.gz"))
+            labels = _read("fashion_mnist", lambda: read_idx(gz / f"{split}-labels-idx1-ubyte.gz"))
+            return _tensors(images[:, None], labels)
+
+        return *read_gz("train"), *read_gz("t10k"), 10
+    try:
+        _ensure_files("fashion_mnist", extracted, download, lambda: cls(str(root), download=True))
+    except DatasetNotFoundError as err:
+        raise DatasetNotFoundError(
+            f"{err}; or install Debian's package (apt-get install dataset-fashion-mnist), read from "
+            f"{DEBIAN_FASHION_MNIST}"
+        ) from None
 
     def read(train: bool) -> tuple[torch.Tensor, torch.Tensor]:
         ds = _read("fashion_mnist", lambda: cls(str(root), train=train))
