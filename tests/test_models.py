@@ -19,6 +19,7 @@ INPUT_SHAPES: dict[str, tuple[int, int, int]] = {
     "vgg16": (3, 32, 32),
     "cnn_small": (1, 8, 8),
     "cnn_svhn": (3, 32, 32),
+    "logistic": (60, 1, 1),
 }
 NUM_CLASSES = 10
 
@@ -45,7 +46,7 @@ def test_model_attributes(models: dict[str, SplittableModel], name: str) -> None
     assert model.name == name
     assert model.input_shape == INPUT_SHAPES[name]
     assert model.num_classes == NUM_CLASSES
-    assert list(model.cut_points) == ["s1", "s2", "s3", "s4", "s5"]
+    assert list(model.cut_points) == (["s1"] if name == "logistic" else ["s1", "s2", "s3", "s4", "s5"])
     idx = list(model.cut_points.values())
     assert idx == sorted(set(idx)) and 0 < idx[0] and idx[-1] < len(model)
 
@@ -197,7 +198,9 @@ def test_determinism() -> None:
 
 
 def test_unknown_model_name() -> None:
-    with pytest.raises(ValueError, match=r"^model='foo' is not one of: alexnet_mnist, alexnet_cifar, .*, cnn_svhn$"):
+    with pytest.raises(
+        ValueError, match=r"^model='foo' is not one of: alexnet_mnist, alexnet_cifar, .*, cnn_svhn, logistic$"
+    ):
         build_model("foo", 10, (3, 32, 32))
 
 

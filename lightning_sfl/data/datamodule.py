@@ -88,11 +88,13 @@ class FederatedDataModule(L.LightningDataModule):
     """Client shards of one dataset under label skew.
 
     Args:
-        dataset: one of ``digits, synthetic, mnist5k, cifar10, cifar100, fashion_mnist, svhn, cinic10, imagenette``.
+        dataset: one of ``digits, synthetic, mnist5k, cifar10, cifar100, fashion_mnist, svhn, cinic10, imagenette,
+            leaf_synthetic`` (FedProx's Synthetic(λ, µ), drawn for ``num_clients`` clients with the seed).
         root: folder holding the dataset files.
         download: let torchvision download missing files (cifar10, cifar100, fashion_mnist, svhn).
         num_clients: ``K``, the number of clients.
-        partition: ``iid``, ``quantity`` (α), ``dirichlet`` (β) or ``shards``.
+        partition: ``iid``, ``quantity`` (α), ``dirichlet`` (β), ``shards``, or ``natural``: the dataset's own
+            clients (``leaf_synthetic``).
         alpha: ``α``, classes per client for ``quantity``.
         beta: ``β``, Dirichlet concentration for ``dirichlet``.
         shards_per_client: shards per client for ``shards``.
@@ -104,6 +106,8 @@ class FederatedDataModule(L.LightningDataModule):
         labelled_per_class: ``0`` (default): every training row goes to the clients. ``> 0``: that many rows of each
             class form a labelled set held by the server (semi-supervised methods, e.g. Semi-SFL's ``D_l``), drawn
             with the seed and disjoint from the clients, whose shards partition the rest.
+        leaf_lambda: ``λ`` of Synthetic(λ, µ) (``leaf_synthetic``): the spread of the clients' models.
+        leaf_mu: ``µ`` of Synthetic(λ, µ): the spread of the clients' input means.
     """
 
     def __init__(
@@ -122,6 +126,8 @@ class FederatedDataModule(L.LightningDataModule):
         test_batch_size: int = 1024,
         image_size: int = 32,
         labelled_per_class: int = 0,
+        leaf_lambda: float = 0.0,
+        leaf_mu: float = 0.0,
     ) -> None:
         super().__init__()
         if dataset not in DATASETS:
@@ -147,19 +153,36 @@ class FederatedDataModule(L.LightningDataModule):
             raise ConfigError(f"labelled_per_class={labelled_per_class!r} must be a whole number >= 0")
         if test_batch_size < 1:
             raise ConfigError(f"test_batch_size={test_batch_size} must be >= 1")
+        if (partition == "natural") != (dataset == "leaf_synthetic"):
+            raise ConfigError(
+                f"partition={partition!r} with dataset={dataset!r}: partition='natural' (the dataset's own clients) "
+                "goes with dataset='leaf_synthetic', whose rows are generated client by client"
+            )
+        if partition == "natural" and labelled_per_class:
+            raise ConfigError("labelled_per_class needs a partition of the training rows, not partition='natural'")
+        if leaf_lambda < 0 or leaf_mu < 0:
+            raise ConfigError(f"leaf_lambda={leaf_lambda}, leaf_mu={leaf_mu} must be >= 0 (standard deviations)")
         self.save_hyperparameters()
         self.dataset, self.root, self.download = dataset, Path(root), download
         self.num_clients, self.partition, self.alpha, self.beta = num_clients, partition, alpha, beta
         self.shards_per_client, self.participation, self.batch_size = shards_per_client, participation, batch_size
         self.seed, self.test_batch_size, self.image_size = seed, test_batch_size, image_size
         self.labelled_per_class = int(labelled_per_class)
+        self.leaf_lambda, self.leaf_mu = float(leaf_lambda), float(leaf_mu)
         self.federation = None  # handed over when a fit starts (federate)
 
     # ----------------------------------------------------------------- data and shards (loaded on first use)
     @cached_property
     def splits(self) -> DatasetSplits:
         return load_dataset(
-            self.dataset, root=self.root, download=self.download, seed=self.seed, image_size=self.image_size
+            self.dataset,
+            root=self.root,
+            download=self.download,
+            seed=self.seed,
+            image_size=self.image_size,
+            leaf_lambda=self.leaf_lambda,
+            leaf_mu=self.leaf_mu,
+            leaf_clients=self.num_clients,
         )
 
     @property
@@ -184,6 +207,8 @@ class FederatedDataModule(L.LightningDataModule):
     @cached_property
     def client_indices(self) -> list[torch.Tensor]:
         """Each client's rows of the training split, ``K × [|D_k|]`` (without the server's labelled rows)."""
+        if self.partition == "natural":  # the dataset's own clients, as generated
+            return list(self.splits.client_rows)
         rest = self._labelled_and_rest[1]
         labels = self.splits.train_y if rest is None else self.splits.train_y[rest]
         parts = partition(
@@ -256,6 +281,8 @@ class FederatedDataModule(L.LightningDataModule):
     def describe(self) -> str:
         """One line naming the dataset and its partition (plot titles)."""
         knob = {"quantity": f"α={self.alpha}", "dirichlet": f"β={self.beta}"}.get(self.partition)
+        if self.partition == "natural":
+            knob = f"Synthetic(λ={self.leaf_lambda}, µ={self.leaf_mu})"
         if self.partition == "shards":
             knob = f"{self.shards_per_client} shards/client"
         head = f"{self.dataset}: {self.partition}" + (f" ({knob})" if knob else "")

@@ -54,6 +54,7 @@ DATASETS: tuple[str, ...] = (
     "svhn",
     "cinic10",
     "imagenette",
+    "leaf_synthetic",
 )
 
 # Per-channel normalisation constants (mean, std) of the file-based datasets.
@@ -88,6 +89,9 @@ class DatasetSplits:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     name: str
+    #: The dataset's own clients, where it has them (``leaf_synthetic``): each client's rows of ``train_x``,
+    #: ``K × [n_k]`` (the ``natural`` partition); ``None`` for the others.
+    client_rows: list[torch.Tensor] | None = None
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -116,12 +120,16 @@ def load_dataset(
     synthetic_classes: int = 10,
     synthetic_samples: int = 2000,
     test_fraction: float = 0.2,
+    leaf_lambda: float = 0.0,
+    leaf_mu: float = 0.0,
+    leaf_clients: int = 100,
 ) -> DatasetSplits:
     """Load dataset ``name`` into memory.
 
     ``seed`` and ``test_fraction`` only affect ``digits``, ``mnist5k`` and ``synthetic`` (the others have fixed test
     sets), ``image_size`` only the image-folder datasets (``cinic10``, ``imagenette``), ``synthetic_*`` only
-    ``synthetic``.
+    ``synthetic``, ``leaf_*`` only ``leaf_synthetic`` (Synthetic(λ, µ) of :mod:`~lightning_sfl.data.leaf_synthetic`
+    for ``leaf_clients`` clients, drawn with ``seed``; inputs ``[N, 60, 1, 1]``, its clients in ``client_rows``).
     Raises ``ValueError`` for an unknown name and ``FileNotFoundError`` when files are missing and cannot be fetched.
     """
     if name not in DATASETS:
@@ -133,6 +141,8 @@ def load_dataset(
         return _load_mnist5k(seed, test_fraction, root / "mnist5k")
     if name == "synthetic":
         return _load_synthetic(seed, synthetic_shape, synthetic_classes, synthetic_samples, test_fraction)
+    if name == "leaf_synthetic":
+        return _load_leaf_synthetic(leaf_lambda, leaf_mu, leaf_clients, seed)
     if name in _FOLDERS:
         parts = _load_image_folder(name, root, download, image_size)
     else:
@@ -248,6 +258,31 @@ def _load_synthetic(
     y = (torch.arange(num_samples) % num_classes)[torch.randperm(num_samples, generator=g)]
     x = (means[y] + _SYNTHETIC_NOISE * torch.randn(num_samples, c, h, w, generator=g)).clamp_(0.0, 1.0)
     return _split_in_memory("synthetic", x, y, num_classes, seed, test_fraction)
+
+
+def _load_leaf_synthetic(lam: float, mu: float, num_clients: int, seed: int) -> DatasetSplits:
+    """Synthetic(λ, µ) (:func:`~lightning_sfl.data.leaf_synthetic.fedprox_synthetic`), the clients' train rows
+    stacked in client order (their rows in ``client_rows``), the test rows of all clients pooled (FedProx's
+    evaluation); inputs ``[N, d, 1, 1]`` as drawn (mean 0, std 1: no normalisation)."""
+    from lightning_sfl.data.leaf_synthetic import fedprox_synthetic
+
+    if lam < 0 or mu < 0:
+        raise ConfigError(f"leaf_lambda={lam}, leaf_mu={mu}: both are standard deviations, >= 0")
+    if num_clients < 1:
+        raise ConfigError(f"num_clients={num_clients} must be >= 1")
+    data = fedprox_synthetic(lam, mu, num_clients=num_clients, seed=seed)
+    sizes = [len(y) for y in data.train_y]
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    rows = [torch.arange(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])]
+    dim = data.train_x[0].shape[1]
+
+    def stack(xs: list[np.ndarray], ys: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.from_numpy(np.concatenate(xs)).view(-1, dim, 1, 1), torch.from_numpy(np.concatenate(ys))
+
+    train_x, train_y = stack(data.train_x, data.train_y)
+    test_x, test_y = stack(data.test_x, data.test_y)
+    zeros, ones = (0.0,) * dim, (1.0,) * dim
+    return DatasetSplits(train_x, train_y, test_x, test_y, 10, zeros, ones, "leaf_synthetic", client_rows=rows)
 
 
 # --------------------------------------------------------------------------------------------------- file formats

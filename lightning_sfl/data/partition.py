@@ -20,7 +20,7 @@ import torch
 
 from lightning_sfl.errors import ConfigError
 
-PARTITIONS: tuple[str, ...] = ("iid", "quantity", "dirichlet", "shards")
+PARTITIONS: tuple[str, ...] = ("iid", "quantity", "dirichlet", "shards", "natural")
 
 
 def _as_numpy(labels: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -174,6 +174,8 @@ def partition(
         return dirichlet(labels, num_clients, beta, seed)
     if method == "shards":
         return shards(labels, num_clients, shards_per_client, seed)
+    if method == "natural":
+        raise ConfigError("partition='natural' is the dataset's own clients (leaf_synthetic): nothing to partition")
     raise ConfigError(f"partition={method!r} is not one of: {', '.join(PARTITIONS)}")
 
 

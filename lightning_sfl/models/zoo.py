@@ -33,7 +33,9 @@ from lightning_sfl.models.pooling import MaxPool2d
 
 __all__ = ["MODELS", "BasicBlock", "SplittableModel", "build_model"]
 
-MODELS: tuple[str, ...] = ("alexnet_mnist", "alexnet_cifar", "resnet18", "vgg11", "vgg16", "cnn_small", "cnn_svhn")
+MODELS: tuple[str, ...] = (
+    "alexnet_mnist", "alexnet_cifar", "resnet18", "vgg11", "vgg16", "cnn_small", "cnn_svhn", "logistic",
+)  # fmt: skip
 
 Shape = tuple[int, int, int]
 
@@ -338,6 +340,21 @@ def _cnn_svhn(num_classes: int, input_shape: Shape) -> tuple[list[nn.Module], di
     return layers, {"s1": 2, "s2": 3, "s3": 5, "s4": 6, "s5": 9}
 
 
+def _logistic(num_classes: int, input_shape: Shape) -> tuple[list[nn.Module], dict[str, int]]:
+    """Multinomial logistic regression, the model of FedProx's and FedLC's Synthetic(λ, µ) (60 → 10), trained with
+    softmax cross-entropy:
+
+    ==  ==============================  ================  =====
+     0  Flatten                         [B, C·H·W]        s1 = 1
+     1  Linear(C·H·W, num_classes)      [B, num_classes]
+    ==  ==============================  ================  =====
+
+    Its one cut (``s1``) leaves the server the whole model: FL methods train it on the clients whole.
+    """
+    c, h, w = input_shape
+    return [nn.Flatten(), nn.Linear(c * h * w, num_classes)], {"s1": 1}
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Registry and public constructor
 # ---------------------------------------------------------------------------------------------------------------------
@@ -365,6 +382,7 @@ _REGISTRY: dict[str, _Spec] = {
     "cnn_svhn": _Spec(
         _cnn_svhn, "(C, H, W) with H, W multiples of 4, e.g. (3, 32, 32)", lambda s: s[1] % 4 == 0 == s[2] % 4
     ),
+    "logistic": _Spec(_logistic, "any (C, H, W), e.g. (60, 1, 1)", lambda s: True),
 }
 assert tuple(_REGISTRY) == MODELS
 
