@@ -54,9 +54,9 @@ from lightning_sfl.run_folder import (
     RunLock,
     claim_new,
     latest_run,
+    named_run,
     next_run,
     run_key,
-    run_name,
     seeds_group,
     trim_rounds,
 )
@@ -253,9 +253,7 @@ class SFLCLI(LightningCLI):
         latest of this configuration for ``--ckpt_path last`` and for ``validate``/``test``; the one the first process
         chose for the other processes of a DDP run. Returns the checkpoint to resume (``fit --ckpt_path last`` where
         the latest run has one), else ``None``."""
-        root = Path(config.get("trainer", {}).get("default_root_dir") or ".")
-        name = config.get("run_name")
-        name = run_name(config, key) if name is None else name
+        root, name = named_run(config, key)
         child = any(int(os.environ.get(var, "0") or 0) > 0 for var in ("LOCAL_RANK", "NODE_RANK", "RANK"))
         inherited = os.environ.get(FOLDER_ENV, "")
         ckpt = config.get("ckpt_path")
@@ -475,9 +473,7 @@ def last_checkpoint_of_fit(args: list[str]) -> Path:
         config = _ParseOnly(args=resolve_algorithm_names(list(args)), run=False).config
     except argparse.ArgumentError as exc:
         raise ConfigError(parser_error_line(str(exc))) from None
-    root = Path(config.get("trainer", {}).get("default_root_dir") or ".")
-    name = config.get("run_name")
-    name = run_name(config, run_key(config)) if name is None else name
+    root, name = named_run(config, run_key(config))
     folder = root if name == "" else latest_run(root, name)
     dirpath = (config.get("checkpoint") or {}).get("dirpath")
     last = Path(dirpath) / "last.ckpt" if dirpath else folder / "checkpoints" / "last.ckpt" if folder else None

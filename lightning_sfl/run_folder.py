@@ -32,7 +32,8 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning_sfl.errors import ConfigError
 
 __all__ = [
-    "ContinuingCSVLogger", "RecordRun", "RunLock", "claim_new", "git_commit", "latest_run", "next_run", "run_key",
+    "ContinuingCSVLogger", "RecordRun", "RunLock", "claim_new", "git_commit", "latest_run", "named_run", "next_run",
+    "run_key",
     "run_name", "seeds_group", "trim_rounds",
 ]  # fmt: skip
 
@@ -41,8 +42,9 @@ FOLDER_ENV = "LIGHTNING_SFL_RUN_FOLDER"
 LOCK_NAME = ".lock"
 
 
-def run_name(config: dict, key: str) -> str:
-    """A readable name of the run's configuration, ``<method>-<dataset>-<partition>-s<seed>-<key>``.
+def run_name(config: dict, key: str, with_seed: bool = True) -> str:
+    """A readable name of the run's configuration, ``<method>-<dataset>-<partition>-s<seed>-<key>`` (without
+    ``-s<seed>`` unless ``with_seed``).
 
     >>> run_name({"model": {"class_path": "lightning_sfl.algorithms.SCALA"}, "seed_everything": 0,
     ...           "data": {"dataset": "digits", "partition": "dirichlet", "beta": 0.5}}, "0f58ca476a")
@@ -58,8 +60,19 @@ def run_name(config: dict, key: str) -> str:
     if parameter and data.get(parameter) is not None:
         partition += str(data.get(parameter))
     parts = [method.rsplit(".", 1)[-1].lower(), str(data.get("dataset", "data")), partition]
-    parts += [f"s{config.get('seed_everything')}", key]
+    parts += [f"s{config.get('seed_everything')}"] if with_seed else []
+    parts.append(key)
     return "-".join(re.sub(r"[^\w.]+", "_", p) for p in parts)
+
+
+def named_run(config, key: str) -> tuple[Path, str]:
+    """``(default_root_dir, name)`` of a run: ``--run_name`` if given (``''``: the root itself is the run folder),
+    else :func:`run_name`; a one-line :class:`ConfigError` for a name that is not one folder."""
+    root = Path(config.get("trainer", {}).get("default_root_dir") or ".")
+    name = config.get("run_name")
+    if name is not None and (name in (".", "..") or "/" in name or os.sep in name):
+        raise ConfigError(f"run_name={name!r} must be one folder name (no '/', not '.' or '..'), or '' for the root")
+    return root, run_name(config, key) if name is None else name
 
 
 def run_key(config) -> str:
@@ -85,8 +98,7 @@ def seeds_group(config) -> str:
     values["seed_everything"] = None
     if values.get("data") is not None:
         values["data"]["seed"] = None
-    name = run_name(values, run_key(values))
-    return re.sub(r"-sNone-", "-", name)
+    return run_name(values, run_key(values), with_seed=False)
 
 
 def git_commit(folder: Path | None = None) -> str | None:
@@ -133,14 +145,14 @@ class RecordRun(SaveConfigCallback):
 
 def _versions(root: Path, name: str) -> list[tuple[int, Path]]:
     found = []
-    for path in root.glob(f"{glob_escape(name)}*") if root.is_dir() else ():
+    for path in root.glob(f"{_glob_escape(name)}*") if root.is_dir() else ():
         match = re.fullmatch(re.escape(name) + r"(?:-v(\d+))?", path.name)
         if match and path.is_dir():
             found.append((int(match.group(1) or 1), path))
     return sorted(found)
 
 
-def glob_escape(name: str) -> str:
+def _glob_escape(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
 
 

@@ -71,6 +71,12 @@ BAD: list[tuple[list[str], str]] = [
     (["--trainer.strategy=deepspeed"], "trainer: To use the `DeepSpeedStrategy`, you must have DeepSpeed installed"),
     (["--trainer.default_root_dir=fedavg.ckpt"], "trainer.default_root_dir='fedavg.ckpt' is a file, not a folder"),
     (["--checkpoint.dirpath=fedavg.ckpt"], "checkpoint.dirpath='fedavg.ckpt' is a file, not a folder"),
+    (["--run_name=../elsewhere"], "run_name='../elsewhere' must be one folder name"),
+    # options of this stop's datasets and server optimisers
+    (["--data.partition=natural"], "partition='natural' (the dataset's own clients) goes with dataset="),
+    (["--data.dataset=leaf_synthetic", "--data.partition=natural", "--data.leaf_mu=-1"], "must be >= 0"),
+    (["--model=fedyogi", "--model.bias_correction=true"], "bias_correction=True is Flower's FedAdam's"),
+    (["--model=fedadam", "--model.initial_second_moment=-1"], "initial_second_moment=-1.0 must be >= 0"),
     # checkpoints and data
     (["--ckpt_path=missing.ckpt"], "does not exist"),
     (["--ckpt_path=truncated.ckpt"], "cannot be loaded safely"),
