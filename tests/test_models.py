@@ -19,6 +19,7 @@ INPUT_SHAPES: dict[str, tuple[int, int, int]] = {
     "vgg16": (3, 32, 32),
     "cnn_small": (1, 8, 8),
     "cnn_svhn": (3, 32, 32),
+    "cnn_fedlc": (1, 28, 28),
     "logistic": (60, 1, 1),
 }
 NUM_CLASSES = 10
@@ -46,7 +47,8 @@ def test_model_attributes(models: dict[str, SplittableModel], name: str) -> None
     assert model.name == name
     assert model.input_shape == INPUT_SHAPES[name]
     assert model.num_classes == NUM_CLASSES
-    assert list(model.cut_points) == (["s1"] if name == "logistic" else ["s1", "s2", "s3", "s4", "s5"])
+    cuts = {"logistic": ["s1"], "cnn_fedlc": ["s1", "s2", "s3"]}.get(name, ["s1", "s2", "s3", "s4", "s5"])
+    assert list(model.cut_points) == cuts
     idx = list(model.cut_points.values())
     assert idx == sorted(set(idx)) and 0 < idx[0] and idx[-1] < len(model)
 
@@ -199,7 +201,7 @@ def test_determinism() -> None:
 
 def test_unknown_model_name() -> None:
     with pytest.raises(
-        ValueError, match=r"^model='foo' is not one of: alexnet_mnist, alexnet_cifar, .*, cnn_svhn, logistic$"
+        ValueError, match=r"^model='foo' is not one of: alexnet_mnist, alexnet_cifar, .*, cnn_fedlc, logistic$"
     ):
         build_model("foo", 10, (3, 32, 32))
 
@@ -268,6 +270,16 @@ def test_cnn_small_learns_digits() -> None:
         opt.step()
     loss, acc = evaluate()
     assert loss < 0.25 * loss0 and acc > acc0 + 0.5, (loss0, loss, acc0, acc)
+
+
+def test_cnn_fedlc_is_fedlcs_table_8_cnn() -> None:
+    """Table 8's parameter shapes ([10, 1, 5, 5], [20, 10, 5, 5], [320, 50], [50, 10] and their biases), counted by
+    hand, and the activation shapes at the three cuts."""
+    model = build_model("cnn_fedlc", 10, (1, 28, 28))
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    assert shapes == [(10, 1, 5, 5), (10,), (20, 10, 5, 5), (20,), (50, 320), (50,), (10, 50), (10,)]
+    assert sum(p.numel() for p in model.parameters()) == 250 + 10 + 5000 + 20 + 16000 + 50 + 500 + 10
+    assert [tuple(activation_shape(model, p)) for p in ("s1", "s2", "s3")] == [(10, 12, 12), (20, 4, 4), (50,)]
 
 
 def test_cnn_svhn_is_the_semi_sfl_papers_cnn() -> None:

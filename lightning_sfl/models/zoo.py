@@ -34,7 +34,8 @@ from lightning_sfl.models.pooling import MaxPool2d
 __all__ = ["MODELS", "BasicBlock", "SplittableModel", "build_model"]
 
 MODELS: tuple[str, ...] = (
-    "alexnet_mnist", "alexnet_cifar", "resnet18", "vgg11", "vgg16", "cnn_small", "cnn_svhn", "logistic",
+    "alexnet_mnist", "alexnet_cifar", "resnet18", "vgg11", "vgg16", "cnn_small", "cnn_svhn", "cnn_fedlc",
+    "logistic",
 )  # fmt: skip
 
 Shape = tuple[int, int, int]
@@ -340,6 +341,42 @@ def _cnn_svhn(num_classes: int, input_shape: Shape) -> tuple[list[nn.Module], di
     return layers, {"s1": 2, "s2": 3, "s3": 5, "s4": 6, "s5": 9}
 
 
+def _cnn_fedlc(num_classes: int, input_shape: Shape) -> tuple[list[nn.Module], dict[str, int]]:
+    """The CNN of FedLC's MNIST and Fashion-MNIST experiments (its Table 8): two 5x5 convolutions (10 and 20
+    filters, stride 1, no padding), each followed by 2x2 max-pooling, then FC 320 -> 50 -> N. Shapes for
+    [B, 1, 28, 28]:
+
+    ==  ==========================  ==============  =====
+     0  Conv2d(C, 10, 5)            [B, 10, 24, 24]
+     1  MaxPool2d(2)                [B, 10, 12, 12]
+     2  ReLU                                        s1 = 3
+     3  Conv2d(10, 20, 5)           [B, 20, 8, 8]
+     4  MaxPool2d(2)                [B, 20, 4, 4]
+     5  ReLU                                        s2 = 6
+     6  Flatten                     [B, 320]
+     7  Linear(320, 50)
+     8  ReLU                        [B, 50]         s3 = 9
+     9  Linear(50, num_classes)     [B, num_classes]
+    ==  ==========================  ==============  =====
+
+    Table 8 gives the parameter shapes and, for both poolings, "stride=2, padding=2"; no activation. We read the
+    pooling as a 2x2 window of stride 2 without padding (the only reading that gives fc1's 320 inputs: a padding of
+    2 is not even valid for a 2x2 window) and put a ReLU after each pooling and after fc1, as in PyTorch's MNIST
+    example this network is. PyTorch's default init. 21,840 parameters for 10 classes.
+    """
+    c = input_shape[0]
+    layers: list[nn.Module] = [
+        nn.Conv2d(c, 10, 5),
+        MaxPool2d(2, 2),
+        nn.ReLU(),
+        nn.Conv2d(10, 20, 5),
+        MaxPool2d(2, 2),
+        nn.ReLU(),
+        *_mlp(20 * 4 * 4, [50], num_classes),
+    ]
+    return layers, {"s1": 3, "s2": 6, "s3": 9}
+
+
 def _logistic(num_classes: int, input_shape: Shape) -> tuple[list[nn.Module], dict[str, int]]:
     """Multinomial logistic regression, the model of FedProx's and FedLC's Synthetic(λ, µ) (60 → 10), trained with
     softmax cross-entropy:
@@ -382,6 +419,7 @@ _REGISTRY: dict[str, _Spec] = {
     "cnn_svhn": _Spec(
         _cnn_svhn, "(C, H, W) with H, W multiples of 4, e.g. (3, 32, 32)", lambda s: s[1] % 4 == 0 == s[2] % 4
     ),
+    "cnn_fedlc": _Spec(_cnn_fedlc, "(1, 28, 28)", lambda s: s == (1, 28, 28)),
     "logistic": _Spec(_logistic, "any (C, H, W), e.g. (60, 1, 1)", lambda s: True),
 }
 assert tuple(_REGISTRY) == MODELS
