@@ -62,10 +62,10 @@ TEST_IMAGES = {"digits": 360, "mnist5k": 1000}
 FLIPPED_IMAGES = 3
 
 
-def assert_same_trajectory(got: list[float], want: list[float], dataset: str) -> None:
+def assert_same_trajectory(got: list[float], want: list[float], dataset: str | int) -> None:
     """``got`` and ``want`` (test accuracy per round) agree to :data:`FLIPPED_IMAGES` test images in every round, and
-    both are accuracies over ``TEST_IMAGES[dataset]`` images (whole numbers of images)."""
-    n = TEST_IMAGES[dataset]
+    both are accuracies over ``TEST_IMAGES[dataset]`` images (or ``dataset`` images; whole numbers of images)."""
+    n = dataset if isinstance(dataset, int) else TEST_IMAGES[dataset]
     assert len(got) == len(want)
     for acc in (*got, *want):
         assert abs(acc * n - round(acc * n)) < 1e-3, (acc, n)
@@ -232,3 +232,48 @@ def test_committed_attack_is_reproduced_by_its_commands(tmp_path):
     got = json.loads((tmp_path / "a" / "metrics.json").read_text())
     for key, want in _attacks("digits")["scala", 1].items():
         assert got[key] == pytest.approx(want, rel=1e-4 if exact else 0.05), key
+
+
+#: The studies on the papers' own data (issue 34; docs/results/summarize_papers.py). FedLC's Synthetic(λ, µ): setting
+#: -> (λ, µ); 7 methods, 5 seeds, 300 rounds, and FedLC's missing-class experiment per setting.
+SYNTHETIC = {"synthetic_0_0": (0, 0), "synthetic_0.5_0.5": (0.5, 0.5), "synthetic_1_1": (1, 1)}
+SYNTHETIC_METHODS = ["fedavg", "fedprox", "scaffold", "fednova", "fedadam", "fedrs", "fedlc"]
+
+
+@pytest.mark.parametrize("setting", SYNTHETIC)
+def test_fedlc_synthetic_study_covers_every_method_and_its_five_seeds(setting):
+    folder = RESULTS / "leaf_synthetic"
+    for sub, methods in ((setting, SYNTHETIC_METHODS), (f"{setting}_fedlc_floor1", ["fedlc"])):
+        for name in ("results.md", "accuracy.png", "metrics.csv"):
+            assert (folder / sub / name).exists(), f"leaf_synthetic/{sub}/{name} missing"
+        runs = read_metrics_csv(folder / sub / "metrics.csv")
+        assert {(r.method, r.seed) for r in runs} == {(m, s) for m in methods for s in range(5)}
+        assert all(r.status == "ok" and len(r.acc_records) == 300 for r in runs)
+    assert "--model.missing_class_floor=1" in (folder / f"{setting}_fedlc_floor1" / "results.md").read_text()
+    ceiling = (folder / "ceiling.md").read_text()
+    lam, mu = SYNTHETIC[setting]
+    assert f"| ({lam:g}, {mu:g}) |" in ceiling
+    for text in ((RESULTS / "README.md").read_text(), (REPO / "README.md").read_text()):
+        assert "run_leaf_synthetic.sh" in text
+
+
+def test_fedlc_synthetic_numbers_are_reproduced_by_the_command(tmp_path):
+    """The first 40 of 300 rounds of FedAvg, seed 1, Synthetic(1,1), re-run with the overrides its results.md records;
+    accuracy over the pooled test rows of that seed's clients."""
+    from lightning_sfl.data.leaf_synthetic import fedprox_synthetic
+
+    rounds, setting = 40, "synthetic_1_1"
+    table = (RESULTS / "leaf_synthetic" / setting / "results.md").read_text()
+    overrides = table.split("- overrides: ")[1].split("\n")[0].replace("`", "").split()
+    args = ["--config", str(REPO / "configs/leaf_synthetic/fedavg.yaml"), "--methods", "fedavg", "--seeds", "1"]
+    compare_main([*args, "--out", str(tmp_path / "o"), "--overrides", *overrides, f"--trainer.max_epochs={rounds}"])
+    (fresh,) = read_metrics_csv(tmp_path / "o" / "metrics.csv")
+    (committed,) = [
+        r
+        for r in read_metrics_csv(RESULTS / "leaf_synthetic" / setting / "metrics.csv")
+        if (r.method, r.seed) == ("fedavg", 1)  # fmt: skip
+    ]
+    test_rows = sum(len(y) for y in fedprox_synthetic(1.0, 1.0, seed=1).test_y)
+    got = [rec["test/acc"] for rec in fresh.acc_records]
+    assert len(got) == rounds
+    assert_same_trajectory(got, [rec["test/acc"] for rec in committed.acc_records[:rounds]], test_rows)

@@ -1,6 +1,7 @@
 """Collect the committed comparisons (``docs/results/digits/*``, ``docs/results/mnist5k/*``), the fidelity
-experiments (``docs/results/fidelity/*``), the GAS study (``docs/results/gas/*``) and the Semi-SFL study
-(``docs/results/semi_sfl/*``, with a ``pseudo_labels.png`` per setting) into ``docs/results/README.md``.
+experiments (``docs/results/fidelity/*``), the GAS study (``docs/results/gas/*``), the Semi-SFL study
+(``docs/results/semi_sfl/*``, with a ``pseudo_labels.png`` per setting), the privacy study and the studies on the
+papers' own data (``summarize_papers.py``) into ``docs/results/README.md``.
 
 Run from the repository root after ``bash docs/results/run_digits.sh`` (or ``run_mnist5k.sh``, ``run_fidelity.sh``,
 ``run_gas.sh``, ``run_semi_sfl.sh``)::
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from summarize_privacy import privacy_section  # this folder, on sys.path when run as a script
+from summarize_papers import papers_section  # this folder, on sys.path when run as a script
+from summarize_privacy import privacy_section
 
 from lightning_sfl.compare import MethodSummary, format_acc, read_metrics_csv, summarize
 from lightning_sfl.compare.records import TIME_KEY
@@ -442,7 +444,9 @@ classes — fails when every client holds one class; we keep the method as publi
 {GAS_TEXT.format(gas_acc=gas_acc, gas_90=gas_90, gas_95=gas_95, GAS_NOTES=GAS_NOTES)}
 {SEMI_TEXT.format(semi_acc=semi_acc, semi_pending=semi_pending, SEMI_NOTES=SEMI_NOTES)}
 
-{privacy_section()}"""
+{privacy_section()}
+
+{papers_section()}"""
     (HERE / "README.md").write_text(text)
     print(f"wrote {HERE / 'README.md'}")
 
