@@ -1,6 +1,6 @@
 """Console script ``lightning-sfl``: ``fit``, ``validate`` and ``test`` (LightningCLI, in
 :mod:`lightning_sfl.lightning_cli`), ``compare`` (:mod:`lightning_sfl.compare`), ``sweep``
-(:mod:`lightning_sfl.sweep`) and ``attack`` (:mod:`lightning_sfl.attack`).
+(:mod:`lightning_sfl.sweep`), ``attack`` (:mod:`lightning_sfl.attack`) and ``cuts`` (:mod:`lightning_sfl.cuts`).
 
 Run the main job (SCALA on scikit-learn's bundled digits, offline)::
 
@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "compare": "train several methods x seeds on identical client shards and tabulate the results",
     "sweep": "run the trials of a W&B sweep file offline, without a W&B server (grid, random, bayes)",
     "attack": "model-inversion attack on a checkpoint's activations: MSE, SSIM and PSNR of the reconstructions",
+    "cuts": "per cut point of a model: client half size, activation size and FLOPs on each side",
 }
 
 USAGE = f"""usage: lightning-sfl {{{",".join(COMMANDS)}}} ...
@@ -63,6 +64,11 @@ def main(args: list[str] | None = None) -> None:
         from lightning_sfl.attack import main as attack_main
 
         attack_main(argv[1:])
+        return
+    if argv[0] == "cuts":
+        from lightning_sfl.cuts import main as cuts_main
+
+        cuts_main(argv[1:])
         return
     if not {"-h", "--help", "--print_config"} & {a.split("=")[0] for a in argv[1:]}:
         from lightning_sfl.wandb.process import prestart

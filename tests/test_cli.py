@@ -265,10 +265,10 @@ def test_help_lists_exactly_the_working_subcommands_and_predict_is_refused():
     out = subprocess.run([*run, "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     listed = re.findall(r"^  (\w+)\s", out.stdout, flags=re.M)
-    assert listed == ["fit", "validate", "test", "compare", "sweep", "attack"]
+    assert listed == ["fit", "validate", "test", "compare", "sweep", "attack", "cuts"]
     bad = subprocess.run([*run, "predict", "--config", "x.yaml"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stdout == ""
-    choices = "fit, validate, test, compare, sweep, attack"
+    choices = "fit, validate, test, compare, sweep, attack, cuts"
     assert bad.stderr == f"error: unknown subcommand 'predict'; choose from: {choices}\n"
     assert "predict" not in SFLCLI.subcommands() and set(SFLCLI.subcommands()) == {"fit", "validate", "test"}
 

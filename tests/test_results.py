@@ -277,3 +277,71 @@ def test_fedlc_synthetic_numbers_are_reproduced_by_the_command(tmp_path):
     got = [rec["test/acc"] for rec in fresh.acc_records]
     assert len(got) == rounds
     assert_same_trajectory(got, [rec["test/acc"] for rec in committed.acc_records[:rounds]], test_rows)
+
+
+#: Fashion-MNIST studies (Debian's package; the committed runs): folder -> (script, config, methods, rounds, evaluated
+#: rounds, settings).
+FASHION_STUDIES = {
+    "gas": (
+        "run_gas_fashion_mnist.sh",
+        "configs/fashion_mnist/gas.yaml",
+        ["gas", "async_sfl", "fedavg", "fedbuff", "ca2fl"],
+        100,
+        100,
+        ["fashion_mnist_shards2", "fashion_mnist_dirichlet0.1"],
+    ),
+    "scala_fashion_mnist": (
+        "run_scala_fashion_mnist.sh",
+        "configs/fashion_mnist/scala.yaml",
+        ["scala", "fedavg", "fedprox", "feddyn", "feddecorr", "fedlogit", "fedlc"]
+        + ["splitfedv1", "splitfedv2", "splitfedv3", "sfl_local_loss"],
+        200,
+        40,
+        ["quantity_a2", "quantity_a4", "dirichlet_b0.05", "dirichlet_b0.1"],
+    ),
+}
+FASHION_CELLS = [(study, setting) for study, spec in FASHION_STUDIES.items() for setting in spec[-1]]
+
+
+@pytest.mark.parametrize("study,setting", FASHION_CELLS, ids=[f"{s}/{c}" for s, c in FASHION_CELLS])
+def test_fashion_mnist_studies_cover_every_method_and_seed(study, setting):
+    script, _, methods, rounds, evaluated, _ = FASHION_STUDIES[study]
+    folder = RESULTS / study / setting
+    for name in ("results.md", "accuracy.png", "metrics.csv"):
+        assert (folder / name).exists(), f"{study}/{setting}/{name} missing"
+    runs = read_metrics_csv(folder / "metrics.csv")
+    assert {(r.method, r.seed) for r in runs} == {(m, s) for m in methods for s in (0, 1, 2)}
+    for r in runs:
+        assert r.status == "ok" and len(r.acc_records) == evaluated and r.acc_records[-1]["round"] == rounds
+    assert "--model.arch=cnn_fedlc" in (folder / "results.md").read_text()
+    for text in ((RESULTS / "README.md").read_text(), (REPO / "README.md").read_text()):
+        assert script in text
+
+
+def _fashion_mnist_files() -> bool:
+    from lightning_sfl.data.datasets import DEBIAN_FASHION_MNIST
+
+    return (REPO / "data" / "FashionMNIST" / "raw").is_dir() or DEBIAN_FASHION_MNIST.is_dir()
+
+
+@pytest.mark.skipif(not _fashion_mnist_files(), reason="needs Fashion-MNIST (Debian's dataset-fashion-mnist)")
+@pytest.mark.parametrize(
+    "study,setting,method,rounds",
+    [("gas", "fashion_mnist_shards2", "gas", 3), ("scala_fashion_mnist", "quantity_a2", "scala", 10)],
+)
+def test_fashion_mnist_numbers_are_reproduced_by_their_command(study, setting, method, rounds, tmp_path):
+    """The first rounds of one committed run, re-run with the overrides its results.md records (10,000 test images)."""
+    _, config, *_ = FASHION_STUDIES[study]
+    table = (RESULTS / study / setting / "results.md").read_text()
+    overrides = table.split("- overrides: ")[1].split("\n")[0].replace("`", "").split()
+    overrides = [o for o in overrides if not o.startswith("--trainer.max_epochs")]
+    args = ["--config", str(REPO / config), "--methods", method, "--seeds", "1", "--out", str(tmp_path / "o")]
+    compare_main([*args, "--overrides", *overrides, f"--trainer.max_epochs={rounds}"])
+    (fresh,) = read_metrics_csv(tmp_path / "o" / "metrics.csv")
+    (committed,) = [
+        r for r in read_metrics_csv(RESULTS / study / setting / "metrics.csv") if (r.method, r.seed) == (method, 1)
+    ]
+    got = [rec["test/acc"] for rec in fresh.acc_records]
+    want = [rec["test/acc"] for rec in committed.acc_records[: len(got)]]
+    assert len(got) == (rounds if study == "gas" else rounds // 5)
+    assert_same_trajectory(got, want, 10_000)

@@ -1,0 +1,146 @@
+"""``lightning-sfl cuts``: what each cut point of a zoo model costs, so that the choice of cut is visible (Semi-SFL
+§V-D5, Fig. 11 chooses the cut by the traffic of features plus bottom model).
+
+Per cut point: the client half's layers, parameters and size as sent, the activation's shape and bytes per sample,
+and the training FLOPs per sample (forward and backward) on each side — the client's half from
+:func:`~lightning_sfl.system.flops.cut_costs`, the server's as the whole model's minus the client's (the server also
+computes the gradient of the activations it sends back). With ``--samples N``, the traffic of one client in one
+round that trains on ``N`` samples: its half down and up, activations up and their gradients down.
+
+Run::
+
+    lightning-sfl cuts --arch alexnet_cifar
+    lightning-sfl cuts --arch cnn_fedlc --samples 160 --format csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: The input shape each zoo model is built for when ``--input_shape`` is not given (the datasets they serve).
+DEFAULT_SHAPES: dict[str, tuple[int, int, int]] = {
+    "alexnet_mnist": (1, 28, 28),
+    "alexnet_cifar": (3, 32, 32),
+    "resnet18": (3, 32, 32),
+    "vgg11": (3, 32, 32),
+    "vgg16": (3, 32, 32),
+    "cnn_small": (1, 8, 8),
+    "cnn_svhn": (3, 32, 32),
+    "cnn_fedlc": (1, 28, 28),
+    "logistic": (60, 1, 1),
+}
+
+
+@dataclass(frozen=True)
+class CutRow:
+    """One cut point of a model: the client half ``layers[:client_layers]`` and what it costs per sample."""
+
+    cut: str
+    client_layers: int
+    client_params: int
+    client_bytes: int
+    activation_shape: tuple[int, ...]
+    activation_bytes: int
+    client_flops: float
+    server_flops: float
+
+    def round_bytes(self, samples: int) -> int:
+        """Traffic of one client in a round over ``samples`` samples: its half down and up, activations up,
+        their gradients down."""
+        return 2 * self.client_bytes + 2 * self.activation_bytes * samples
+
+
+def cut_table(arch: str, num_classes: int = 10, input_shape: Sequence[int] | None = None) -> list[CutRow]:
+    """The :class:`CutRow` of every cut point of zoo model ``arch`` (``input_shape`` default: :data:`DEFAULT_SHAPES`).
+
+    >>> rows = cut_table("cnn_fedlc")
+    >>> [(r.cut, r.activation_shape, r.activation_bytes) for r in rows]
+    [('s1', (10, 12, 12), 5760), ('s2', (20, 4, 4), 1280), ('s3', (50,), 200)]
+    """
+    import torch
+
+    from lightning_sfl.models import activation_shape, build_model, split_model
+    from lightning_sfl.system.flops import cut_costs, training_flops_per_sample
+
+    shape = tuple(input_shape) if input_shape is not None else DEFAULT_SHAPES.get(arch, (3, 32, 32))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = build_model(arch, num_classes, shape)
+    whole = training_flops_per_sample(model, model.input_shape)
+    rows = []
+    for cut, cost in cut_costs(model).items():
+        client, _ = split_model(model, cut)
+        client_flops = cost.forward + cost.backward
+        rows.append(
+            CutRow(
+                cut=cut,
+                client_layers=model.cut_points[cut],
+                client_params=sum(p.numel() for p in client.parameters()),
+                client_bytes=cost.model_bytes,
+                activation_shape=tuple(activation_shape(model, cut)),
+                activation_bytes=cost.activation_bytes,
+                client_flops=client_flops,
+                server_flops=whole - client_flops,
+            )
+        )
+    return rows
+
+
+def format_table(rows: Sequence[CutRow], samples: int | None = None, fmt: str = "md") -> str:
+    """``rows`` as a Markdown table (``fmt="md"``) or CSV; sizes in KB (10^3 B), FLOPs in MFLOP per sample."""
+    head = ["cut", "client layers", "client params", "client half (KB)", "activation shape", "activation (KB/sample)"]
+    head += ["client train MFLOP/sample", "server train MFLOP/sample"]
+    if samples is not None:
+        head.append(f"traffic per client and round, {samples} samples (KB)")
+    lines = []
+    for r in rows:
+        cells = [r.cut, str(r.client_layers), f"{r.client_params:,}", f"{r.client_bytes / 1e3:.1f}"]
+        cells += ["×".join(map(str, r.activation_shape)), f"{r.activation_bytes / 1e3:.2f}"]
+        cells += [f"{r.client_flops / 1e6:.3f}", f"{r.server_flops / 1e6:.3f}"]
+        if samples is not None:
+            cells.append(f"{r.round_bytes(samples) / 1e3:.1f}")
+        lines.append(cells)
+    if fmt == "csv":
+        return "\n".join(",".join(c.replace(",", "") for c in row) for row in [head, *lines]) + "\n"
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(out + ["| " + " | ".join(row) + " |" for row in lines]) + "\n"
+
+
+def _positive(text: str) -> int:
+    value = int(text) if text.lstrip("-").isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``lightning-sfl cuts``: print the cost of every cut point of ``--arch``."""
+    from lightning_sfl.models.zoo import MODELS
+
+    parser = argparse.ArgumentParser(
+        prog="lightning-sfl cuts",
+        description="Per cut point of a zoo model: client half size, activation size and FLOPs on each side.",
+    )
+    parser.add_argument("--arch", required=True, choices=MODELS, help="zoo model")
+    parser.add_argument("--num_classes", type=_positive, default=10, help="output classes (default 10)")
+    parser.add_argument(
+        "--input_shape", type=_positive, nargs=3, metavar=("C", "H", "W"), help="one sample's shape (default: the "
+        "dataset the model is for: " + ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in DEFAULT_SHAPES.items())
+        + ")",
+    )  # fmt: skip
+    parser.add_argument("--samples", type=_positive, help="samples a client trains on per round: adds its traffic")
+    parser.add_argument("--format", choices=("md", "csv"), default="md", help="output format (default md)")
+    args = parser.parse_args(argv)
+    from lightning_sfl.errors import ConfigError
+
+    try:
+        rows = cut_table(args.arch, args.num_classes, args.input_shape)
+    except ConfigError as exc:
+        parser.exit(2, f"lightning-sfl cuts: error: {exc}\n")
+    shape = "x".join(map(str, args.input_shape or DEFAULT_SHAPES[args.arch]))
+    if args.format == "md":
+        sys.stdout.write(f"{args.arch}, input {shape}, {args.num_classes} classes; float32\n\n")
+    sys.stdout.write(format_table(rows, args.samples, args.format))

@@ -1,0 +1,67 @@
+"""``lightning-sfl cuts``: per cut point of a zoo model, the client half's size, the activation's size and the
+training FLOPs on each side, checked against counts by hand (FedLC's Table 8 CNN) and the split identity."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightning_sfl.cli import main as cli_main
+from lightning_sfl.cuts import cut_table, format_table
+from lightning_sfl.models import build_model
+from lightning_sfl.system.flops import training_flops_per_sample
+
+
+def test_cnn_fedlc_costs_by_hand():
+    """conv1 (10 filters 5x5 over 24x24 outputs), conv2 (20 filters 5x5x10 over 8x8), fc1 320x50, fc2 50x10; 2 FLOPs a
+    multiply-add; the client's first layer costs 2x its forward (no input gradient), every other layer 3x."""
+    conv1, conv2, fc1, fc2 = 24 * 24 * 10 * 25 * 2, 8 * 8 * 20 * 10 * 25 * 2, 320 * 50 * 2, 50 * 10 * 2
+    rows = {r.cut: r for r in cut_table("cnn_fedlc")}
+    assert rows["s1"].client_flops == 2 * conv1 and rows["s1"].server_flops == 3 * (conv2 + fc1 + fc2)
+    assert rows["s2"].client_flops == 2 * conv1 + 3 * conv2 and rows["s2"].server_flops == 3 * (fc1 + fc2)
+    assert rows["s3"].client_flops == 2 * conv1 + 3 * (conv2 + fc1) and rows["s3"].server_flops == 3 * fc2
+    assert [rows[c].client_params for c in ("s1", "s2", "s3")] == [260, 260 + 5020, 260 + 5020 + 16050]
+    assert [rows[c].activation_bytes for c in ("s1", "s2", "s3")] == [4 * 1440, 4 * 320, 4 * 50]
+    assert [rows[c].client_bytes for c in ("s1", "s2", "s3")] == [4 * 260, 4 * 5280, 4 * 21330]
+    assert rows["s2"].round_bytes(100) == 2 * 4 * 5280 + 2 * 4 * 320 * 100
+
+
+@pytest.mark.parametrize("arch", ["alexnet_cifar", "cnn_svhn", "resnet18"])
+def test_the_two_sides_add_up_to_the_whole_model(arch):
+    rows = cut_table(arch)
+    model = build_model(arch, 10, (3, 32, 32))
+    whole = training_flops_per_sample(model, (3, 32, 32))
+    assert [r.cut for r in rows] == list(model.cut_points)
+    for r in rows:
+        assert r.client_flops + r.server_flops == pytest.approx(whole, rel=1e-12)
+        assert r.client_flops > 0 and r.server_flops > 0
+    client = [r.client_flops for r in rows]
+    assert client == sorted(client)  # a deeper cut gives the client more work
+
+
+def test_cli_prints_a_row_per_cut_and_csv_parses(capsys):
+    cli_main(["cuts", "--arch", "cnn_fedlc", "--samples", "160"])
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("| s")]
+    assert [line.split(" | ")[0] for line in lines] == ["| s1", "| s2", "| s3"]
+    assert "traffic per client and round, 160 samples (KB)" in out and "10×12×12" in out
+    csv_text = format_table(cut_table("cnn_small"), fmt="csv")
+    rows = [line.split(",") for line in csv_text.splitlines()]
+    assert len(rows) == 6 and all(len(r) == len(rows[0]) == 8 for r in rows)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--arch", "foo"], "argument --arch: invalid choice: 'foo'"),
+        (["--arch", "alexnet_mnist", "--input_shape", "3", "32", "32"], "expects input shape (1, 28, 28)"),
+        (["--arch", "vgg16", "--samples", "0"], "argument --samples: must be a positive integer, got '0'"),
+        (["--arch", "cnn_small", "--format", "xls"], "argument --format: invalid choice: 'xls'"),
+    ],
+)
+def test_bad_arguments_get_one_line(args, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["cuts", *args])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert len([line for line in err.splitlines() if "error" in line]) == 1
