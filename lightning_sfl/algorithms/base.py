@@ -127,6 +127,8 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
             channels cross the cut (needs a convolutional cut); ``0``: the model's own cut; ``None``: the method's
             default (``default_bottleneck_channels``: 0, SCALA-PE 8), so that a config written for one method and run
             with another (``--model``, ``compare``) keeps each method's own default.
+        nesterov: Nesterov momentum (Sutskever et al., 2013, in PyTorch's form: the step is ``g + µ·b`` with ``b``
+            the momentum buffer) for clients and server; needs ``momentum > 0``. Semi-SFL's optimiser (§V-A).
     """
 
     #: False for plain FL methods: the "client half" is the whole model and there is no server half.
@@ -158,6 +160,7 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         client_selection: ClientSelection | str | None = None,
         client_bank: str = "auto",
         bottleneck_channels: int | None = None,
+        nesterov: bool = False,
     ) -> None:
         super().__init__()
         if local_iters < 1:
@@ -168,9 +171,12 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
             raise ConfigError(f"momentum={momentum} and weight_decay={weight_decay} must be >= 0")
         if client_bank not in BANK_KINDS:
             raise ConfigError(f"client_bank={client_bank!r} is not one of: {', '.join(BANK_KINDS)}")
+        if not isinstance(nesterov, bool) or (nesterov and momentum == 0):
+            raise ConfigError(f"nesterov={nesterov!r} must be true or false, and true needs momentum > 0")
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.local_iters, self.lr, self.momentum, self.weight_decay = local_iters, lr, momentum, weight_decay
+        self.nesterov = nesterov
         self.num_classes = num_classes
         self.selection = resolve_selection(client_selection, self.default_selection)
         self.hparams["client_selection"] = self.selection.config()  # a config, so checkpoints load safely
@@ -292,7 +298,9 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         groups = [{"params": self.slot_parameters(), "name": "client_slots"}]
         if self.server_parameters():
             groups.append({"params": self.server_parameters(), "name": "server"})
-        return torch.optim.SGD(groups, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+        return torch.optim.SGD(
+            groups, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay, nesterov=self.nesterov
+        )
 
     # ------------------------------------------------------------------ the step loop
     def training_step(self, step: Step, batch_idx: int) -> dict | None:

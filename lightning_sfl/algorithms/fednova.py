@@ -22,6 +22,7 @@ from lightning_sfl.algorithms.aggregate import (
 )
 from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.registry import register
+from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 
 __all__ = ["FedNova", "fednova_average", "momentum_norm"]
@@ -57,8 +58,14 @@ class FedNova(FedAvg):
     ``E`` epochs over its shard, ``τ_k = ⌈E·|D_k|/b⌉``). With ``T`` local iterations for every client it is FedAvg.
 
     Args:
-        **kwargs: see :class:`~lightning_sfl.algorithms.fedavg.FedAvg` (``local_epochs``, ``local_batch_size``).
+        **kwargs: see :class:`~lightning_sfl.algorithms.fedavg.FedAvg` (``local_epochs``, ``local_batch_size``);
+            ``nesterov`` is refused: the paper's ``‖a_i‖₁`` is derived for heavy-ball momentum only.
     """
+
+    def __init__(self, **kwargs) -> None:
+        if kwargs.get("nesterov"):
+            raise ConfigError("nesterov=True: FedNova's ‖a_i‖₁ (eq. 7) is derived for heavy-ball momentum only")
+        super().__init__(**kwargs)
 
     @torch.no_grad()
     def aggregate(self, step: Step) -> None:
