@@ -297,7 +297,7 @@ FASHION_STUDIES = {
         + ["splitfedv1", "splitfedv2", "splitfedv3", "sfl_local_loss"],
         200,
         40,
-        ["quantity_a2"],  # α=4, β=0.05 and β=0.1: not run yet (docs/results/README.md)
+        ["quantity_a2", "quantity_a4"],  # β=0.05 and β=0.1: not run yet (docs/results/README.md)
     ),
 }
 FASHION_CELLS = [(study, setting) for study, spec in FASHION_STUDIES.items() for setting in spec[-1]]
