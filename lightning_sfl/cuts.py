@@ -20,19 +20,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: The input shape each zoo model is built for when ``--input_shape`` is not given (the datasets they serve).
-DEFAULT_SHAPES: dict[str, tuple[int, int, int]] = {
-    "alexnet_mnist": (1, 28, 28),
-    "alexnet_cifar": (3, 32, 32),
-    "resnet18": (3, 32, 32),
-    "vgg11": (3, 32, 32),
-    "vgg16": (3, 32, 32),
-    "cnn_small": (1, 8, 8),
-    "cnn_svhn": (3, 32, 32),
-    "cnn_fedlc": (1, 28, 28),
-    "logistic": (60, 1, 1),
-}
-
 
 @dataclass(frozen=True)
 class CutRow:
@@ -54,7 +41,8 @@ class CutRow:
 
 
 def cut_table(arch: str, num_classes: int = 10, input_shape: Sequence[int] | None = None) -> list[CutRow]:
-    """The :class:`CutRow` of every cut point of zoo model ``arch`` (``input_shape`` default: :data:`DEFAULT_SHAPES`).
+    """The :class:`CutRow` of every cut point of zoo model ``arch`` (``input_shape`` default: the zoo's
+    ``EXAMPLE_SHAPES[arch]``).
 
     >>> rows = cut_table("cnn_fedlc")
     >>> [(r.cut, r.activation_shape, r.activation_bytes) for r in rows]
@@ -63,9 +51,10 @@ def cut_table(arch: str, num_classes: int = 10, input_shape: Sequence[int] | Non
     import torch
 
     from lightning_sfl.models import activation_shape, build_model, split_model
+    from lightning_sfl.models.zoo import EXAMPLE_SHAPES
     from lightning_sfl.system.flops import cut_costs, training_flops_per_sample
 
-    shape = tuple(input_shape) if input_shape is not None else DEFAULT_SHAPES.get(arch, (3, 32, 32))
+    shape = tuple(input_shape) if input_shape is not None else EXAMPLE_SHAPES[arch]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = build_model(arch, num_classes, shape)
@@ -118,7 +107,7 @@ def _positive(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``lightning-sfl cuts``: print the cost of every cut point of ``--arch``."""
-    from lightning_sfl.models.zoo import MODELS
+    from lightning_sfl.models.zoo import EXAMPLE_SHAPES, MODELS
 
     parser = argparse.ArgumentParser(
         prog="lightning-sfl cuts",
@@ -128,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--num_classes", type=_positive, default=10, help="output classes (default 10)")
     parser.add_argument(
         "--input_shape", type=_positive, nargs=3, metavar=("C", "H", "W"), help="one sample's shape (default: the "
-        "dataset the model is for: " + ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in DEFAULT_SHAPES.items())
+        "dataset the model is for: " + ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in EXAMPLE_SHAPES.items())
         + ")",
     )  # fmt: skip
     parser.add_argument("--samples", type=_positive, help="samples a client trains on per round: adds its traffic")
@@ -140,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         rows = cut_table(args.arch, args.num_classes, args.input_shape)
     except ConfigError as exc:
         parser.exit(2, f"lightning-sfl cuts: error: {exc}\n")
-    shape = "x".join(map(str, args.input_shape or DEFAULT_SHAPES[args.arch]))
+    shape = "x".join(map(str, args.input_shape or EXAMPLE_SHAPES[args.arch]))
     if args.format == "md":
         sys.stdout.write(f"{args.arch}, input {shape}, {args.num_classes} classes; float32\n\n")
     sys.stdout.write(format_table(rows, args.samples, args.format))

@@ -15,7 +15,6 @@ from itertools import combinations
 from pathlib import Path
 
 from lightning_sfl.compare import format_acc, read_metrics_csv, summarize
-from lightning_sfl.compare.records import TIME_KEY
 
 HERE = Path(__file__).resolve().parent
 
@@ -78,6 +77,12 @@ def _ranks(values: dict[str, float | None]) -> dict[str, int]:
     return {m: 1 + sum(w > v for w in given.values()) for m, v in given.items()}
 
 
+def _paper_and_ours_header(settings: dict[str, str]) -> str:
+    """The header rows of a table with a paper column and an ours column per setting."""
+    labels = " | ".join(f"{label}: paper | {label}: ours" for label in settings.values())
+    return f"| method | {labels} |\n|---|" + "---|---|" * len(settings)
+
+
 def _sign(x: float) -> int:
     return (x > 0) - (x < 0)
 
@@ -85,8 +90,8 @@ def _sign(x: float) -> int:
 def side_by_side(folder: Path, settings: dict[str, str], paper: dict[str, list[str]]) -> str:
     """Markdown: per method and setting, the paper's number and ours (final test accuracy, mean ± std over seeds),
     each with its rank among the methods both report; then, per setting, the pairs of methods in the paper's order."""
-    head = "| method | " + " | ".join(f"{label}: paper | {label}: ours" for label in settings.values()) + " |\n"
-    lines = [head + "|---|" + "---|---|" * len(settings)]
+    head = _paper_and_ours_header(settings)
+    lines = [head]
     agreement = []
     cells: dict[str, list[str]] = {m: [] for m in paper}
     for i, setting in enumerate(settings):
@@ -116,7 +121,7 @@ def paired_to_baseline(folder: Path, settings: dict[str, str], paper: dict[str, 
     ours, paired per seed (every method sees the same data and client draws for a seed), mean ± std over seeds."""
     import statistics
 
-    head = "| method | " + " | ".join(f"{label}: paper | {label}: ours" for label in settings.values()) + " |\n"
+    head = _paper_and_ours_header(settings)
     cells: dict[str, list[str]] = {m: [] for m in paper if m != base}
     for i, setting in enumerate(settings):
         path = folder / setting / "metrics.csv"
@@ -130,9 +135,7 @@ def paired_to_baseline(folder: Path, settings: dict[str, str], paper: dict[str, 
             ]
             std = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
             cells[m].append(f"{statistics.mean(diffs):+.2f} ± {std:.2f}" if diffs else "not run yet")
-    lines = [head + "|---|" + "---|---|" * len(settings)] + [
-        f"| `{m}` | " + " | ".join(c) + " |" for m, c in cells.items()
-    ]
+    lines = [head] + [f"| `{m}` | " + " | ".join(c) + " |" for m, c in cells.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -140,8 +143,8 @@ def floor_table(folder: Path, settings: dict[str, str]) -> str:
     """Markdown: FedAvg, FedLC with the equation's limit and FedLC with a missing class counted as one sample
     (``<setting>_fedlc_floor1``), final accuracy per setting, beside the paper's FedAvg and FedLC."""
     rows = {"FedAvg": ("fedavg", ""), "FedLC, n = 0 (limit)": ("fedlc", ""), "FedLC, n = 1": ("fedlc", "_fedlc_floor1")}
-    head = "| method | " + " | ".join(f"{label}: paper | {label}: ours" for label in settings.values()) + " |\n"
-    lines = [head + "|---|" + "---|---|" * len(settings)]
+    head = _paper_and_ours_header(settings)
+    lines = [head]
     for label, (method, suffix) in rows.items():
         cells = []
         for i, setting in enumerate(settings):
@@ -153,24 +156,6 @@ def floor_table(folder: Path, settings: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def time_to_accuracy(folder: Path, settings: dict[str, str], target: float) -> str:
-    """Markdown: simulated seconds until the test accuracy first reaches ``target`` (mean over the seeds that reach
-    it; reached/seeds)."""
-    cells: dict[str, list[str]] = {}
-    for setting in settings:
-        path = folder / setting / "metrics.csv"
-        hits: dict[str, list[float | None]] = {}
-        for run in read_metrics_csv(path) if path.exists() else []:
-            hit = next((r.get(TIME_KEY) for r in run.acc_records if r["test/acc"] >= target), None)
-            hits.setdefault(run.method, []).append(hit)
-        for method, h in hits.items():
-            got = [x for x in h if x is not None]
-            cell = f"{sum(got) / len(got):.0f} ({len(got)}/{len(h)})" if got else f"— (0/{len(h)})"
-            cells.setdefault(method, []).append(cell)
-    head = "| method | " + " | ".join(settings.values()) + " |\n|---|" + "---|" * len(settings) + "\n"
-    return head + "".join(f"| `{m}` | " + " | ".join(c) + " |\n" for m, c in cells.items())
-
-
 def papers_section() -> str:
     """The section of ``docs/results/README.md`` on the papers' own data."""
     synthetic = side_by_side(HERE / "leaf_synthetic", SYNTHETIC, FEDLC_TABLE_4)
@@ -180,7 +165,9 @@ def papers_section() -> str:
     ceiling = ceiling_md.read_text() if ceiling_md.exists() else "(not run yet)\n"
     gas = side_by_side(HERE / "gas", GAS_FMNIST, GAS_TABLE_1)
     gas_paired = paired_to_baseline(HERE / "gas", GAS_FMNIST, GAS_TABLE_1, "fedavg")
-    gas_time = time_to_accuracy(HERE / "gas", GAS_FMNIST, 0.75)
+    from summarize import time_to_target  # summarize.py imports this module: import it when it is complete
+
+    gas_time = time_to_target(HERE / "gas", GAS_FMNIST, 0.75)
     scala = side_by_side(HERE / "scala_fashion_mnist", SCALA_FMNIST, SCALA_TABLES_4_6)
     scala_paired = paired_to_baseline(HERE / "scala_fashion_mnist", SCALA_FMNIST, SCALA_TABLES_4_6, "fedavg")
     return PAPERS_TEXT.format(

@@ -402,6 +402,7 @@ class _Spec:
     builder: Callable[..., tuple[list[nn.Module], dict[str, int]]]
     expects: str  # human-readable expected input shape(s)
     fits: Callable[[Shape], bool]
+    example: Shape  # the input of the dataset the model is for (lightning-sfl cuts' default)
 
 
 def _min_hw(n: int) -> Callable[[Shape], bool]:
@@ -410,19 +411,24 @@ def _min_hw(n: int) -> Callable[[Shape], bool]:
 
 _VGG_EXPECTS = "(C, H, W) with H and W multiples of 32, e.g. (3, 32, 32)"
 _REGISTRY: dict[str, _Spec] = {
-    "alexnet_mnist": _Spec(_alexnet, "(1, 28, 28)", lambda s: s == (1, 28, 28)),
-    "alexnet_cifar": _Spec(_alexnet, "(3, 32, 32)", lambda s: s == (3, 32, 32)),
-    "resnet18": _Spec(_resnet18, "(C, H, W) with H, W >= 8", _min_hw(8)),
-    "vgg11": _Spec(partial(_vgg, "vgg11"), _VGG_EXPECTS, lambda s: s[1] % 32 == 0 and s[2] % 32 == 0),
-    "vgg16": _Spec(partial(_vgg, "vgg16"), _VGG_EXPECTS, lambda s: s[1] % 32 == 0 and s[2] % 32 == 0),
-    "cnn_small": _Spec(_cnn_small, "(C, H, W) with H, W >= 8", _min_hw(8)),
+    "alexnet_mnist": _Spec(_alexnet, "(1, 28, 28)", lambda s: s == (1, 28, 28), (1, 28, 28)),
+    "alexnet_cifar": _Spec(_alexnet, "(3, 32, 32)", lambda s: s == (3, 32, 32), (3, 32, 32)),
+    "resnet18": _Spec(_resnet18, "(C, H, W) with H, W >= 8", _min_hw(8), (3, 32, 32)),
+    "vgg11": _Spec(partial(_vgg, "vgg11"), _VGG_EXPECTS, lambda s: s[1] % 32 == 0 and s[2] % 32 == 0, (3, 32, 32)),
+    "vgg16": _Spec(partial(_vgg, "vgg16"), _VGG_EXPECTS, lambda s: s[1] % 32 == 0 and s[2] % 32 == 0, (3, 32, 32)),
+    "cnn_small": _Spec(_cnn_small, "(C, H, W) with H, W >= 8", _min_hw(8), (1, 8, 8)),
     "cnn_svhn": _Spec(
-        _cnn_svhn, "(C, H, W) with H, W multiples of 4, e.g. (3, 32, 32)", lambda s: s[1] % 4 == 0 == s[2] % 4
+        _cnn_svhn,
+        "(C, H, W) with H, W multiples of 4, e.g. (3, 32, 32)",
+        lambda s: s[1] % 4 == 0 == s[2] % 4,
+        (3, 32, 32),
     ),
-    "cnn_fedlc": _Spec(_cnn_fedlc, "(1, 28, 28)", lambda s: s == (1, 28, 28)),
-    "logistic": _Spec(_logistic, "any (C, H, W), e.g. (60, 1, 1)", lambda s: True),
+    "cnn_fedlc": _Spec(_cnn_fedlc, "(1, 28, 28)", lambda s: s == (1, 28, 28), (1, 28, 28)),
+    "logistic": _Spec(_logistic, "any (C, H, W), e.g. (60, 1, 1)", lambda s: True, (60, 1, 1)),
 }
 assert tuple(_REGISTRY) == MODELS
+#: Model name -> the input shape ``(C, H, W)`` of the dataset it is for (e.g. ``(1, 28, 28)`` for ``alexnet_mnist``).
+EXAMPLE_SHAPES: dict[str, Shape] = {name: spec.example for name, spec in _REGISTRY.items()}
 
 
 def _dry_forward(module: nn.Module, input_shape: Sequence[int], like: nn.Module | None = None) -> Tensor:
