@@ -13,7 +13,8 @@ The public API, importable from the package itself (loaded on first use, so ``li
 * callbacks (also in ``lightning_sfl.callbacks``): ``CommunicationBytes``, ``PerClassAccuracy``,
   ``GradientDissimilarity``, ``SimulatedClock``, ``PartitionReport``, ``WandbRoundAxis``, ``PseudoLabelQuality``,
   ``RoundProgressBar``, and ``RoundCallback``, the base of callbacks that receive the federation and the round events;
-* system models: ``WirelessCell`` (SCALA's and GAS's wireless cell; ``lightning_sfl.system``);
+* system models: ``WirelessCell`` (SCALA's and GAS's wireless cell), ``EdgeDevices`` (Semi-SFL's devices and
+  links; ``lightning_sfl.system``);
 * the command line: ``SFLCLI`` (the LightningCLI behind ``lightning-sfl fit|validate|test``).
 """
 
@@ -38,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     ),
     "FederatedDataModule": "lightning_sfl.data",
     "WirelessCell": "lightning_sfl.system.wireless",
+    "EdgeDevices": "lightning_sfl.system.devices",
     "SFLCLI": "lightning_sfl.lightning_cli",
 }
 

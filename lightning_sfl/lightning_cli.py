@@ -60,6 +60,7 @@ from lightning_sfl.run_folder import (
     seeds_group,
     trim_rounds,
 )
+from lightning_sfl.system.devices import EdgeDevices  # noqa: F401 (--clock EdgeDevices)
 from lightning_sfl.system.timing import SystemModel
 from lightning_sfl.system.wireless import WirelessCell
 from lightning_sfl.wandb.process import wandb_switch

@@ -338,6 +338,7 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
                 step.time,
                 self._round_iters.cpu(),
                 metrics=self.round_metrics(),
+                server_rows=self.round_server_rows(),
             )
             federation = self._federation()
             federation.emit("on_round_end", federation.end_round(event))
@@ -357,6 +358,10 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
     def round_metrics(self) -> dict[str, float]:
         """What the method measured in the round that its schedule adapts to (``RoundEnd.metrics``); none here."""
         return {}
+
+    def round_server_rows(self) -> int:
+        """Rows the server trained on its own data in the round (``RoundEnd.server_rows``); none here."""
+        return 0
 
     def on_round_start(self, step: Step) -> None:
         """Module hook before the first step of a round (e.g. to adapt the schedule)."""

@@ -204,6 +204,7 @@ class SemiSFL(SplitFedAlgorithm):
         """The broadcast (B.) happens after the supervised phase, at the round's first unlabelled step; the round's
         learning rate is set (a function of the round: a resumed run continues the schedule)."""
         self._round_sup_losses = []
+        self._round_server_rows = 0
         self._slots_ready = False
         if self.lr_schedule == "cosine":
             lr = cosine_lr(step.round, max(1, int(self.trainer.max_epochs or 1)), self.lr, self.lr_min)
@@ -234,6 +235,7 @@ class SemiSFL(SplitFedAlgorithm):
             ema_update(teacher, student, decay)
         self.teacher_updates += 1
         self._round_sup_losses.append(loss.detach())
+        self._round_server_rows += len(step.y)
         self.log("train/supervised_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=len(step.y))
 
     def _teacher_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
@@ -366,6 +368,10 @@ class SemiSFL(SplitFedAlgorithm):
         if not self._round_sup_losses:
             return {}
         return {"supervised_loss": float(torch.stack(self._round_sup_losses).mean())}
+
+    def round_server_rows(self) -> int:
+        """A.: the labelled rows of the round's supervised phase (``K_s`` steps), trained on the server."""
+        return self._round_server_rows
 
     def on_round_end(self, event) -> None:
         """``train/K_s`` is this round's ``K_s`` (the schedule then adapts it, eq. 9)."""

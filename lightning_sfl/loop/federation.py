@@ -136,6 +136,9 @@ class Federation:
                 ledger.per_client("up"),
                 ledger.per_client("down"),
                 ledger.totals().get("up/activations", 0),
+                round=event.round,
+                server_rows=event.server_rows,
+                by_kind=ledger.bytes,
             )
             seconds = self.system.round_seconds(traffic)
             time = self.elapsed_seconds + seconds

@@ -151,6 +151,8 @@ class RoundEnd:
         seconds: the round's simulated duration (s), stamped by the federation with ``time``.
         metrics: what the method measured in the round that its schedule adapts to (Semi-SFL: the mean supervised
             loss, ``supervised_loss``).
+        server_rows: rows the server trained on its own data in the round (Semi-SFL's supervised phase), for the
+            system model.
     """
 
     round: int
@@ -161,3 +163,4 @@ class RoundEnd:
     iterations: torch.Tensor | None = None
     seconds: float | None = None
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    server_rows: int = 0

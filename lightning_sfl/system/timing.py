@@ -1,8 +1,8 @@
 """System models: how long the clients take. One object answers every timing question of a run: the synchronous
 round's duration (the clock), every client's seconds per event (the asynchronous clock of GAS, FedBuff and CA²FL),
 and which cut point a sliding split gives each client (S²FL). :class:`~lightning_sfl.system.wireless.WirelessCell`
-(SCALA, GAS) is the one built; another system model (e.g. Semi-SFL's measured device times) subclasses
-:class:`SystemModel`.
+(SCALA, GAS) and :class:`~lightning_sfl.system.devices.EdgeDevices` (Semi-SFL's heterogeneous devices and
+fluctuating links) are built; another system model subclasses :class:`SystemModel`.
 
 A system model is bound to a federation once per fit (:meth:`SystemModel.bind`): the clients (``K``, the data
 seed) and :class:`ClientCosts`, what the method's client-side model costs per sample (measured when the system model
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
@@ -111,6 +111,14 @@ class ClientCosts:
         return self.training_flops - self.forward_flops
 
     @cached_property
+    def full_training_flops(self) -> float:
+        """FLOPs of one forward and backward pass per sample of the whole (unsplit) model (the client model where no
+        ``cut_model`` is given)."""
+        if self._cut_model is None:
+            return self.training_flops
+        return training_flops_per_sample(self._cut_model(), self.input_shape)
+
+    @cached_property
     def model_bytes(self) -> int:
         """Bytes of the client-side model as sent (its state dict)."""
         return module_bytes(self.client)
@@ -138,6 +146,10 @@ class RoundTraffic:
         up: bytes each slot sent this round.
         down: bytes each slot received this round.
         activations_up: bytes of activations sent this round, all slots together.
+        round: the round (0-based), for system models that draw per round.
+        server_rows: rows the server trained on its own data this round (Semi-SFL's labelled set; whole model).
+        by_kind: ``(direction, kind) -> [S]`` bytes of each slot (the ledger's :meth:`~lightning_sfl.system.comm.
+            CommLedger.bytes`).
     """
 
     clients: torch.Tensor
@@ -146,6 +158,9 @@ class RoundTraffic:
     up: torch.Tensor
     down: torch.Tensor
     activations_up: int
+    round: int = 0
+    server_rows: int = 0
+    by_kind: dict = field(default_factory=dict)
 
 
 class SystemModel:
