@@ -37,9 +37,7 @@ def traffic(clients, samples, iterations, by_kind, round_idx=0, server_rows=0):
 
 def fixed(barrier="iteration", **kwargs):
     """No randomness: no compute noise, one rate up (4 Mbit/s) and one down (10 Mbit/s)."""
-    return EdgeDevices(
-        device_cv=0.0, uplink_mbps=[4, 4], downlink_mbps=[10, 10], barrier=barrier, seed=0, **kwargs
-    )
+    return EdgeDevices(device_cv=0.0, uplink_mbps=[4, 4], downlink_mbps=[10, 10], barrier=barrier, seed=0, **kwargs)
 
 
 def test_doctests_pass():

@@ -196,9 +196,7 @@ class EdgeDevices(SystemModel):
         compute = compute * (torch.arange(compute.shape[1])[None, :] < iters[:, None])  # [S, T]: 0 past T_k
         kinds = {key: value[used].cpu().double() for key, value in traffic.by_kind.items()}
         per_iter_up = sum((v for (d, k), v in kinds.items() if d == "up" and k in PER_ITERATION_KINDS["up"]), 0.0)
-        per_iter_down = sum(
-            (v for (d, k), v in kinds.items() if d == "down" and k in PER_ITERATION_KINDS["down"]), 0.0
-        )
+        per_iter_down = sum((v for (d, k), v in kinds.items() if d == "down" and k in PER_ITERATION_KINDS["down"]), 0.0)
         up, down = traffic.up[used].cpu().double(), traffic.down[used].cpu().double()
         if self.barrier == "iteration" and self.costs.sends_activations:
             exchange = 8.0 * per_iter_up / iters / up_rate + 8.0 * per_iter_down / iters / down_rate  # [S]
@@ -238,4 +236,3 @@ class EdgeDevices(SystemModel):
         if state.get("client_types") is not None:  # the devices of the run being resumed
             self.seed = int(state["seed"])
             self.client_types = torch.as_tensor(state["client_types"], dtype=torch.long)
-
