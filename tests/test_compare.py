@@ -130,10 +130,43 @@ def test_summary_math_matches_hand_computed_values():
     header = table.splitlines()[0]
     assert "rounds to ≥ 80%" in header and "total comm (MB)" in header
     cells = _rows_by_method(table)
-    assert cells["a"][:5] == ["3/3", "70.00 ± 20.00", "80.00 ± 10.00", "2.0 (2/3 seeds)", "3.9 MB"]
-    assert cells["b"][:5] == ["1/1", "40.00 ± 0.00", "40.00 ± 0.00", "—", "1.0 MB"]
+    # traffic to 80 %: seeds 0 and 2 reach it at round 2, after 2 × 1.2 and 2 × 1.4 MB
+    assert cells["a"][:6] == ["3/3", "70.00 ± 20.00", "80.00 ± 10.00", "2.0 (2/3 seeds)", "2.6 (2/3 seeds)", "3.9 MB"]
+    assert cells["b"][:6] == ["1/1", "40.00 ± 0.00", "40.00 ± 0.00", "—", "—", "1.0 MB"]
+    assert "traffic to ≥ 80% (MB)" in header and "time to" not in header  # no run logged the clock
     assert cells["c"][0] == "1/2" and "failed: seed 0" in cells["c"][-1]
     assert "rounds to" not in compare.format_table(list(rows.values()), None)
+
+
+def test_time_and_traffic_to_several_targets():
+    """Each target gets rounds, simulated time and traffic to reach it, from the round where accuracy first reaches it."""
+    seconds = {"clock/elapsed_seconds": [10.0, 25.0, 45.0]}
+    runs = [
+        _run("m", 0, [0.5, 0.7, 0.9], cum_bytes=1e6, **seconds),  # 60 %: round 2, 25 s, 2 MB; 85 %: round 3
+        _run("m", 1, [0.65, 0.8, 0.8], cum_bytes=3e6, **seconds),  # 60 %: round 1, 10 s, 3 MB; 85 %: never
+    ]
+    (row,) = compare.summarize(runs, [0.6, 0.85])
+    assert row.reached[0.6] == [compare.Reach(2, 25.0, 2e6), compare.Reach(1, 10.0, 3e6)]
+    assert row.reached[0.85] == [compare.Reach(3, 45.0, 3e6), None]
+    table = compare.format_table([row], [0.6, 0.85])
+    header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
+    assert header[4:10] == [
+        "rounds to ≥ 60%",
+        "time to ≥ 60% (s)",
+        "traffic to ≥ 60% (MB)",
+        "rounds to ≥ 85%",
+        "time to ≥ 85% (s)",
+        "traffic to ≥ 85% (MB)",
+    ]
+    assert _rows_by_method(table)["m"][3:9] == [
+        "1.5",
+        "17.5",
+        "2.5",
+        "3.0 (1/2 seeds)",
+        "45.0 (1/2 seeds)",
+        "3.0 (1/2 seeds)",
+    ]
+    assert row.rounds_to_target == [2, 1]  # the first target's
 
 
 def test_rounds_to_target_partial_reach_mean():
@@ -286,7 +319,7 @@ def test_command_line_parses_overrides_and_round_trips(tmp_path):
     ]
     args = compare.parse_args(argv)
     assert args.overrides == ["--data.alpha=1", "--model.lr", "0.05", "--trainer.max_epochs=3"]
-    assert args.methods == ["scala", PLAIN] and args.seeds == [0, 2] and args.target_acc == 0.9 and args.jobs == 1
+    assert args.methods == ["scala", PLAIN] and args.seeds == [0, 2] and args.target_acc == [0.9] and args.jobs == 1
     line = compare.command_line(args)
     assert line.startswith("lightning-sfl compare --config ")
     again = compare.parse_args(shlex.split(line)[2:])
@@ -344,7 +377,7 @@ def test_end_to_end_writes_table_metrics_and_plot(compared):
     from PIL import Image
 
     out, methods = compared
-    for name in ("metrics.csv", "results.md", "accuracy.png", "accuracy_time.png"):  # the CLI's clock logs time
+    for name in ("metrics.csv", "results.md", "accuracy.png", "accuracy_time.png", "accuracy_traffic.png"):
         assert (out / name).is_file(), name
 
     text = (out / "results.md").read_text()
@@ -353,14 +386,16 @@ def test_end_to_end_writes_table_metrics_and_plot(compared):
     rows = _rows_by_method(text)
     assert set(rows) == {*methods, BROKEN}
     for m in methods:
-        runs, final, best, to_target, comm, _notes = rows[m]
+        runs, final, best, to_target, time_to, traffic_to, comm, _notes = rows[m]
         assert runs == "2/2"
         for cell in (final, best):
             mean, std = map(float, re.fullmatch(r"(\d+\.\d\d) ± (\d+\.\d\d)", cell).groups())
             assert 0 <= mean <= 100 and std >= 0
         assert to_target == "—" or re.fullmatch(r"\d\.\d( \(1/2 seeds\))?", to_target)
+        for cell in (time_to, traffic_to):  # the CLI's clock logs time, its CommunicationBytes the bytes
+            assert (cell == "—") == (to_target == "—") and (cell == "—" or float(cell.split()[0]) > 0)
         assert float(re.fullmatch(r"(\d+\.\d) MB", comm).group(1)) > 0
-    assert rows[BROKEN][:5] == ["0/2", "—", "—", "—", "—"]
+    assert rows[BROKEN][:7] == ["0/2", "—", "—", "—", "—", "—", "—"]
     assert "failed: seed 0, 1" in rows[BROKEN][-1] and "RuntimeError: broken on purpose" in text
 
     with open(out / "metrics.csv") as f:

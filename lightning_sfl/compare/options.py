@@ -50,7 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED", help="seeds (default: 0)")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
-    parser.add_argument("--target_acc", type=float, default=None, help="test accuracy (fraction) to reach")
+    parser.add_argument(
+        "--target_acc",
+        type=float,
+        nargs="+",
+        default=None,
+        metavar="FRACTION",
+        help="test accuracies (fractions) to reach: rounds, simulated time and traffic until each",
+    )
     parser.add_argument(
         "--jobs",
         type=int,
@@ -115,8 +122,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.methods = list(names(family=SYNCHRONOUS))
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs} must be >= 1")
-    if args.target_acc is not None and not 0 < args.target_acc <= 1:
-        parser.error(f"--target_acc {args.target_acc} must be a fraction in (0, 1]")
+    for target in args.target_acc or []:
+        if not 0 < target <= 1:
+            parser.error(f"--target_acc {target:g} must be a fraction in (0, 1]")
     try:
         check_overrides(overrides)
         for m in args.methods:
@@ -167,7 +175,7 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--config", str(cfg)]
     parts += ["--methods", *args.methods, "--seeds", *map(str, args.seeds), "--out", str(args.out)]
     if args.target_acc is not None:
-        parts += ["--target_acc", f"{args.target_acc:g}"]
+        parts += ["--target_acc", *(f"{t:g}" for t in args.target_acc)]
     if args.jobs != 1:
         parts += ["--jobs", str(args.jobs)]
     if args.keep_checkpoints:

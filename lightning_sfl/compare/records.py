@@ -117,12 +117,32 @@ def best_acc(records: Sequence[dict[str, float]]) -> float:
     return max(accs) if accs else math.nan
 
 
-def rounds_to_target(records: Sequence[dict[str, float]], target: float) -> int | None:
-    """First round whose test accuracy is ``>= target``; ``None`` if never reached."""
+@dataclass(frozen=True)
+class Reach:
+    """Where a run first reached a target accuracy: the round, the simulated time at its end
+    (``clock/elapsed_seconds``) and the bytes exchanged until then (``comm/cumulative_bytes``; ``None``: not logged)."""
+
+    round: int
+    seconds: float | None
+    bytes: float | None
+
+
+def reach(records: Sequence[dict[str, float]], target: float) -> Reach | None:
+    """:class:`Reach` of the first round whose test accuracy is ``>= target``; ``None`` if never reached.
+
+    >>> reach([{"round": 1, "test/acc": 0.5}, {"round": 2, "test/acc": 0.9, "clock/elapsed_seconds": 8.0}], 0.8)
+    Reach(round=2, seconds=8.0, bytes=None)
+    """
     for rec in _acc_records(records):
         if rec[ACC_KEY] >= target:
-            return int(rec["round"])
+            return Reach(int(rec["round"]), rec.get(TIME_KEY), rec.get(CUM_BYTES_KEY))
     return None
+
+
+def rounds_to_target(records: Sequence[dict[str, float]], target: float) -> int | None:
+    """First round whose test accuracy is ``>= target``; ``None`` if never reached."""
+    hit = reach(records, target)
+    return None if hit is None else hit.round
 
 
 def total_bytes(records: Sequence[dict[str, float]]) -> float | None:

@@ -1,7 +1,7 @@
 """The human-readable outputs of a comparison: ``results.md`` (command, settings, table, failures),
-``accuracy.png`` (test accuracy vs round per method, mean over seeds with a min-max band) and ``accuracy_time.png``
-(the same against simulated time). The settings are read back from the runs' resolved configs, so they show what the
-runs actually used."""
+``accuracy.png`` (test accuracy vs round per method, mean over seeds with a min-max band), ``accuracy_time.png`` (the
+same against simulated time) and ``accuracy_traffic.png`` (against the bytes exchanged). The settings are read back
+from the runs' resolved configs, so they show what the runs actually used."""
 
 from __future__ import annotations
 
@@ -16,14 +16,23 @@ import yaml
 from .config import LINKED_MODEL_ARGS, LOG_SUBDIR, Plan
 from .options import command_line
 from .records import RunResult
-from .summary import MethodSummary, accuracy_curves, describe_data, format_percent, format_table, plural
+from .summary import (
+    MethodSummary,
+    accuracy_curves,
+    describe_data,
+    format_percent,
+    format_table,
+    plural,
+    targets_of,
+)
+
+X_LABELS = {"round": "round", "seconds": "simulated time (s)", "bytes": "bytes exchanged (MB)"}
 
 
-def plot_accuracy(
-    results: Sequence[RunResult], path: Path, title: str, target_acc: float | None = None, x: str = "round"
-) -> None:
-    """Test accuracy (%) vs round (``x="round"``) or vs simulated time (``x="seconds"``: the mean over seeds of
-    ``clock/elapsed_seconds`` at each round's end) per method: mean over seeds, shaded min-max band."""
+def plot_accuracy(results: Sequence[RunResult], path: Path, title: str, target_acc=None, x: str = "round") -> None:
+    """Test accuracy (%) vs round (``x="round"``), vs simulated time (``x="seconds"``: the mean over seeds of
+    ``clock/elapsed_seconds`` at each round's end) or vs traffic (``x="bytes"``: of ``comm/cumulative_bytes``, in MB)
+    per method: mean over seeds, shaded min-max band; a dashed line at each target accuracy."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -34,23 +43,22 @@ def plot_accuracy(
     curves = accuracy_curves(results)
     for method, c in curves.items():
         n = int(max(c["n"]))
-        (line,) = ax.plot(c[x], [100 * v for v in c["mean"]], label=f"{method} ({plural(n, 'seed')})")
+        along = [v / 1e6 for v in c[x]] if x == "bytes" else c[x]
+        (line,) = ax.plot(along, [100 * v for v in c["mean"]], label=f"{method} ({plural(n, 'seed')})")
         if n > 1:
             lo, hi = [100 * v for v in c["min"]], [100 * v for v in c["max"]]
-            ax.fill_between(c[x], lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-    if target_acc is not None:
-        ax.axhline(
-            100 * target_acc, color="grey", linestyle="--", linewidth=0.8, label=f"target {format_percent(target_acc)}"
-        )
+            ax.fill_between(along, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+    for target in targets_of(target_acc):
+        ax.axhline(100 * target, color="grey", linestyle="--", linewidth=0.8, label=f"target {format_percent(target)}")
     if not curves:
         ax.text(0.5, 0.5, "no completed runs", ha="center", va="center", transform=ax.transAxes)
     if x == "round":
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("round" if x == "round" else "simulated time (s)")
+    ax.set_xlabel(X_LABELS[x])
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    if curves or target_acc is not None:
+    if curves or targets_of(target_acc):
         ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path)
@@ -97,8 +105,9 @@ def write_report(
     title = f"Test accuracy: {describe_data(data)} ({plural(len(args.seeds), 'seed')})"
     plot_accuracy(results, out / "accuracy.png", title, args.target_acc)
     curves = accuracy_curves(results)
-    if curves and all(not math.isnan(t) for c in curves.values() for t in c["seconds"]):
-        plot_accuracy(results, out / "accuracy_time.png", title, args.target_acc, x="seconds")
+    for axis, name in (("seconds", "accuracy_time.png"), ("bytes", "accuracy_traffic.png")):
+        if curves and all(not math.isnan(t) for c in curves.values() for t in c[axis]):
+            plot_accuracy(results, out / name, title, args.target_acc, x=axis)
 
 
 def results_markdown(
@@ -124,7 +133,7 @@ def results_markdown(
         f"- seeds: {', '.join(map(str, args.seeds))} (each sets `--seed_everything` and `--data.seed`: for a given "
         "seed every method sees the same client shards and the same per-round client and minibatch draws)",
         f"- overrides: {' '.join(f'`{o}`' for o in args.overrides) if args.overrides else 'none'}",
-        f"- target accuracy: {format_percent(args.target_acc) if args.target_acc is not None else 'none'}",
+        "- target accuracy: " + (", ".join(map(format_percent, targets_of(args.target_acc))) or "none"),
         "- methods:",
     ]
     for method, path in plan.classes.items():
@@ -142,8 +151,10 @@ def results_markdown(
         "runs: completed/started. Over the completed runs (diverged ones included): final = test accuracy after "
         "the last round, best = maximum over rounds, mean ± sample std over seeds"
         + (
-            "; rounds to target = first round with test accuracy ≥ target, mean over the seeds reaching it"
-            if args.target_acc is not None
+            "; rounds to target = first round with test accuracy ≥ target, time to target = the simulated time "
+            "(`clock/elapsed_seconds`) at that round's end, traffic to target = the bytes exchanged until then "
+            "(`comm/cumulative_bytes`), each a mean over the seeds reaching it"
+            if targets_of(args.target_acc)
             else ""
         )
         + "; total comm = bytes exchanged over the whole run (last `comm/cumulative_bytes`), mean over seeds, "
@@ -159,7 +170,8 @@ def results_markdown(
         "",
         "Files: `metrics.csv` (per-round metrics of every run), `accuracy.png` (test accuracy vs round, mean over "
         "seeds, band: min-max), `accuracy_time.png` (the same against the simulated time `clock/elapsed_seconds`, "
-        "mean over seeds, when the runs logged it), `runs/<method>/seed<seed>/` (`command.txt`: the equivalent "
+        "mean over seeds, when the runs logged it), `accuracy_traffic.png` (against the bytes exchanged, "
+        "`comm/cumulative_bytes`, when logged), `runs/<method>/seed<seed>/` (`command.txt`: the equivalent "
         "`lightning-sfl fit` command; `run_config.yaml`: its config; `logs/`: Lightning's `metrics.csv` and resolved "
         "`config.yaml`).",
         "",

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .records import ACC_KEY, TIME_KEY, RunResult, best_acc, final_acc, rounds_to_target, total_bytes
+from .records import ACC_KEY, CUM_BYTES_KEY, TIME_KEY, Reach, RunResult, best_acc, final_acc, reach, total_bytes
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -28,19 +28,37 @@ class MethodSummary:
     seeds: list[int]
     final_acc: list[float]
     best_acc: list[float]
-    rounds_to_target: list[int | None]
+    reached: dict[float, list[Reach | None]]
     total_bytes: list[float]
     rounds: list[int]
     failures: list[tuple[int, str]]
     diverged: list[tuple[int, int]]
+    #: Some completed run logged the simulated time (``clock/elapsed_seconds``).
+    timed: bool = False
 
     @property
     def n_completed(self) -> int:
         return len(self.final_acc)
 
+    @property
+    def rounds_to_target(self) -> list[int | None]:
+        """Rounds to the first target, per completed run (``None``: not reached); ``[]`` without a target."""
+        if not self.reached:
+            return []
+        return [None if hit is None else hit.round for hit in next(iter(self.reached.values()))]
 
-def summarize(results: Iterable[RunResult], target_acc: float | None = None) -> list[MethodSummary]:
-    """One :class:`MethodSummary` per method, in order of first appearance."""
+
+def targets_of(target_acc: float | Sequence[float] | None) -> list[float]:
+    """The target accuracies as a list (``None``: none; one number: one)."""
+    if target_acc is None:
+        return []
+    return [float(target_acc)] if isinstance(target_acc, (int, float)) else [float(t) for t in target_acc]
+
+
+def summarize(results: Iterable[RunResult], target_acc: float | Sequence[float] | None = None) -> list[MethodSummary]:
+    """One :class:`MethodSummary` per method, in order of first appearance; ``target_acc``: one or more target
+    accuracies (fractions), each reached where a run first has test accuracy ``>=`` it."""
+    targets = targets_of(target_acc)
     by_method: dict[str, list[RunResult]] = {}
     for res in results:
         by_method.setdefault(res.method, []).append(res)
@@ -54,11 +72,12 @@ def summarize(results: Iterable[RunResult], target_acc: float | None = None) -> 
                 seeds=[r.seed for r in runs],
                 final_acc=[final_acc(r.records) for r in done],
                 best_acc=[best_acc(r.records) for r in done],
-                rounds_to_target=[rounds_to_target(r.records, target_acc) for r in done] if target_acc else [],
+                reached={t: [reach(r.records, t) for r in done] for t in targets},
                 total_bytes=[b for b in (total_bytes(r.records) for r in done) if b is not None],
                 rounds=[int(r.acc_records[-1]["round"]) for r in done],
                 failures=[(r.seed, r.failure_message) for r in runs if not r.completed],
                 diverged=[(r.seed, r.diverged_at) for r in done if r.diverged_at is not None],
+                timed=any(TIME_KEY in rec for r in done for rec in r.records),
             )
         )
     return rows
@@ -79,10 +98,15 @@ def format_acc(values: Sequence[float]) -> str:
 
 def format_rounds(values: Sequence[int | None]) -> str:
     """Mean round over the seeds reaching the target; ``' (k/n seeds)'`` if not all do, ``'—'`` if none."""
+    return format_reached(values, "{:.1f}")
+
+
+def format_reached(values: Sequence[float | None], fmt: str) -> str:
+    """Mean (``fmt``) over the seeds with a value; ``' (k/n seeds)'`` if not all have one, ``'—'`` if none."""
     reached = [v for v in values if v is not None]
     if not reached:
         return "—"
-    text = f"{statistics.fmean(reached):.1f}"
+    text = fmt.format(statistics.fmean(reached))
     return text if len(reached) == len(values) else f"{text} ({len(reached)}/{len(values)} seeds)"
 
 
@@ -96,19 +120,38 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
 
 
-def table_header(target_acc: float | None) -> list[str]:
+def _columns(rows: Sequence[MethodSummary]) -> tuple[bool, bool]:
+    """Whether the table shows time to target and traffic to target (some run logged them)."""
+    return any(r.timed for r in rows), any(r.total_bytes for r in rows)
+
+
+def table_header(target_acc, rows: Sequence[MethodSummary] = ()) -> list[str]:
+    """Columns: method, runs, final and best accuracy; per target: rounds, simulated time (when logged) and
+    traffic (when logged) to reach it; total traffic; notes."""
+    timed, counted = _columns(rows)
     cols = ["method", "runs", "final test acc (%)", "best test acc (%)"]
-    if target_acc is not None:
-        cols.append(f"rounds to ≥ {format_percent(target_acc)}")
+    for target in targets_of(target_acc):
+        at = f"≥ {format_percent(target)}"
+        cols.append(f"rounds to {at}")
+        cols += [f"time to {at} (s)"] if timed else []
+        cols += [f"traffic to {at} (MB)"] if counted else []
     return [*cols, "total comm (MB)", "notes"]
 
 
-def summary_cells(row: MethodSummary, target_acc: float | None) -> list[str]:
-    """The cells of one table row (see :func:`table_header`)."""
+def summary_cells(row: MethodSummary, target_acc, rows: Sequence[MethodSummary] = ()) -> list[str]:
+    """The cells of one table row (see :func:`table_header`; ``rows``: the whole table, which decides the
+    columns)."""
+    timed, counted = _columns(rows or [row])
     cells = [f"`{row.method}`", f"{row.n_completed}/{len(row.seeds)}", format_acc(row.final_acc)]
     cells.append(format_acc(row.best_acc))
-    if target_acc is not None:
-        cells.append(format_rounds(row.rounds_to_target))
+    for target in targets_of(target_acc):
+        hits = row.reached.get(target, [])
+        cells.append(format_rounds([None if h is None else h.round for h in hits]))
+        if timed:
+            cells.append(format_reached([None if h is None else h.seconds for h in hits], "{:.1f}"))
+        if counted:
+            mb = [None if h is None or h.bytes is None else h.bytes / 1e6 for h in hits]
+            cells.append(format_reached(mb, "{:.1f}"))
     cells.append(format_bytes(statistics.fmean(row.total_bytes)) if row.total_bytes else "—")
     notes = []
     if row.failures:
@@ -123,20 +166,21 @@ def _md_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
 
-def format_table(rows: Sequence[MethodSummary], target_acc: float | None = None) -> str:
+def format_table(rows: Sequence[MethodSummary], target_acc: float | Sequence[float] | None = None) -> str:
     """Markdown table, one row per method."""
-    header = table_header(target_acc)
+    header = table_header(target_acc, rows)
     lines = [_md_row(header), "|" + "|".join("---" for _ in header) + "|"]
-    lines += [_md_row(summary_cells(r, target_acc)) for r in rows]
+    lines += [_md_row(summary_cells(r, target_acc, rows)) for r in rows]
     return "\n".join(lines)
 
 
 def accuracy_curves(results: Iterable[RunResult]) -> dict[str, dict[str, list[float]]]:
     """Per method (completed runs only): ``round``, ``mean``, ``min``, ``max`` test accuracy and ``n`` runs
-    per round (rounds evaluated by at least one run; NaN values ignored), and ``seconds``: the mean simulated time
-    (``clock/elapsed_seconds``) at the end of the round over the runs that logged it (NaN where none did)."""
+    per round (rounds evaluated by at least one run; NaN values ignored), ``seconds``: the mean simulated time
+    (``clock/elapsed_seconds``) at the end of the round over the runs that logged it, and ``bytes``: the mean
+    ``comm/cumulative_bytes`` likewise (NaN where none did)."""
     per_method: dict[str, dict[int, list[float]]] = {}
-    times: dict[str, dict[int, list[float]]] = {}
+    axes: dict[str, dict[str, dict[int, list[float]]]] = {"seconds": {}, "bytes": {}}
     for res in results:
         if not res.completed:
             continue
@@ -144,14 +188,15 @@ def accuracy_curves(results: Iterable[RunResult]) -> dict[str, dict[str, list[fl
         for rec in res.acc_records:
             if math.isfinite(rec[ACC_KEY]):
                 rounds.setdefault(int(rec["round"]), []).append(rec[ACC_KEY])
-                if TIME_KEY in rec:
-                    times.setdefault(res.method, {}).setdefault(int(rec["round"]), []).append(rec[TIME_KEY])
+                for axis, key in (("seconds", TIME_KEY), ("bytes", CUM_BYTES_KEY)):
+                    if key in rec:
+                        axes[axis].setdefault(res.method, {}).setdefault(int(rec["round"]), []).append(rec[key])
     curves = {}
     for method, rounds in per_method.items():
         order = sorted(rounds)
-        seconds = times.get(method, {})
+        along = {axis: values.get(method, {}) for axis, values in axes.items()}
         curves[method] = {
-            "seconds": [statistics.fmean(seconds[r]) if r in seconds else math.nan for r in order],
+            **{a: [statistics.fmean(v[r]) if r in v else math.nan for r in order] for a, v in along.items()},
             "round": [float(r) for r in order],
             "mean": [statistics.fmean(rounds[r]) for r in order],
             "min": [min(rounds[r]) for r in order],
