@@ -139,7 +139,7 @@ def test_summary_math_matches_hand_computed_values():
 
 
 def test_time_and_traffic_to_several_targets():
-    """Each target gets rounds, simulated time and traffic to reach it, from the round where accuracy first reaches it."""
+    """Each target gets rounds, simulated time and traffic to reach it, from the round first reaching it."""
     seconds = {"clock/elapsed_seconds": [10.0, 25.0, 45.0]}
     runs = [
         _run("m", 0, [0.5, 0.7, 0.9], cum_bytes=1e6, **seconds),  # 60 %: round 2, 25 s, 2 MB; 85 %: round 3
