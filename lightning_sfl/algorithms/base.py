@@ -545,7 +545,11 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         steps the raw optimiser, which Lightning does not count as a ``global_step``."""
         if self.world_size > 1:
             sum_gradients_over_processes([p for p in self.parameters() if p.requires_grad], self.device)
+        self.adjust_gradients()
         (opt.step() if count_step else opt.optimizer.step())
+
+    def adjust_gradients(self) -> None:
+        """Between the gradients (summed over processes) and the optimiser step, e.g. clipping; nothing here."""
 
     # ------------------------------------------------------------------ the global model
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -39,6 +39,22 @@ def slot_list(slots: Slots, num_slots: int) -> list[int]:
     return out
 
 
+@torch.no_grad()
+def clip_gradients_(grads: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Scale ``grads`` in place by ``min(1, max_norm / (‖g‖ + 1e-6))``, ``‖g‖`` their joint 2-norm (as
+    ``torch.nn.utils.clip_grad_norm_``); returns ``‖g‖``.
+
+    >>> g = [torch.tensor([3.0]), torch.tensor([4.0])]
+    >>> float(clip_gradients_(g, 1.0)), [round(float(t), 4) for t in g]
+    (5.0, [0.6, 0.8])
+    """
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+    scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(scale.to(g.dtype))
+    return norm
+
+
 class ClientBank(nn.Module):
     """Protocol of the client slots (``len(bank)`` slots; ``bank.slots[k]`` a view or module of slot ``k`` with
     ``parameters()``, ``state_dict()``, ``load_state_dict()`` and ``__call__``).
@@ -74,6 +90,11 @@ class ClientBank(nn.Module):
 
     def reset_optimizer_state(self, optimizer: torch.optim.Optimizer, slots: Slots = None) -> None:
         """Forget ``optimizer``'s state (e.g. momentum) of the ``slots`` (default all): they start fresh."""
+        raise NotImplementedError
+
+    def clip_grad_norms_(self, max_norm: float, slots: Slots = None) -> torch.Tensor:
+        """Each slot's own gradient-norm clipping (``clip_grad_norm_`` per client): the gradients of slot ``k`` are
+        scaled by ``min(1, max_norm / (‖g_k‖ + 1e-6))``; returns the norms before clipping, ``[len(slots)]``."""
         raise NotImplementedError
 
     @torch.no_grad()
@@ -127,3 +148,11 @@ class SequentialBank(ClientBank):
         for slot in self._chosen(slots):
             for p in slot.parameters():
                 optimizer.state.pop(p, None)
+
+    @torch.no_grad()
+    def clip_grad_norms_(self, max_norm: float, slots: Slots = None) -> torch.Tensor:
+        norms = []
+        for slot in self._chosen(slots):
+            grads = [p.grad for p in slot.parameters() if p.grad is not None]
+            norms.append(clip_gradients_(grads, max_norm) if grads else torch.zeros(()))
+        return torch.stack(norms)

@@ -38,6 +38,7 @@ from torch import nn
 
 from lightning_sfl.algorithms.async_base import choice
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
+from lightning_sfl.algorithms.client_bank import clip_gradients_
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.semi_losses import (
@@ -98,6 +99,8 @@ class SemiSFL(SplitFedAlgorithm):
         lr_schedule: ``constant`` or ``cosine`` (the paper's: round ``h`` of ``H`` = ``max_epochs`` uses
             ``lr_min + (lr − lr_min)·(1 + cos(π·h/H))/2``; :func:`cosine_lr`).
         lr_min: the floor of the cosine schedule (the authors' code: 0.005).
+        grad_clip: clip the gradient norm of each model at every step to this value (each client's own, and the
+            server's parameters together; ``None``: no clipping; SemiFL's authors clip at 1).
         **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm`.
     """
 
@@ -128,8 +131,11 @@ class SemiSFL(SplitFedAlgorithm):
         shift: int | None = None,
         lr_schedule: str = "constant",
         lr_min: float = 0.0,
+        grad_clip: float | None = None,
         **kwargs,
     ) -> None:
+        if grad_clip is not None and not grad_clip > 0:
+            raise ConfigError(f"grad_clip={grad_clip} must be > 0 (or null: no clipping)")
         if not 0 < threshold <= 1:
             raise ConfigError(f"threshold={threshold} (τ) must be in (0, 1]")
         if not temperature > 0 or not 0 <= ema < 1:
@@ -148,6 +154,7 @@ class SemiSFL(SplitFedAlgorithm):
         self.supervised = supervised  # the K_s controller (eq. 9): its state is the schedule's
         self.labelled_batch_size, self.client_batch_size = labelled_batch_size, client_batch_size
         self.client_teacher, self.lr_schedule, self.lr_min = client_teacher, lr_schedule, float(lr_min)
+        self.grad_clip = None if grad_clip is None else float(grad_clip)
         self.checked_schedule(SemiSFL.configure_schedule(self))  # the settings are checked now (one-line errors)
         self.threshold, self.temperature, self.ema, self.contrastive = threshold, temperature, ema, bool(contrastive)
         side = self.hparams.input_shape[-1]
@@ -199,6 +206,17 @@ class SemiSFL(SplitFedAlgorithm):
 
     def server_parameters(self) -> list[nn.Parameter]:
         return [*self.server.parameters(), *self.projection.parameters(), *self.client.parameters()]
+
+    @torch.no_grad()
+    def adjust_gradients(self) -> None:
+        """``grad_clip``: each client slot's gradient norm, and the server's (all its trained parameters together),
+        clipped on its own."""
+        if self.grad_clip is None:
+            return
+        self.bank.clip_grad_norms_(self.grad_clip)
+        grads = [p.grad for p in self.server_parameters() if p.grad is not None]
+        if grads:
+            clip_gradients_(grads, self.grad_clip)
 
     def start_round(self, step: Step) -> None:
         """The broadcast (B.) happens after the supervised phase, at the round's first unlabelled step; the round's

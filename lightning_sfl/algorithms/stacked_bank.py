@@ -32,7 +32,8 @@ Optimisers
     parameters performs exactly each client's own update — PROVIDED every slot receives a gradient each step
     (true for one backward over all slots). Two things are NOT equivalent:
 
-    * per-client gradient-norm clipping (``clip_grad_norm_`` over a stacked tensor mixes all clients' norms);
+    * per-client gradient-norm clipping with ``clip_grad_norm_`` over a stacked tensor (it mixes all clients' norms;
+      :meth:`StackedBank.clip_grad_norms_` clips each row on its own);
     * stepping the optimiser after backpropagating only SOME slots (e.g. SplitFedV2's client-after-client
       loop): the other slots then hold a zero gradient instead of ``None`` and momentum / weight decay still
       move them, where the reference skips them.
@@ -310,6 +311,22 @@ class StackedBank(ClientBank):
                         "use --model.client_bank sequential"
                     )
                 value[rows.to(value.device)] = 0
+
+    @torch.no_grad()
+    def clip_grad_norms_(self, max_norm: float, slots: Slots = None) -> torch.Tensor:
+        """Per-slot clipping on the stacked gradients: slot ``k``'s norm is over row ``k`` of every stacked
+        gradient, and only that row is scaled."""
+        rows = torch.tensor(self._rows_of(slots), dtype=torch.long)
+        grads = [p.grad for p in self.stacked_params if p.grad is not None]
+        if not grads:
+            return torch.zeros(len(rows))
+        rows = rows.to(grads[0].device)
+        squares = sum(g.index_select(0, rows).float().flatten(1).pow(2).sum(1) for g in grads)
+        norms = squares.sqrt()
+        scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g[rows] *= scale.to(g.dtype).view(-1, *([1] * (g.dim() - 1)))
+        return norms
 
     @torch.no_grad()
     def aggregate_into(self, target: nn.Module, weights: torch.Tensor, slots: Slots = None) -> None:
