@@ -122,6 +122,33 @@ def test_semifl_labels_with_the_model_the_clients_received():
     torch.testing.assert_close(flat_params(model.teacher_client), received[0], rtol=0, atol=0)  # evaluated model
 
 
+def test_semifl_global_optimiser_is_momentum_sgd_on_the_pseudo_gradient():
+    """Round ``h``: ``m_h = β·m_{h−1} + (mean_k x_k − x)``, ``x ← x + η·m_h``, the buffer carried across rounds."""
+    seen = {"before": [], "mean": [], "after": []}
+
+    class Trace(SemiFL):
+        def aggregate_slots(self, *args, **kwargs):  # the plain unweighted mean of the clients' models
+            super().aggregate_slots(*args, **kwargs)
+            seen["mean"].append(flat_params(self.client.net))
+
+        def aggregate(self, step):
+            seen["before"].append(flat_params(self.client.net))
+            super().aggregate(step)
+            seen["after"].append(flat_params(self.client.net))
+
+    beta, lr = 0.5, 0.7
+    _fit(Trace, rounds=2, global_momentum=beta, global_lr=lr)
+    m = torch.zeros_like(seen["before"][0])
+    for before, mean, after in zip(seen["before"], seen["mean"], seen["after"]):
+        m = beta * m + (mean - before)
+        torch.testing.assert_close(after, before + lr * m, rtol=1e-6, atol=1e-7)
+    assert not torch.allclose(seen["after"][1], seen["mean"][1])  # the second round differs from the plain mean
+    plain, _ = _fit(SemiFL, global_momentum=0.0, grad_clip=None)  # the earlier SemiFL: the plain mean, no clipping
+    default, _ = _fit(SemiFL)  # the authors' choices: clip at 1, momentum 0.5
+    assert default.grad_clip == 1.0 and default.global_momentum == 0.5
+    assert not torch.equal(flat_params(plain), flat_params(default))
+
+
 def test_every_baseline_learns_on_digits():
     for cls in (FedSwitchSL, FedSwitch, SemiFL):
         model, _ = _fit(cls, rounds=3)
@@ -135,6 +162,8 @@ def test_every_baseline_learns_on_digits():
         (FedSwitch, {"switching": "x"}, "switching"),
         (SemiFL, {"mix_alpha": 0.0}, "mix_alpha"),
         (SemiFL, {"threshold": 1.5}, "threshold"),
+        (SemiFL, {"global_momentum": 1.0}, "global_momentum=1.0"),
+        (SemiFL, {"global_lr": 0.0}, "global_lr=0.0"),
         (SemiSFL, {"proj_hidden": 0}, "proj_hidden"),
         (SemiSFL, {"lr_min": -0.1}, "lr_min"),
     ],

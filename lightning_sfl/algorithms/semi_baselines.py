@@ -25,9 +25,13 @@ client's confident rows ``F`` (the fix set, confidence ``≥ τ``),
 ``x'`` a row of the same client's batch drawn with replacement, ``ŷ'`` its argmax pseudo-label (no threshold) and
 ``λ ~ Beta(α, α)`` per client and step (``α = 0.75``). Departures from the authors' code, documented: the mix rows
 come from the same minibatch (the code draws them from the client's whole set); no static batch normalisation (our
-digits models have no BatchNorm); the server takes the unweighted mean of the clients' models (the code's global
-optimiser with lr 1 and momentum 0.5 on the pseudo-gradient is not built); the server trains before the clients in a
-round (the code: after), so the model evaluated at the end of round ``h`` is the server-trained model of round ``h``.
+digits models have no BatchNorm); the server trains before the clients in a round (the code: after), so the model
+evaluated at the end of round ``h`` is the server-trained model of round ``h``. As in the authors' code
+(``diaoenmao/SemiFL-…``, ``src/modules/modules.py``), by default: every model's gradient norm is clipped at 1
+(``grad_clip``, on the server and on each client) and the server combines the clients' models with a *global
+optimiser*: SGD with lr 1 and momentum 0.5 (``global_lr``, ``global_momentum``) on the pseudo-gradient
+``x − mean_k x_k`` (unweighted mean over the round's clients), its momentum buffer kept across rounds
+(checkpointed); ``global_momentum=0`` with ``global_lr=1`` is the plain unweighted mean.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from lightning_sfl.algorithms.aggregate import flat_parameters, load_flat_parameters, parameter_zeros
 from lightning_sfl.algorithms.async_base import choice
+from lightning_sfl.algorithms.fedopt import server_step
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.semi_losses import pseudo_labels
 from lightning_sfl.algorithms.semi_sfl import SemiSFL
@@ -140,18 +146,53 @@ class SemiFL(SemiSFL):
 
     Args:
         mix_alpha: ``α`` of ``λ ~ Beta(α, α)``.
+        global_momentum: momentum of the server's global optimiser (the authors': 0.5; 0 with ``global_lr = 1``:
+            the plain mean).
+        global_lr: its learning rate (the authors': 1).
+        grad_clip: see :class:`SemiSFL` (the authors' code clips every model at 1).
         **kwargs: see :class:`SemiSFL` (``contrastive``, ``ema`` and ``client_teacher`` are fixed: no contrastive
             terms, the teacher is the current global model, frozen on the clients).
     """
 
     has_server_half: ClassVar[bool] = False
 
-    def __init__(self, mix_alpha: float = 0.75, **kwargs) -> None:
+    def __init__(
+        self,
+        mix_alpha: float = 0.75,
+        global_momentum: float = 0.5,
+        global_lr: float = 1.0,
+        grad_clip: float | None = 1.0,
+        **kwargs,
+    ) -> None:
         if not mix_alpha > 0:
             raise ConfigError(f"mix_alpha={mix_alpha} (α of Beta(α, α)) must be > 0")
+        if not 0 <= global_momentum < 1 or not global_lr > 0:
+            raise ConfigError(
+                f"need 0 <= global_momentum < 1 and global_lr > 0, got global_momentum={global_momentum}, "
+                f"global_lr={global_lr}"
+            )
         self.mix_alpha = float(mix_alpha)
+        self.global_momentum, self.global_lr = float(global_momentum), float(global_lr)
         kwargs.update(contrastive=False, ema=0.0, client_teacher="frozen")
-        super().__init__(**kwargs)
+        super().__init__(grad_clip=grad_clip, **kwargs)
+        self.add_state("global_momentum_buffer", lambda: parameter_zeros(self.client.net))
+
+    @torch.no_grad()
+    def aggregate(self, step: Step) -> None:
+        """The unweighted mean of the round's client models, then the global optimiser: SGD with ``global_lr`` and
+        ``global_momentum`` on the pseudo-gradient (:func:`~lightning_sfl.algorithms.fedopt.server_step`'s
+        ``momentum``: ``m ← β·m + Δ``, ``x ← x + η·m`` with ``Δ = mean_k x_k − x``, torch's SGD on ``−Δ``)."""
+        if self.global_momentum == 0 and self.global_lr == 1:
+            return super().aggregate(step)
+        x = flat_parameters(self.client.net).detach()
+        super().aggregate(step)
+        delta = flat_parameters(self.client.net).detach() - x
+        new_x, m, _ = server_step(
+            "momentum", x, delta, self.global_momentum_buffer, self.global_momentum_buffer, self.global_lr,
+            self.global_momentum,
+        )  # fmt: skip
+        self.global_momentum_buffer.copy_(m)
+        load_flat_parameters(self.client.net, new_x)
 
     def download(self) -> None:
         """The clients download the global model once: it is both their student and their (frozen) labeller."""
