@@ -13,6 +13,7 @@
 #   bash docs/results/run_scala_fashion_mnist.sh            (from the repository root, with the package installed)
 #   bash docs/results/run_scala_fashion_mnist.sh --reuse    (keep runs that already finished with the same config)
 #   ONLY=quantity_a2 bash docs/results/run_scala_fashion_mnist.sh --reuse    (one setting)
+#   ONLY=quantity_a2_500rounds bash docs/results/run_scala_fashion_mnist.sh    (SCALA, SplitFedV2, FedDyn, 500 rounds)
 # Needs Fashion-MNIST: Debian's dataset-fashion-mnist package, data/FashionMNIST/raw, or --data.download true.
 # Paper scale (GPU): lightning-sfl compare --config configs/fashion_mnist/scala.yaml --methods ... --seeds 0 1 2
 set -euo pipefail
@@ -30,3 +31,8 @@ run quantity_a2 --data.partition=quantity --data.alpha=2
 run quantity_a4 --data.partition=quantity --data.alpha=4
 run dirichlet_b0.05 --data.partition=dirichlet --data.beta=0.05
 run dirichlet_b0.1 --data.partition=dirichlet --data.beta=0.1
+# Why SplitFedV2 and FedDyn end above SCALA after 200 rounds (issue 34): the α=2 setting for the paper's 500 rounds,
+# SCALA against the two (test accuracy every 25 rounds).
+METHODS=(scala splitfedv2 feddyn)
+run quantity_a2_500rounds --data.partition=quantity --data.alpha=2 --trainer.max_epochs=500 \
+  --trainer.check_val_every_n_epoch=25
