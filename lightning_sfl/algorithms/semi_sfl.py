@@ -246,7 +246,8 @@ class SemiSFL(SplitFedAlgorithm):
         if self.contrastive:
             z = self._project(self.projection, a)
             loss = loss + contrastive_loss(z, z, *same_label_positives(step.y), self.temperature).mean()
-        self.manual_backward(loss)
+        scale = self.supervised_loss_scale()
+        self.manual_backward(loss if scale == 1 else scale * loss)
         self.take_step(opt)
         decay = ema_decay(int(self.teacher_updates), self.ema)
         for teacher, student in self._teacher_pairs():
@@ -255,6 +256,10 @@ class SemiSFL(SplitFedAlgorithm):
         self._round_sup_losses.append(loss.detach())
         self._round_server_rows += len(step.y)
         self.log("train/supervised_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=len(step.y))
+
+    def supervised_loss_scale(self) -> float:
+        """A factor on the supervised loss as it is backpropagated (FedMatch's ``λ_s``); 1 here."""
+        return 1.0
 
     def _teacher_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         return [

@@ -28,6 +28,8 @@ KINDS: tuple[str, ...] = (
     "server_half",
     "full_model",
     "control_variates",  # SCAFFOLD
+    "psi",  # FedMatch: a client's unsupervised parameters ψ
+    "helpers",  # FedMatch: other clients' ψ, sent as helpers
 )
 
 
