@@ -3,6 +3,7 @@ Semi-SFL; what travels (full-model methods send no activations); bad settings.""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -191,3 +192,41 @@ def test_cosine_schedule_sets_each_rounds_learning_rate():
     assert {h for h, _ in seen} == {0, 1, 2}
     with pytest.raises(ConfigError, match="lr_schedule"):
         SemiSFL(lr_schedule="step")
+
+
+def test_static_batch_norm_is_the_average_of_the_batch_statistics():
+    from torch import nn
+
+    from lightning_sfl.algorithms.semi_baselines import static_batch_norm_
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 3, 3), nn.BatchNorm2d(3), nn.ReLU())
+    model[1].running_mean.fill_(9.0)  # stale statistics are forgotten
+    batches = [torch.randn(5, 1, 6, 6) + i for i in range(3)]
+    model.eval()
+    assert static_batch_norm_(model, batches) == 1
+    assert not model.training and model[1].momentum == 0.1  # mode and momentum restored
+    with torch.no_grad():
+        features = [model[0](x) for x in batches]
+    means = torch.stack([f.mean(dim=(0, 2, 3)) for f in features]).mean(dim=0)
+    variances = torch.stack([f.var(dim=(0, 2, 3), unbiased=True) for f in features]).mean(dim=0)
+    torch.testing.assert_close(model[1].running_mean, means)
+    torch.testing.assert_close(model[1].running_var, variances)
+    assert static_batch_norm_(nn.Linear(2, 2), batches) == 0
+
+
+def test_semifl_recomputes_batch_norm_before_sending_and_testing():
+    """With a BatchNorm model the clients' labeller and the evaluated model carry the statistics of the whole
+    training set (sBN); without sBN, the running statistics of training."""
+    from lightning_sfl.algorithms.semi_baselines import static_batch_norm_
+
+    model, _ = _fit(SemiFL, rounds=1, arch="resnet18")
+    stats = model.federation.stats
+    rows = torch.cat([stats.labelled, *stats.shards]).sort().values
+    reference = copy.deepcopy(model.teacher_client)
+    static_batch_norm_(reference, (model.federation.data.train_inputs(r, torch.device("cpu")) for r in rows.split(250)))
+    for name, buffer in reference.named_buffers():
+        torch.testing.assert_close(dict(model.teacher_client.named_buffers())[name], buffer)
+    plain, _ = _fit(SemiFL, rounds=1, arch="resnet18", static_bn=False)
+    bn = [b for n, b in plain.teacher_client.named_buffers() if n.endswith("running_mean")][0]
+    assert not torch.allclose(bn, [b for n, b in reference.named_buffers() if n.endswith("running_mean")][0])

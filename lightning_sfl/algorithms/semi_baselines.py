@@ -24,14 +24,16 @@ client's confident rows ``F`` (the fix set, confidence ``≥ τ``),
 ``mean_F [CE(f(strong x), ŷ) + λ·CE(f(m), ŷ) + (1 − λ)·CE(f(m), ŷ')]`` with ``m = λ·weak(x) + (1 − λ)·weak(x')``,
 ``x'`` a row of the same client's batch drawn with replacement, ``ŷ'`` its argmax pseudo-label (no threshold) and
 ``λ ~ Beta(α, α)`` per client and step (``α = 0.75``). Departures from the authors' code, documented: the mix rows
-come from the same minibatch (the code draws them from the client's whole set); no static batch normalisation (our
-digits models have no BatchNorm); the server trains before the clients in a round (the code: after), so the model
-evaluated at the end of round ``h`` is the server-trained model of round ``h``. As in the authors' code
+come from the same minibatch (the code draws them from the client's whole set); the server trains before the clients
+in a round (the code: after), so the model evaluated at the end of round ``h`` is the server-trained model of round
+``h``; a client without a confident row still uploads (the code leaves it out of the round). As in the authors' code
 (``diaoenmao/SemiFL-…``, ``src/modules/modules.py``), by default: every model's gradient norm is clipped at 1
-(``grad_clip``, on the server and on each client) and the server combines the clients' models with a *global
-optimiser*: SGD with lr 1 and momentum 0.5 (``global_lr``, ``global_momentum``) on the pseudo-gradient
+(``grad_clip``, on the server and on each client); the server combines the clients' models with a *global
+optimiser*, SGD with lr 1 and momentum 0.5 (``global_lr``, ``global_momentum``) on the pseudo-gradient
 ``x − mean_k x_k`` (unweighted mean over the round's clients), its momentum buffer kept across rounds
-(checkpointed); ``global_momentum=0`` with ``global_lr=1`` is the plain unweighted mean.
+(checkpointed; ``global_momentum=0`` with ``global_lr=1`` is the plain unweighted mean); and static batch
+normalisation (``static_bn``, :func:`static_batch_norm_`: BatchNorm statistics recomputed over the whole training set
+before the model is sent and before it is tested; the clients train on batch statistics either way).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ __all__ = [
     "FedSwitchSL",
     "SemiFL",
     "mixup_rows",
+    "static_batch_norm_",
     "client_means",
     "same_client_partners",
     "switch_logits",
@@ -85,6 +88,32 @@ def switch_logits(
     student_mean, teacher_mean = (client_means(c, owner, num_clients) for c in confidence)
     use_student = student_mean > teacher_mean
     return torch.where(use_student[owner][:, None], student_logits, teacher_logits), use_student
+
+
+@torch.no_grad()
+def static_batch_norm_(model: nn.Module, batches) -> int:
+    """SemiFL's static batch normalisation (sBN): every BatchNorm of ``model`` forgets its running statistics and
+    recomputes them as the plain average over ``batches`` (an iterable of inputs; ``momentum=None``), in training mode;
+    the model's mode and momenta are restored. Returns the number of BatchNorm layers (0: nothing to do).
+
+    >>> bn = nn.BatchNorm1d(1)
+    >>> static_batch_norm_(bn, [torch.tensor([[1.0], [3.0]]), torch.tensor([[5.0], [7.0]])]), bn.running_mean.tolist()
+    (1, [4.0])
+    """
+    layers = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    if not layers:
+        return 0
+    was_training, momenta = model.training, [m.momentum for m in layers]
+    for m in layers:
+        m.reset_running_stats()
+        m.momentum = None
+    model.train()
+    for x in batches:
+        model(x)
+    for m, momentum in zip(layers, momenta):
+        m.momentum = momentum
+    model.train(was_training)
+    return len(layers)
 
 
 def same_client_partners(local_sizes: torch.Tensor, owner: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -150,6 +179,10 @@ class SemiFL(SemiSFL):
             the plain mean).
         global_lr: its learning rate (the authors': 1).
         grad_clip: see :class:`SemiSFL` (the authors' code clips every model at 1).
+        static_bn: sBN (:func:`static_batch_norm_`): the global model's BatchNorm statistics are recomputed over the
+            whole training set (the server's labelled rows and every client's, without augmentation) before the
+            clients download it and before it is evaluated, as in the authors' code; nothing to do for a model
+            without BatchNorm (none of the digits, CNN, AlexNet and VGG models of the zoo has any).
         **kwargs: see :class:`SemiSFL` (``contrastive``, ``ema`` and ``client_teacher`` are fixed: no contrastive
             terms, the teacher is the current global model, frozen on the clients).
     """
@@ -162,6 +195,7 @@ class SemiFL(SemiSFL):
         global_momentum: float = 0.5,
         global_lr: float = 1.0,
         grad_clip: float | None = 1.0,
+        static_bn: bool = True,
         **kwargs,
     ) -> None:
         if not mix_alpha > 0:
@@ -173,6 +207,7 @@ class SemiFL(SemiSFL):
             )
         self.mix_alpha = float(mix_alpha)
         self.global_momentum, self.global_lr = float(global_momentum), float(global_lr)
+        self.static_bn = bool(static_bn)
         kwargs.update(contrastive=False, ema=0.0, client_teacher="frozen")
         super().__init__(grad_clip=grad_clip, **kwargs)
         self.add_state("global_momentum_buffer", lambda: parameter_zeros(self.client.net))
@@ -194,10 +229,27 @@ class SemiFL(SemiSFL):
         self.global_momentum_buffer.copy_(m)
         load_flat_parameters(self.client.net, new_x)
 
+    def _static_bn(self, model: nn.Module) -> None:
+        """sBN of ``model`` over the whole training set, in batches of 250 rows (the authors')."""
+        federation = self.federation
+        if not self.static_bn or federation is None or federation.data is None:
+            return
+        if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+            return
+        stats, device = federation.stats, next(model.parameters()).device
+        rows = torch.cat([stats.labelled, *stats.shards]).sort().values
+        static_batch_norm_(model, (federation.data.train_inputs(r, device) for r in rows.split(250)))
+
     def download(self) -> None:
-        """The clients download the global model once: it is both their student and their (frozen) labeller."""
+        """The clients download the global model once: it is both their student and their (frozen) labeller (its
+        statistics recomputed first: sBN)."""
+        self._static_bn(self.client.net)
         self.reset_slots(models={"client": self.client.net})
         self.client_banks["teacher"].reset(self.client.net)
+
+    def on_validation_start(self) -> None:
+        """sBN of the evaluated model before it is tested."""
+        self._static_bn(self.teacher_client)
 
     def pseudo_label(self, step: Step, weak: torch.Tensor, teacher_logits: torch.Tensor):
         return pseudo_labels(teacher_logits, self.threshold, strict=False)

@@ -159,8 +159,7 @@ class SemiSFL(SplitFedAlgorithm):
         self.threshold, self.temperature, self.ema, self.contrastive = threshold, temperature, ema, bool(contrastive)
         side = self.hparams.input_shape[-1]
         self.shift = max(1, round(side / 8)) if shift is None else int(shift)
-        with torch.no_grad():
-            d = math.prod(self.client.net(torch.zeros(1, *self.hparams.input_shape)).shape[1:])
+        d = math.prod(self.activation_shape())  # the flattened activation (eval mode: BatchNorm statistics stay)
         hidden = d if proj_hidden is None else int(proj_hidden)
         if hidden < 1:
             raise ConfigError(f"proj_hidden={proj_hidden!r} must be a whole number >= 1 (or None: d = {d})")
