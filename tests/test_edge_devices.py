@@ -126,6 +126,21 @@ def test_mean_iteration_time_scales_with_the_model_and_the_device():
     assert mean.tolist() == pytest.approx(expected, rel=1e-12)
 
 
+def test_asynchronous_times_use_the_mean_speed_and_the_middle_uplink():
+    system = EdgeDevices(device_types=["a", "b"], device_gflops=[1.0, 4.0], uplink_mbps=[2, 6], seed=0)
+    split = SimpleNamespace(
+        training_flops=3e9, forward_flops=1e9, backward_flops=2e9, sends_activations=True, model_bytes=1000,
+        activation_row_bits=800.0,
+    )  # fmt: skip
+    system.bind(2, seed=0, costs=split)
+    system.client_types = torch.tensor([0, 1])
+    times = system.client_times(torch.tensor([2, 4]), concurrency=2)
+    assert times.forward.tolist() == pytest.approx([2 * 1e9 / 1e9, 4 * 1e9 / 4e9])
+    assert times.backward.tolist() == pytest.approx([2 * 2e9 / 1e9, 4 * 2e9 / 4e9])
+    assert times.activation_upload.tolist() == pytest.approx([2 * 800 / 4e6, 4 * 800 / 4e6])
+    assert times.model_upload.tolist() == pytest.approx([8000 / 4e6] * 2)
+
+
 def test_state_dict_keeps_the_device_types():
     system = EdgeDevices(seed=4)
     system.bind(12, seed=0, costs=costs())

@@ -3,7 +3,9 @@ the loss terms against direct computations, who learns what (σ on the server, �
 
 from __future__ import annotations
 
+import copy
 import doctest
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,6 +21,7 @@ from lightning_sfl.algorithms.fedmatch import (
     decompose_,
     is_psi,
     nearest_helpers,
+    per_client_consistency,
 )
 from lightning_sfl.errors import ConfigError
 
@@ -83,6 +86,53 @@ def test_consistency_rows_against_torch():
     torch.testing.assert_close(kl, reference)
     _, none = consistency_rows(strong, local.log_softmax(1), None, labels, mask)
     assert torch.equal(none, torch.zeros(6))
+
+
+def test_per_client_consistency_against_a_loop():
+    g = torch.Generator().manual_seed(3)
+    owner = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2])
+    sizes = torch.tensor([3, 2, 3])
+    mask = torch.tensor([True, False, True, False, False, True, True, False])  # client 1: no confident row
+    ce, kl = torch.rand(8, generator=g) * mask, torch.rand(8, generator=g)
+    for mask_kl in (False, True):
+        expected = 0.0
+        for k in range(3):
+            rows = owner == k
+            confident = rows & mask
+            if confident.any():
+                expected += float(ce[confident].mean())
+            chosen = confident if mask_kl else rows
+            if chosen.any():
+                expected += float(kl[chosen].mean())
+        got = per_client_consistency(ce, kl, owner, mask, sizes, mask_kl)
+        assert float(got) == pytest.approx(expected, rel=1e-6)
+
+
+def test_helpers_are_the_rounds_sigma_with_the_helpers_psi_and_the_regulariser_is_direct():
+    model, _ = _fit(FedMatch, rounds=2, **TINY)
+    helper = int(torch.nonzero(model.client_known)[0])
+    model._slot_helpers = {0: [helper]}
+    x = torch.randn(4, *model.hparams.input_shape)
+    (probs,) = model._helper_probs(x, SimpleNamespace(local_sizes=torch.tensor([4]), slots_list=lambda: [0]))
+    reference = copy.deepcopy(model.client.net)
+    pieces = iter(
+        torch.split(model.client_psi[helper], [p.numel() for n, p in reference.named_parameters() if is_psi(n)])
+    )
+    with torch.no_grad():
+        for name, p in reference.named_parameters():
+            if is_psi(name):
+                p.copy_(next(pieces).view_as(p))  # σ stays the global one
+    torch.testing.assert_close(probs[0], reference(x).softmax(dim=1))
+    step = SimpleNamespace(slots_list=lambda: [0, 1])
+    expected = 0.0
+    for k in (0, 1):
+        params = dict(model.bank.slots[k].named_parameters())
+        for name, psi in params.items():
+            if is_psi(name):
+                sigma = params[name.removesuffix("psi") + "weight"]
+                sigma, psi = sigma.detach(), psi.detach()
+                expected += 10.0 * float(((sigma - psi) ** 2).sum()) + 1e-5 * float(psi.abs().sum())
+    assert float(model._regulariser(step).detach()) == pytest.approx(expected, rel=1e-5)
 
 
 class Trace(FedMatch):

@@ -217,16 +217,26 @@ def test_static_batch_norm_is_the_average_of_the_batch_statistics():
 
 def test_semifl_recomputes_batch_norm_before_sending_and_testing():
     """With a BatchNorm model the clients' labeller and the evaluated model carry the statistics of the whole
-    training set (sBN); without sBN, the running statistics of training."""
+    training set (sBN) and the clients label in eval mode; without sBN, the running statistics of training."""
     from lightning_sfl.algorithms.semi_baselines import static_batch_norm_
 
-    model, _ = _fit(SemiFL, rounds=1, arch="resnet18")
+    labelled_in = []
+
+    class Spy(SemiFL):
+        def pseudo_label(self, step, weak, teacher_logits):
+            labelled_in.append(self.client_banks["teacher"].training)
+            return super().pseudo_label(step, weak, teacher_logits)
+
+    model, _ = _fit(Spy, rounds=1, arch="resnet18")
     stats = model.federation.stats
     rows = torch.cat([stats.labelled, *stats.shards]).sort().values
     reference = copy.deepcopy(model.teacher_client)
     static_batch_norm_(reference, (model.federation.data.train_inputs(r, torch.device("cpu")) for r in rows.split(250)))
+    received = model.client_banks["teacher"].slots[0]
     for name, buffer in reference.named_buffers():
-        torch.testing.assert_close(dict(model.teacher_client.named_buffers())[name], buffer)
+        torch.testing.assert_close(model.teacher_client.get_buffer(name), buffer)  # the evaluated model
+        torch.testing.assert_close(received.get_buffer(name), buffer)  # what the clients label with
+    assert labelled_in and not any(labelled_in)
     plain, _ = _fit(SemiFL, rounds=1, arch="resnet18", static_bn=False)
     bn = [b for n, b in plain.teacher_client.named_buffers() if n.endswith("running_mean")][0]
     assert not torch.allclose(bn, [b for n, b in reference.named_buffers() if n.endswith("running_mean")][0])

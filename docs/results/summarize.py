@@ -17,7 +17,7 @@ from summarize_papers import papers_section  # this folder, on sys.path when run
 from summarize_privacy import privacy_section
 
 from lightning_sfl.compare import MethodSummary, format_acc, read_metrics_csv, summarize
-from lightning_sfl.compare.records import TIME_KEY
+from lightning_sfl.compare.records import CUM_BYTES_KEY, TIME_KEY
 
 HERE = Path(__file__).resolve().parent
 DIGITS = {
@@ -41,6 +41,9 @@ SEMI = {
     "mnist5k_dirichlet0.1": "MNIST-5k, Dir(0.1)",
     "mnist5k_iid": "MNIST-5k, IID",
 }
+#: The Semi-SFL study's higher target per setting (run_semi_sfl.sh gives compare two per dataset).
+SEMI_TARGETS = {"digits_dirichlet0.1": 0.95, "digits_iid": 0.95, "mnist5k_dirichlet0.1": 0.85, "mnist5k_iid": 0.85}
+SEMI_LOW_TARGETS = {"digits_dirichlet0.1": 0.9, "digits_iid": 0.9, "mnist5k_dirichlet0.1": 0.8, "mnist5k_iid": 0.8}
 
 
 #: Fidelity experiments (``docs/results/fidelity/<folder>``, each produced by the command in its ``results.md``):
@@ -197,11 +200,14 @@ bash docs/results/run_gas.sh && python docs/results/summarize.py
 SEMI_TEXT = """# Semi-SFL and its baselines (labelled data on the server only)
 
 Semi-SFL, supervised-only (its lower bound: the labelled set alone), FedSwitch-SL (Semi-SFL without its contrastive
-and clustering terms, with teacher/student switching), FedSwitch and SemiFL (full-model federated learning), 3 seeds,
-20 rounds. 10 labelled images per class on the server, the rest of the training set unlabelled on 20 clients
+and clustering terms, with teacher/student switching), FedSwitch, SemiFL and FedMatch (full-model federated learning),
+3 seeds, 20 rounds. 10 labelled images per class on the server, the rest of the training set unlabelled on 20 clients
 (Dirichlet(0.1) or IID), 5 per round; per round K_s = 30 supervised steps of 32 rows (eq. 9 every 20 rounds), then
-K_u = 10 steps of 16 rows per client; SGD lr 0.02, momentum 0.9, τ = 0.95; `cnn_small` (cut at s2 for the split
-methods). Accuracy is the EMA teacher's (SemiFL: the server-trained global model).
+K_u = 10 steps of 16 rows per client; SGD lr 0.02, momentum 0.9, τ = 0.95 for every method, as the paper's §V-C;
+`cnn_small` (cut at s2 for the split methods). Accuracy is the EMA teacher's (SemiFL: the server-trained global
+model; FedMatch: the global σ + ψ). Time and traffic come from Semi-SFL's own system model (`EdgeDevices`: Jetson
+NX/AGX clients with Gaussian times per local iteration, links drawn every round in 2-8 Mbit/s up and 10-20 down, the
+server's supervised phase at its own throughput, a barrier at every cross-entity iteration of the split methods).
 
 Produced by (from the repository root, with the package installed; on 2 CPU cores shared with other work, about 15
 minutes per digits setting and 60-70 per MNIST-5k setting):
@@ -217,6 +223,22 @@ round).{semi_pending}
 ## Final test accuracy (%), mean ± std over 3 seeds
 
 {semi_acc}
+## Simulated minutes to the target accuracy (Semi-SFL's system model; mean over the seeds that reach it; reached/seeds)
+
+Lower target (90 % on digits, 80 % on MNIST-5k):
+
+{semi_time_low}
+Higher target (95 % on digits, 85 % on MNIST-5k):
+
+{semi_time}
+## Traffic to the target accuracy (MB, 10^6 B; clients and server together)
+
+Lower target:
+
+{semi_bytes_low}
+Higher target:
+
+{semi_bytes}
 {SEMI_NOTES}"""
 
 
@@ -264,22 +286,25 @@ def study_tables(folder: Path, settings: dict[str, str]) -> tuple[str, str]:
     return acc, speed
 
 
-def time_to_target(folder: Path, settings: dict[str, str], target: float) -> str:
-    """Markdown table: simulated seconds (``clock/elapsed_seconds``) until the test accuracy first reaches ``target``,
-    mean over the seeds that reach it (reached/seeds), per method and setting."""
+def time_to_target(folder: Path, settings: dict[str, str], target, key: str = TIME_KEY, scale: float = 1.0) -> str:
+    """Markdown table: simulated seconds (``key``: ``clock/elapsed_seconds``; or another cumulative metric, divided by
+    ``scale``) at the first round whose test accuracy reaches ``target`` (one fraction, or one per setting), mean over
+    the seeds that reach it (reached/seeds), per method and setting."""
     settings = {k: v for k, v in settings.items() if (folder / k / "metrics.csv").exists()}
+    targets = target if isinstance(target, dict) else dict.fromkeys(settings, target)
     cells: dict[str, dict[str, str]] = {}
     for setting in settings:
         per_method: dict[str, list[float | None]] = {}
         for run in read_metrics_csv(folder / setting / "metrics.csv"):
-            hit = next((r.get(TIME_KEY) for r in run.acc_records if r["test/acc"] >= target), None)
-            per_method.setdefault(run.method, []).append(hit)
+            hit = next((r.get(key) for r in run.acc_records if r["test/acc"] >= targets[setting]), None)
+            per_method.setdefault(run.method, []).append(None if hit is None else hit / scale)
         for method, hits in per_method.items():
             got = [h for h in hits if h is not None]
             cells.setdefault(method, {})[setting] = (
                 f"{sum(got) / len(got):.1f} ({len(got)}/{len(hits)})" if got else f"— (0/{len(hits)})"
             )
-    head = "| method | " + " | ".join(settings.values()) + " |\n|---|" + "---|" * len(settings) + "\n"
+    labels = {k: v + (f" (≥ {100 * targets[k]:g} %)" if isinstance(target, dict) else "") for k, v in settings.items()}
+    head = "| method | " + " | ".join(labels.values()) + " |\n|---|" + "---|" * len(settings) + "\n"
     return head + "".join(f"| {m} | " + " | ".join(c.get(s, "—") for s in settings) + " |\n" for m, c in cells.items())
 
 
@@ -327,6 +352,11 @@ def main() -> None:
             plot_pseudo_labels(HERE / "semi_sfl" / setting)
     semi_missing = [label for name, label in SEMI.items() if not (HERE / "semi_sfl" / name / "metrics.csv").exists()]
     semi_pending = f" Not run yet: {', '.join(semi_missing)}." if semi_missing else ""
+    semi_efficiency = {
+        f"semi_{what}{suffix}": time_to_target(HERE / "semi_sfl", SEMI, targets, key, scale)
+        for what, key, scale in (("time", TIME_KEY, 60.0), ("bytes", CUM_BYTES_KEY, 1e6))
+        for suffix, targets in (("", SEMI_TARGETS), ("_low", SEMI_LOW_TARGETS))
+    }
     text = f"""# Comparison on digits
 
 Every registered method, 3 seeds (0, 1, 2; identical client shards and client draws per seed for all methods),
@@ -442,7 +472,7 @@ do not change it. The method's premise — clusters whose members share a label 
 classes — fails when every client holds one class; we keep the method as published.
 
 {GAS_TEXT.format(gas_acc=gas_acc, gas_90=gas_90, gas_95=gas_95, GAS_NOTES=GAS_NOTES)}
-{SEMI_TEXT.format(semi_acc=semi_acc, semi_pending=semi_pending, SEMI_NOTES=SEMI_NOTES)}
+{SEMI_TEXT.format(semi_acc=semi_acc, semi_pending=semi_pending, SEMI_NOTES=SEMI_NOTES, **semi_efficiency)}
 
 {privacy_section()}
 

@@ -154,5 +154,6 @@ class SequentialBank(ClientBank):
         norms = []
         for slot in self._chosen(slots):
             grads = [p.grad for p in slot.parameters() if p.grad is not None]
-            norms.append(clip_gradients_(grads, max_norm) if grads else torch.zeros(()))
+            device = next(slot.parameters()).device
+            norms.append(clip_gradients_(grads, max_norm).to(device) if grads else torch.zeros((), device=device))
         return torch.stack(norms)

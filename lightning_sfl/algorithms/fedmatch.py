@@ -53,7 +53,7 @@ from lightning_sfl.system.comm import tensor_bytes
 
 __all__ = [
     "DecomposedConv2d", "DecomposedLinear", "FedMatch", "agreement_labels", "consistency_rows", "decompose_",
-    "nearest_helpers", "probe_image",
+    "nearest_helpers", "per_client_consistency", "probe_image",
 ]  # fmt: skip
 
 PSI = "psi"
@@ -130,6 +130,26 @@ def consistency_rows(
         return ce, torch.zeros_like(ce)
     kl = (helper_probs * (helper_probs.clamp_min(1e-12).log() - local_log_probs[None])).sum(dim=2)  # [H, B]
     return ce, kl.mean(dim=0)
+
+
+def per_client_consistency(
+    ce: torch.Tensor, kl: torch.Tensor, owner: torch.Tensor, mask: torch.Tensor, sizes: torch.Tensor, mask_kl: bool
+) -> torch.Tensor:
+    """``Σ_k [mean of CE over k's confident rows + mean of KL over k's rows]`` (``mask_kl``: KL over the confident rows
+    too); ``ce`` (already masked), ``kl``, ``owner``, ``mask`` ``[B]``, ``sizes`` ``[S]`` rows per client. A client
+    without a confident row adds 0 for the masked terms.
+
+    >>> per_client_consistency(torch.tensor([2.0, 0.0, 4.0]), torch.tensor([1.0, 3.0, 5.0]), torch.tensor([0, 0, 1]),
+    ...                        torch.tensor([True, False, True]), torch.tensor([2, 1]), False).item()
+    13.0
+    """
+    clients = len(sizes)
+    confident = torch.bincount(owner[mask], minlength=clients).clamp(min=1).to(ce.dtype)
+    kl_rows = confident if mask_kl else sizes.clamp(min=1).to(kl.dtype)
+    kl = kl * mask.to(kl.dtype) if mask_kl else kl
+    ce_sum = torch.zeros(clients, dtype=ce.dtype, device=ce.device).index_add_(0, owner, ce)
+    kl_sum = torch.zeros(clients, dtype=kl.dtype, device=kl.device).index_add_(0, owner, kl)
+    return (ce_sum / confident + kl_sum / kl_rows).sum()
 
 
 def nearest_helpers(embeddings: torch.Tensor, known: torch.Tensor, client: int, count: int) -> list[int]:
@@ -210,8 +230,8 @@ class FedMatch(SemiSFL):
         self.add_state("client_embedding", lambda: torch.zeros(clients(), self.num_classes))
         self.add_state("client_known", lambda: torch.zeros(clients(), dtype=torch.bool))
         self._phase = "supervised"
-        self._round, self._round_clients = 0, []
-        self._slot_helpers: list[list[int]] = []
+        self._round, self._round_slots = 0, {}  # the round's slot -> client
+        self._slot_helpers: dict[int, list[int]] = {}
 
     # ------------------------------------------------------------------ the decomposition
     @staticmethod
@@ -255,11 +275,11 @@ class FedMatch(SemiSFL):
         """The round's clients download ``σ + ψ`` and, in helper rounds, the ``ψ`` of their ``H`` nearest clients."""
         super().download()
         helper_round = self.helpers > 0 and (self._round + 1) % self.helper_interval == 0
-        self._slot_helpers = []
-        for slot, client in enumerate(self._round_clients):
+        self._slot_helpers = {}
+        for slot, client in self._round_slots.items():
             known = self.client_known
             chosen = nearest_helpers(self.client_embedding, known, client, self.helpers) if helper_round else []
-            self._slot_helpers.append(chosen)
+            self._slot_helpers[slot] = chosen
             if chosen:
                 self.ledger.add_slot("down", "helpers", slot, len(chosen) * self.psi_bytes())
 
@@ -268,8 +288,10 @@ class FedMatch(SemiSFL):
         out = []
         psi_names = [n for n, _ in self.client.net.named_parameters() if is_psi(n)]
         shapes = [p.shape for n, p in self.client.net.named_parameters() if is_psi(n)]
+        net, was_training = self.client.net, self.client.net.training
+        net.eval()  # a helper is evaluated, not trained: BatchNorm statistics (σ's) stay as they are
         for chunk, slot in zip(x.split(step.local_sizes.tolist()), step.slots_list()):
-            helpers = self._slot_helpers[slot] if slot < len(self._slot_helpers) else []
+            helpers = self._slot_helpers.get(slot, [])
             if not helpers:
                 out.append(None)
                 continue
@@ -277,9 +299,10 @@ class FedMatch(SemiSFL):
             for h in helpers:
                 pieces = torch.split(self.client_psi[h], [s.numel() for s in shapes])
                 psi = {n: v.view(s).to(chunk.dtype) for n, v, s in zip(psi_names, pieces, shapes)}
-                logits = torch.func.functional_call(self.client.net, psi, (chunk,))  # σ (the round's) + ψ_h
+                logits = torch.func.functional_call(net, psi, (chunk,))  # σ (the round's) + ψ_h
                 probs.append(logits.softmax(dim=1))
             out.append(torch.stack(probs))
+        net.train(was_training)
         return out
 
     # ------------------------------------------------------------------ C. clients
@@ -287,7 +310,7 @@ class FedMatch(SemiSFL):
         """One step of the round's clients on ``L_u(ψ)`` (module docstring)."""
         self._phase = "unlabelled"
         if not self._slots_ready:
-            self._round, self._round_clients = step.round, step.clients.tolist()
+            self._round, self._round_slots = step.round, dict(zip(step.slots_list(), step.clients.tolist()))
             self.download()
             self._slots_ready = True
         opt = self.optimizers()
@@ -311,25 +334,16 @@ class FedMatch(SemiSFL):
             labels.append(agreement_labels(votes, self.num_classes))
             c, k = consistency_rows(strong_logits[rows], log_probs[rows], helper, labels[-1], mask[rows])
             ce.append(c)
-            kl.append(k * mask[rows].to(k.dtype) if self.mask_kl else k)
+            kl.append(k)
         labels, ce, kl = torch.cat(labels), torch.cat(ce), torch.cat(kl)
-        clients = len(step.clients)
-        confident = torch.bincount(step.owner[mask], minlength=clients).clamp(min=1).to(ce.dtype)
-        kl_rows = (
-            (torch.bincount(step.owner[mask], minlength=clients) if self.mask_kl else step.local_sizes)
-            .clamp(min=1)
-            .to(kl.dtype)
-        )
-        ce_sum = torch.zeros(clients, dtype=ce.dtype, device=ce.device).index_add_(0, step.owner, ce)
-        kl_sum = torch.zeros(clients, dtype=kl.dtype, device=kl.device).index_add_(0, step.owner, kl)
-        consistency = (ce_sum / confident + kl_sum / kl_rows).sum()
+        consistency = per_client_consistency(ce, kl, step.owner, mask, step.local_sizes, self.mask_kl)
         loss = self.consistency_weight * consistency + self._regulariser(step)
         self.manual_backward(loss)
         self.take_step(opt)
         batch = len(mask)
         self.log("train/client_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=batch)
         self.log("train/mask_rate", mask.float().mean(), on_step=False, on_epoch=True, batch_size=batch)
-        kl_mean = client_means(kl.detach(), step.owner, clients).mean()
+        kl_mean = client_means(kl.detach(), step.owner, len(step.clients)).mean()
         self.log("train/helper_kl", kl_mean, on_step=False, on_epoch=True, batch_size=batch)
         return {"pseudo_labels": labels, "mask": mask}  # for PseudoLabelQuality
 
@@ -351,13 +365,16 @@ class FedMatch(SemiSFL):
     def aggregate(self, step: Step) -> None:
         """The server keeps each client's ``ψ_k`` and embedding, then ``ψ`` ← the unweighted mean of the ``ψ_k``
         (``σ`` is the same in every slot: the mean leaves it as it is); only ``ψ_k`` travels up."""
+        was_training = self.bank.training
+        self.bank.eval()  # the embedding evaluates each client's model: its BatchNorm statistics stay
         for slot, client in zip(step.slots_list(), step.clients.tolist()):
             model = self.bank.slots[slot]
-            self.client_psi[client] = torch.cat(
-                [p.detach().reshape(-1) for n, p in model.named_parameters() if is_psi(n)]
-            ).to(self.client_psi.dtype)
-            self.client_embedding[client] = model(self.probe.to(self.client_psi.dtype)).softmax(dim=1)[0]
+            psi = [p.detach().reshape(-1) for n, p in model.named_parameters() if is_psi(n)]
+            self.client_psi[client] = torch.cat(psi).to(self.client_psi.dtype)
+            probe = self.probe.to(psi[0].dtype)
+            self.client_embedding[client] = model(probe).softmax(dim=1)[0].to(self.client_embedding.dtype)
             self.client_known[client] = True
+        self.bank.train(was_training)
         weights = torch.ones(len(step.clients), dtype=torch.float64)
         self.bank.aggregate_into(self.client.net, weights, step.slots)
         self.ledger.add("up", "psi", self.psi_bytes(), step.slots)

@@ -229,27 +229,31 @@ class SemiFL(SemiSFL):
         self.global_momentum_buffer.copy_(m)
         load_flat_parameters(self.client.net, new_x)
 
-    def _static_bn(self, model: nn.Module) -> None:
-        """sBN of ``model`` over the whole training set, in batches of 250 rows (the authors')."""
+    def _static_bn(self, model: nn.Module) -> bool:
+        """sBN of ``model`` over the whole training set, in batches of 250 rows (the authors'); ``False`` if there is
+        nothing to do (off, or no BatchNorm)."""
         federation = self.federation
         if not self.static_bn or federation is None or federation.data is None:
-            return
+            return False
         if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-            return
+            return False
         stats, device = federation.stats, next(model.parameters()).device
         rows = torch.cat([stats.labelled, *stats.shards]).sort().values
         static_batch_norm_(model, (federation.data.train_inputs(r, device) for r in rows.split(250)))
+        return True
 
     def download(self) -> None:
-        """The clients download the global model once: it is both their student and their (frozen) labeller (its
-        statistics recomputed first: sBN)."""
-        self._static_bn(self.client.net)
+        """The clients download the global model once: it is both their student and their (frozen) labeller. With
+        sBN its statistics are recomputed first, the clients label in eval mode (with those statistics, as the
+        authors' code) and the evaluated model — the same server-trained weights — takes the same statistics."""
+        recomputed = self._static_bn(self.client.net)
         self.reset_slots(models={"client": self.client.net})
         self.client_banks["teacher"].reset(self.client.net)
-
-    def on_validation_start(self) -> None:
-        """sBN of the evaluated model before it is tested."""
-        self._static_bn(self.teacher_client)
+        if recomputed:
+            self.client_banks["teacher"].eval()  # until Lightning sets training mode again: the next round
+            with torch.no_grad():
+                for name, buffer in self.client.net.named_buffers():
+                    self.teacher_client.get_buffer(name).copy_(buffer)
 
     def pseudo_label(self, step: Step, weak: torch.Tensor, teacher_logits: torch.Tensor):
         return pseudo_labels(teacher_logits, self.threshold, strict=False)

@@ -35,6 +35,8 @@ class MethodSummary:
     diverged: list[tuple[int, int]]
     #: Some completed run logged the simulated time (``clock/elapsed_seconds``).
     timed: bool = False
+    #: Some completed run logged the bytes exchanged so far (``comm/cumulative_bytes``).
+    counted: bool = False
 
     @property
     def n_completed(self) -> int:
@@ -78,6 +80,7 @@ def summarize(results: Iterable[RunResult], target_acc: float | Sequence[float] 
                 failures=[(r.seed, r.failure_message) for r in runs if not r.completed],
                 diverged=[(r.seed, r.diverged_at) for r in done if r.diverged_at is not None],
                 timed=any(TIME_KEY in rec for r in done for rec in r.records),
+                counted=any(CUM_BYTES_KEY in rec for r in done for rec in r.records),
             )
         )
     return rows
@@ -122,7 +125,7 @@ def plural(n: int, word: str) -> str:
 
 def _columns(rows: Sequence[MethodSummary]) -> tuple[bool, bool]:
     """Whether the table shows time to target and traffic to target (some run logged them)."""
-    return any(r.timed for r in rows), any(r.total_bytes for r in rows)
+    return any(r.timed for r in rows), any(r.counted for r in rows)
 
 
 def table_header(target_acc, rows: Sequence[MethodSummary] = ()) -> list[str]:
@@ -139,9 +142,9 @@ def table_header(target_acc, rows: Sequence[MethodSummary] = ()) -> list[str]:
 
 
 def summary_cells(row: MethodSummary, target_acc, rows: Sequence[MethodSummary] = ()) -> list[str]:
-    """The cells of one table row (see :func:`table_header`; ``rows``: the whole table, which decides the
-    columns)."""
-    timed, counted = _columns(rows or [row])
+    """The cells of one table row (see :func:`table_header`; ``rows``: the whole table, which decides the time and
+    traffic columns, as in the header: none without it)."""
+    timed, counted = _columns(rows)
     cells = [f"`{row.method}`", f"{row.n_completed}/{len(row.seeds)}", format_acc(row.final_acc)]
     cells.append(format_acc(row.best_acc))
     for target in targets_of(target_acc):

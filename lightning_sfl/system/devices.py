@@ -42,8 +42,8 @@ compute time of local iteration ``t``::
 bytes (client halves, full models, teachers, control variates). The server's share of the split iterations, the
 time of method-specific extras on the clients (a teacher's forward pass) and propagation delays are not charged.
 
-Asynchronous schedules (:meth:`EdgeDevices.client_times`) get each client's mean iteration time and the midpoints of
-the bandwidth ranges.
+Asynchronous schedules (:meth:`EdgeDevices.client_times`) get each client's mean compute times and the midpoint of the
+uplink range (downloads are not charged there, as on the wireless cell).
 """
 
 from __future__ import annotations
