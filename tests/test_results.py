@@ -114,9 +114,19 @@ def test_committed_numbers_are_reproduced_by_the_command(study, setting, method,
 GAS_METHODS = ["gas", "async_sfl", "fedbuff", "ca2fl", "fedavg", "minibatch_sfl", "s2fl"]
 GAS_SETTINGS = {"digits_shards2": 100, "digits_dirichlet0.1": 100, "mnist5k_shards2": 50, "mnist5k_dirichlet0.1": 50}
 SEMI_SETTINGS = {"digits_dirichlet0.1": 20, "digits_iid": 20, "mnist5k_dirichlet0.1": 20, "mnist5k_iid": 20}
+#: The MNIST-5k settings were run before FedMatch and Semi-SFL's system model were built; their re-run is pending
+#: (docs/results/README.md says so), so FedMatch is not required there yet.
+SEMI_BEFORE_FEDMATCH = {"mnist5k_dirichlet0.1", "mnist5k_iid"}
+
+
+def _semi_methods(setting: str) -> list[str]:
+    return [m for m in SEMI_METHODS if not (setting in SEMI_BEFORE_FEDMATCH and m == "fedmatch")]
+
+
 OWN_STUDIES = [
     *[("gas", s, GAS_METHODS, n, "accuracy_time.png") for s, n in GAS_SETTINGS.items()],
-    *[("semi_sfl", s, list(SEMI_METHODS), n, "pseudo_labels.png") for s, n in SEMI_SETTINGS.items()],
+    *[("semi_sfl", s, _semi_methods(s), n, "pseudo_labels.png") for s, n in SEMI_SETTINGS.items()],
+    ("semi_sfl", "digits_dirichlet0.1_fedmatch_code", ["fedmatch"], 20, "accuracy_time.png"),
 ]
 
 
@@ -131,6 +141,22 @@ def test_gas_and_semi_sfl_studies_cover_every_method_and_seed(study, setting, me
     assert {(r.method, r.seed) for r in runs} == {(m, s) for m in methods for s in (0, 1, 2)}
     assert all(len(r.acc_records) == rounds for r in runs if r.status == "ok")
     assert f"bash docs/results/run_{study}.sh" in (RESULTS / "README.md").read_text()
+
+
+@pytest.mark.parametrize("setting", ["digits_dirichlet0.1", "digits_iid"])
+def test_semi_sfl_study_reports_time_and_traffic_to_target(setting):
+    """Issue 35's must-show: per method, accuracy, simulated time and traffic to each target, from the logged clock
+    and byte counter of every round (Semi-SFL's system model)."""
+    folder = RESULTS / "semi_sfl" / setting
+    text = (folder / "results.md").read_text()
+    for target in ("90%", "95%"):
+        assert f"time to ≥ {target} (s)" in text and f"traffic to ≥ {target} (MB)" in text
+    assert "--target_acc 0.9 0.95" in text
+    for run in read_metrics_csv(folder / "metrics.csv"):
+        times = [r["clock/elapsed_seconds"] for r in run.records]
+        assert len(times) == 20 and times == sorted(times), (run.method, run.seed)
+        if run.method != "supervised_only":  # no client: only the server's phase, milliseconds
+            assert times[0] > 1.0 and all("comm/cumulative_bytes" in r for r in run.records)
 
 
 def test_semi_sfl_ends_above_supervised_only_after_20_rounds_on_digits():
@@ -297,7 +323,7 @@ FASHION_STUDIES = {
         + ["splitfedv1", "splitfedv2", "splitfedv3", "sfl_local_loss"],
         200,
         40,
-        ["quantity_a2", "quantity_a4"],  # β=0.05 and β=0.1: not run yet (docs/results/README.md)
+        ["quantity_a2", "quantity_a4", "dirichlet_b0.05"],  # β=0.1: not run yet (docs/results/README.md)
     ),
 }
 FASHION_CELLS = [(study, setting) for study, spec in FASHION_STUDIES.items() for setting in spec[-1]]
