@@ -327,6 +327,26 @@ FASHION_STUDIES = {
     ),
 }
 FASHION_CELLS = [(study, setting) for study, spec in FASHION_STUDIES.items() for setting in spec[-1]]
+#: The experiments that test why SplitFedV2 and FedDyn end above SCALA on Fashion-MNIST (issue 34): setting -> methods,
+#: rounds, evaluations, and the override that makes the experiment.
+SCALA_EXPERIMENTS = {
+    "quantity_a2_500rounds": (["scala", "splitfedv2", "feddyn"], 500, 20, "--trainer.max_epochs=500"),
+    "quantity_a2_lr0.05": (["scala", "splitfedv2"], 200, 40, "--model.lr=0.05"),
+}
+
+
+@pytest.mark.parametrize("setting", sorted(SCALA_EXPERIMENTS))
+def test_scala_fashion_mnist_experiments_cover_their_methods(setting):
+    methods, rounds, evaluated, override = SCALA_EXPERIMENTS[setting]
+    folder = RESULTS / "scala_fashion_mnist" / setting
+    runs = read_metrics_csv(folder / "metrics.csv")
+    assert {(r.method, r.seed) for r in runs} == {(m, s) for m in methods for s in (0, 1, 2)}
+    for r in runs:
+        assert r.status == "ok" and len(r.acc_records) == evaluated and r.acc_records[-1]["round"] == rounds
+    text = (folder / "results.md").read_text()
+    assert override in text and "--data.alpha=2" in text and f"ONLY={setting}" in (
+        REPO / "docs" / "results" / "run_scala_fashion_mnist.sh"
+    ).read_text()
 
 
 @pytest.mark.parametrize("study,setting", FASHION_CELLS, ids=[f"{s}/{c}" for s, c in FASHION_CELLS])
