@@ -323,7 +323,7 @@ FASHION_STUDIES = {
         + ["splitfedv1", "splitfedv2", "splitfedv3", "sfl_local_loss"],
         200,
         40,
-        ["quantity_a2", "quantity_a4", "dirichlet_b0.05"],  # β=0.1: not run yet (docs/results/README.md)
+        ["quantity_a2", "quantity_a4", "dirichlet_b0.05", "dirichlet_b0.1"],
     ),
 }
 FASHION_CELLS = [(study, setting) for study, spec in FASHION_STUDIES.items() for setting in spec[-1]]
