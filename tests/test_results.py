@@ -344,9 +344,11 @@ def test_scala_fashion_mnist_experiments_cover_their_methods(setting):
     for r in runs:
         assert r.status == "ok" and len(r.acc_records) == evaluated and r.acc_records[-1]["round"] == rounds
     text = (folder / "results.md").read_text()
-    assert override in text and "--data.alpha=2" in text and f"ONLY={setting}" in (
-        REPO / "docs" / "results" / "run_scala_fashion_mnist.sh"
-    ).read_text()
+    assert (
+        override in text
+        and "--data.alpha=2" in text
+        and f"ONLY={setting}" in (REPO / "docs" / "results" / "run_scala_fashion_mnist.sh").read_text()
+    )
 
 
 @pytest.mark.parametrize("study,setting", FASHION_CELLS, ids=[f"{s}/{c}" for s, c in FASHION_CELLS])
