@@ -15,6 +15,7 @@
 #   ONLY=quantity_a2 bash docs/results/run_scala_fashion_mnist.sh --reuse    (one setting)
 #   ONLY=quantity_a2_500rounds bash docs/results/run_scala_fashion_mnist.sh    (SCALA, SplitFedV2, FedDyn, 500 rounds)
 #   ONLY=quantity_a2_lr0.05 bash docs/results/run_scala_fashion_mnist.sh       (SCALA, SplitFedV2 at lr 0.05)
+#   ONLY=quantity_a2_fedprox_mu0.1 bash docs/results/run_scala_fashion_mnist.sh (FedProx at µ = 0.1; also _mu1)
 # Needs Fashion-MNIST: Debian's dataset-fashion-mnist package, data/FashionMNIST/raw, or --data.download true.
 # Paper scale (GPU): lightning-sfl compare --config configs/fashion_mnist/scala.yaml --methods ... --seeds 0 1 2
 set -euo pipefail

@@ -320,7 +320,14 @@ second** (+7.5 to +9.0; the paper: +2.5 to +11.6, 2nd or 3rd), SCALA third or fo
    SCALA gains 7.5 points (81.18 ± 1.21) and SplitFedV2 3.9 (83.42 ± 1.86): the gap falls from 5.8 to 2.2 points,
    within SplitFedV2's seed spread. What is left, and FedDyn's lead, these runs do not explain; FedDyn was not run
    at lr 0.05. The paper's AlexNet, with 500 rounds of its larger batches, may sit in a regime where the step matters
-   less; we cannot run it on 2 cores (~15 s a round)."""
+   less; we cannot run it on 2 cores (~15 s a round).
+
+**Why FedProx ends at FedAvg's level** (α=2; `ONLY=quantity_a2_fedprox_mu0.1` and `ONLY=quantity_a2_fedprox_mu1`):
+not its µ. At µ = 0.1 it ends at 66.52 ± 2.73 and at µ = 1 at 66.53 ± 2.65, against FedAvg's 66.48 ± 2.75 (µ = 0.01:
+66.48). With T = 5 local iterations at lr 0.01 a client moves little from the global model within a round, so
+FedProx's term (µ/2)·‖w − w_g‖² has almost nothing to pull back; the paper's +3.4 points for FedProx cannot come from
+that term in this setting. SplitFedV3's missing collapse, FedDecorr's level and the logit adjustments' places are not
+tested yet."""
 
 
 if __name__ == "__main__":
