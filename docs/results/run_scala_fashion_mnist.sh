@@ -47,3 +47,10 @@ run quantity_a2_lr0.05 --data.partition=quantity --data.alpha=2 --model.lr=0.05
 METHODS=(fedprox)
 run quantity_a2_fedprox_mu0.1 --data.partition=quantity --data.alpha=2 --model.mu=0.1
 run quantity_a2_fedprox_mu1 --data.partition=quantity --data.alpha=2 --model.mu=1
+# FedProx, FedDecorr, FedLogit and FedLC end at or below FedAvg's level and SplitFedV3 does not collapse (the paper: the
+# first four above FedAvg, SplitFedV3 19-47 points below). One reading: with T = 5 steps at lr 0.01 clients barely
+# leave the global model within a round (FedProx at µ = 1 changes nothing), so the corrections for local drift and
+# local label skew have little to act on. At 5x the learning rate a step (5x the drift) they should move away from
+# FedAvg if that is the reason.
+METHODS=(fedavg fedprox feddecorr fedlogit fedlc splitfedv1 splitfedv3)
+run quantity_a2_lr0.05_drift --data.partition=quantity --data.alpha=2 --model.lr=0.05
