@@ -350,6 +350,28 @@ def test_scala_fashion_mnist_experiments_cover_their_methods(setting):
     assert override in text and "--data.alpha=2" in text and f"run {setting} " in script
 
 
+#: The paper-scale run on a GPU (issue 34, item 6): folder -> methods; AlexNet, 500 rounds, seed 0.
+SCALA_GPU = {"quantity_a2": ["scala", "fedavg", "splitfedv2"], "quantity_a2_feddyn": ["feddyn"]}
+
+
+@pytest.mark.parametrize("folder", sorted(SCALA_GPU))
+def test_scala_gpu_run_is_the_paper_scale_config_on_a_named_gpu(folder):
+    """Every method ran the 500 rounds of configs/fashion_mnist/scala.yaml (AlexNet, not the CPU study's CNN), the
+    device it ran on is recorded beside it, and the table in the results notes is these runs' numbers."""
+    where = RESULTS / "scala_fashion_mnist_gpu" / folder
+    runs = read_metrics_csv(where / "metrics.csv")
+    assert {(r.method, r.seed) for r in runs} == {(m, 0) for m in SCALA_GPU[folder]}
+    notes = (RESULTS / "README.md").read_text()
+    for r in runs:
+        assert r.status == "ok" and len(r.acc_records) == 100 and r.acc_records[-1]["round"] == 500
+        last_five = [rec["test/acc"] for rec in r.acc_records[-5:]]
+        assert f"{100 * sum(last_five) / 5:.2f} ({100 * last_five[-1]:.2f})" in notes, r.method
+    text = (where / "results.md").read_text()
+    assert "configs/fashion_mnist/scala.yaml" in text and "cnn_fedlc" not in text and "arch=alexnet_mnist" in text
+    assert "NVIDIA" in (where / "device.txt").read_text()
+    assert "run_scala_fashion_mnist_gpu.sh" in (REPO / "README.md").read_text()
+
+
 @pytest.mark.parametrize("study,setting", FASHION_CELLS, ids=[f"{s}/{c}" for s, c in FASHION_CELLS])
 def test_fashion_mnist_studies_cover_every_method_and_seed(study, setting):
     script, _, methods, rounds, evaluated, _ = FASHION_STUDIES[study]

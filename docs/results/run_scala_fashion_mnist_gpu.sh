@@ -6,12 +6,14 @@
 # SCALA in the CPU study (docs/results/scala_fashion_mnist, FedLC's small CNN, 200 rounds).
 #   bash docs/results/run_scala_fashion_mnist_gpu.sh                 (seed 0)
 #   SEEDS="0 1 2" bash docs/results/run_scala_fashion_mnist_gpu.sh --reuse
-# Writes docs/results/scala_fashion_mnist_gpu/quantity_a2/ and device.txt there (the GPU, driver, torch).
+# Writes docs/results/scala_fashion_mnist_gpu/quantity_a2/ (SCALA, FedAvg, SplitFedV2) and quantity_a2_feddyn/ (FedDyn),
+# each with device.txt (the GPU, driver, torch). FedDyn keeps every client's ∇L_k (100 x 3.87 M parameters, 1.55 GB),
+# which every checkpoint carries: written every round (the default) its checkpoints cost ~5x the training on an H200,
+# so its run checkpoints every 100 rounds (the same training; only a resume would start further back).
 set -euo pipefail
-OUT_DIR=${OUT_DIR:-docs/results/scala_fashion_mnist_gpu/quantity_a2}
+OUT_DIR=${OUT_DIR:-docs/results/scala_fashion_mnist_gpu}
 read -r -a SEED_LIST <<<"${SEEDS:-0}"
-METHODS=(scala fedavg splitfedv2 feddyn)
-mkdir -p "$OUT_DIR"
+mkdir -p "$OUT_DIR/quantity_a2" "$OUT_DIR/quantity_a2_feddyn"
 python3 - >"$OUT_DIR/device.txt" <<'EOF'
 import platform, subprocess, torch, lightning
 gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
@@ -21,6 +23,13 @@ print(f"device: {gpu} ({smi})\ntorch {torch.__version__}, CUDA {torch.version.cu
       f"Python {platform.python_version()}")
 EOF
 cat "$OUT_DIR/device.txt"
-lightning-sfl compare --config configs/fashion_mnist/scala.yaml --methods "${METHODS[@]}" --seeds "${SEED_LIST[@]}" \
-  --jobs "$(( ${#METHODS[@]} * ${#SEED_LIST[@]} ))" --out "$OUT_DIR" "$@" --overrides --trainer.check_val_every_n_epoch=5 \
-  ${OVERRIDES:-}  # OVERRIDES="--trainer.max_epochs=2": a quick check
+cp "$OUT_DIR/device.txt" "$OUT_DIR/quantity_a2/" && mv "$OUT_DIR/device.txt" "$OUT_DIR/quantity_a2_feddyn/"
+compare() {  # FOLDER METHODS... (one process per method and seed, all at once on the one GPU)
+  out=$1; shift
+  lightning-sfl compare --config configs/fashion_mnist/scala.yaml --methods "$@" --seeds "${SEED_LIST[@]}" \
+    --jobs "$(( $# * ${#SEED_LIST[@]} ))" --out "$OUT_DIR/$out" "${EXTRA[@]}" --overrides \
+    --trainer.check_val_every_n_epoch=5 ${OVERRIDES:-}  # OVERRIDES="--trainer.max_epochs=2": a quick check
+}
+EXTRA=("$@")
+compare quantity_a2 scala fedavg splitfedv2
+OVERRIDES="${OVERRIDES:-} --checkpoint.every_n_epochs=100" compare quantity_a2_feddyn feddyn
