@@ -300,7 +300,7 @@ def study_tables(folder: Path, settings: dict[str, str]) -> tuple[str, str]:
     return acc, speed
 
 
-def time_to_target(folder: Path, settings: dict[str, str], target, key: str = TIME_KEY, scale: float = 1.0) -> str:
+def value_at_target(folder: Path, settings: dict[str, str], target, key: str = TIME_KEY, scale: float = 1.0) -> str:
     """Markdown table: simulated seconds (``key``: ``clock/elapsed_seconds``; or another cumulative metric, divided by
     ``scale``) at the first round whose test accuracy reaches ``target`` (one fraction, or one per setting), mean over
     the seeds that reach it (reached/seeds), per method and setting."""
@@ -359,7 +359,7 @@ def main() -> None:
     missing = [label for name, label in MNIST5K.items() if not (HERE / "mnist5k" / name / "metrics.csv").exists()]
     mnist_pending = f" Not run yet: {', '.join(missing)}." if missing else ""
     gas_acc, _ = study_tables(HERE / "gas", GAS)
-    gas_90, gas_95 = (time_to_target(HERE / "gas", GAS, t) for t in (0.9, 0.95))
+    gas_90, gas_95 = (value_at_target(HERE / "gas", GAS, t) for t in (0.9, 0.95))
     semi_acc, _ = study_tables(HERE / "semi_sfl", SEMI)
     for setting in SEMI:
         if (HERE / "semi_sfl" / setting / "metrics.csv").exists():
@@ -367,7 +367,7 @@ def main() -> None:
     semi_missing = [label for name, label in SEMI.items() if not (HERE / "semi_sfl" / name / "metrics.csv").exists()]
     semi_pending = f" Not run yet: {', '.join(semi_missing)}." if semi_missing else ""
     semi_efficiency = {
-        f"semi_{what}{suffix}": time_to_target(HERE / "semi_sfl", {k: SEMI[k] for k in targets}, targets, key, scale)
+        f"semi_{what}{suffix}": value_at_target(HERE / "semi_sfl", {k: SEMI[k] for k in targets}, targets, key, scale)
         for what, key, scale in (("time", TIME_KEY, 1.0), ("bytes", CUM_BYTES_KEY, 1e6))
         for suffix, targets in (("", SEMI_TARGETS), ("_low", SEMI_LOW_TARGETS))
     }

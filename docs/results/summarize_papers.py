@@ -165,9 +165,9 @@ def papers_section() -> str:
     ceiling = ceiling_md.read_text() if ceiling_md.exists() else "(not run yet)\n"
     gas = side_by_side(HERE / "gas", GAS_FMNIST, GAS_TABLE_1)
     gas_paired = paired_to_baseline(HERE / "gas", GAS_FMNIST, GAS_TABLE_1, "fedavg")
-    from summarize import time_to_target  # summarize.py imports this module: import it when it is complete
+    from summarize import value_at_target  # summarize.py imports this module: import it when it is complete
 
-    gas_time = time_to_target(HERE / "gas", GAS_FMNIST, 0.75)
+    gas_time = value_at_target(HERE / "gas", GAS_FMNIST, 0.75)
     scala = side_by_side(HERE / "scala_fashion_mnist", SCALA_FMNIST, SCALA_TABLES_4_6)
     scala_paired = paired_to_baseline(HERE / "scala_fashion_mnist", SCALA_FMNIST, SCALA_TABLES_4_6, "fedavg")
     return PAPERS_TEXT.format(

@@ -224,6 +224,8 @@ class FedMatch(SemiSFL):
             raise ConfigError(f"arch={self.hparams.arch!r} has no linear or convolution layer to decompose")
         self.register_buffer("probe", probe_image(self.hparams.input_shape), persistent=False)
         psi_size = self._psi_vector(self.client.net).numel()
+        #: name and shape of each ψ tensor, in the order of ``_psi_vector`` (a helper's ψ_h is split back by it)
+        self._psi_layout = [(n, p.shape) for n, p in self.client.net.named_parameters() if is_psi(n)]
         clients = lambda: len(self.client_stats.sizes)  # noqa: E731 (known when a fit starts)
         # the server's store (checkpointed): each client's latest ψ_k and embedding, and whether it has one
         self.add_state("client_psi", lambda: torch.zeros(clients(), psi_size))
@@ -286,8 +288,7 @@ class FedMatch(SemiSFL):
     def _helper_probs(self, x: torch.Tensor, step: Step) -> list[torch.Tensor | None]:
         """Each slot's helpers' probabilities on its rows ``[H, b_k, N]`` (``None``: no helpers)."""
         out = []
-        psi_names = [n for n, _ in self.client.net.named_parameters() if is_psi(n)]
-        shapes = [p.shape for n, p in self.client.net.named_parameters() if is_psi(n)]
+        sizes = [shape.numel() for _, shape in self._psi_layout]
         net, was_training = self.client.net, self.client.net.training
         net.eval()  # a helper is evaluated, not trained: BatchNorm statistics (σ's) stay as they are
         for chunk, slot in zip(x.split(step.local_sizes.tolist()), step.slots_list()):
@@ -297,8 +298,8 @@ class FedMatch(SemiSFL):
                 continue
             probs = []
             for h in helpers:
-                pieces = torch.split(self.client_psi[h], [s.numel() for s in shapes])
-                psi = {n: v.view(s).to(chunk.dtype) for n, v, s in zip(psi_names, pieces, shapes)}
+                pieces = torch.split(self.client_psi[h], sizes)
+                psi = {n: v.view(shape).to(chunk.dtype) for (n, shape), v in zip(self._psi_layout, pieces)}
                 logits = torch.func.functional_call(net, psi, (chunk,))  # σ (the round's) + ψ_h
                 probs.append(logits.softmax(dim=1))
             out.append(torch.stack(probs))
@@ -369,9 +370,9 @@ class FedMatch(SemiSFL):
         self.bank.eval()  # the embedding evaluates each client's model: its BatchNorm statistics stay
         for slot, client in zip(step.slots_list(), step.clients.tolist()):
             model = self.bank.slots[slot]
-            psi = [p.detach().reshape(-1) for n, p in model.named_parameters() if is_psi(n)]
-            self.client_psi[client] = torch.cat(psi).to(self.client_psi.dtype)
-            probe = self.probe.to(psi[0].dtype)
+            psi = self._psi_vector(model)
+            self.client_psi[client] = psi.to(self.client_psi.dtype)
+            probe = self.probe.to(psi.dtype)
             self.client_embedding[client] = model(probe).softmax(dim=1)[0].to(self.client_embedding.dtype)
             self.client_known[client] = True
         self.bank.train(was_training)
