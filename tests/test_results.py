@@ -334,6 +334,12 @@ SCALA_EXPERIMENTS = {
     "quantity_a2_lr0.05": (["scala", "splitfedv2"], 200, 40, "--model.lr=0.05"),
     "quantity_a2_fedprox_mu0.1": (["fedprox"], 200, 40, "--model.mu=0.1"),
     "quantity_a2_fedprox_mu1": (["fedprox"], 200, 40, "--model.mu=1"),
+    "quantity_a2_lr0.05_drift": (
+        ["fedavg", "fedprox", "feddecorr", "fedlogit", "fedlc", "splitfedv1", "splitfedv3"],
+        200,
+        40,
+        "--model.lr=0.05",
+    ),
 }
 
 
