@@ -210,8 +210,11 @@ def test_sigterm_or_ctrl_c_says_one_line_and_the_same_command_continues_exactly(
 
     args = _cli("--trainer.max_epochs=40")
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    # as from a terminal: SIGINT at its default (a shell's background job inherits it ignored, and Python then
+    # installs no Ctrl-C handler; the test must not depend on how its runner was started)
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
+                            start_new_session=True, preexec_fn=default_sigint)  # fmt: skip
     deadline = time.time() + 300
     while time.time() < deadline and not [p for p in tmp_path.glob("runs/*/checkpoints/epoch=*.ckpt")
                                           if int(p.name.split("=")[1].split("-")[0]) >= 2]:  # fmt: skip
