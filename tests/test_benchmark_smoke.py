@@ -31,6 +31,7 @@ RATIOS = {
 MEMORY_RATIOS = {"alexnet_memory", "alexnet_stacked_memory"}
 
 
+@pytest.mark.extended
 def test_client_scaling_quick(tmp_path):
     out = tmp_path / "bench.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "client_scaling.py"), "--quick", "--repeats", "1", "--no-memory"]
@@ -66,6 +67,7 @@ def test_client_scaling_memory_probe_reads_a_peak():
     assert 0 < result["peak_bytes"] < 4 * 2**30 and result["clients"] == 10, result
 
 
+@pytest.mark.extended
 def test_async_arrivals_benchmark_runs_and_both_paths_agree(tmp_path):
     out = tmp_path / "async.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "async_arrivals.py"), "--clients", "10", "--concurrency", "4"]
@@ -77,6 +79,7 @@ def test_async_arrivals_benchmark_runs_and_both_paths_agree(tmp_path):
     assert report["ratio"] > 0 and report["float64_max_weight_diff"] < 1e-10
 
 
+@pytest.mark.extended
 def test_framework_overhead_benchmark_runs_and_its_plain_loop_learns(tmp_path):
     """``benchmarks/framework_overhead.py --quick`` times both sides (exit 0, the ratio lines, a JSON report), and its
     plain-PyTorch SCALA loop is real training: after 20 rounds its test error on digits is below a quarter of its
@@ -143,6 +146,7 @@ def test_onednn_anatomy_rejects_bad_counts(flag, capsys):
     assert flag.split("=")[0] in capsys.readouterr().err
 
 
+@pytest.mark.extended
 def test_onednn_anatomy_runs(tmp_path):
     """``benchmarks/onednn_anatomy.py`` end to end on a small round: per-kind oneDNN times for two implementations;
     where oneDNN runs the convolutions, the stacked bank's weight reorders (10 clients' weights) cost more than the
@@ -165,6 +169,7 @@ def test_onednn_anatomy_runs(tmp_path):
     assert results["ours-stacked"]["weight reorder"] > results["centralized"]["weight reorder"] > 0
 
 
+@pytest.mark.extended
 def test_stacked_floor_runs_and_does_the_same_arithmetic(tmp_path):
     """``benchmarks/stacked_floor.py`` end to end on a small round: its hand-written iteration ends with the same
     weights as the library's stacked bank (float64), and it reports every time and ratio."""

@@ -237,6 +237,7 @@ def test_scala_pe_attacker_error_is_higher_than_scalas_on_the_same_data():
         assert mse["scala_pe"] > mse["scala"], (dataset, mse)
 
 
+@pytest.mark.extended
 def test_committed_attack_is_reproduced_by_its_commands(tmp_path):
     """Seed 1 of SCALA on digits: the study's training (100 rounds, checkpoint kept) and attack give the committed
     accuracy and scores (to 1e-4 where the training reproduced exactly, i.e. on the CPU that produced them, else to

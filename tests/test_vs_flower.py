@@ -24,6 +24,7 @@ def _run(args: list[str], env: dict | None = None, timeout: int = 600) -> subpro
     )
 
 
+@pytest.mark.extended
 def test_ours_only_times_our_side(tmp_path):
     out = tmp_path / "ours.json"
     proc = _run(["--ours-only", *SMALL, "--json", str(out)])
