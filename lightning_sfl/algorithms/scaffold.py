@@ -46,6 +46,9 @@ def control_variate_update(
 class Scaffold(FedAvg):
     """SCAFFOLD (Karimireddy et al., ICML 2020), option II, ``η_g = 1``.
 
+    Every client's ``c_k`` (``scaffold_client_c``, ``[K, P]``) is checkpointed: with a large model and many clients,
+    write checkpoints less often (``--checkpoint.every_n_epochs``; see the README's "Resuming and errors").
+
     Args:
         average: ``uniform`` (default: the paper's ``mean_{i∈S}``) or ``size`` (``|D_k|``-weighted, as FedAvg and
             several public implementations).
