@@ -223,9 +223,9 @@ class FedMatch(SemiSFL):
         if decompose_(self.client.net, self.psi_factor) == 0:
             raise ConfigError(f"arch={self.hparams.arch!r} has no linear or convolution layer to decompose")
         self.register_buffer("probe", probe_image(self.hparams.input_shape), persistent=False)
-        psi_size = self._psi_vector(self.client.net).numel()
         #: name and shape of each ψ tensor, in the order of ``_psi_vector`` (a helper's ψ_h is split back by it)
         self._psi_layout = [(n, p.shape) for n, p in self.client.net.named_parameters() if is_psi(n)]
+        psi_size = sum(shape.numel() for _, shape in self._psi_layout)
         clients = lambda: len(self.client_stats.sizes)  # noqa: E731 (known when a fit starts)
         # the server's store (checkpointed): each client's latest ψ_k and embedding, and whether it has one
         self.add_state("client_psi", lambda: torch.zeros(clients(), psi_size))
