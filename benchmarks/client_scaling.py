@@ -4,6 +4,7 @@ Run (from the repository root)::
 
     python benchmarks/client_scaling.py                          # CPU, 1 thread, all configurations (~2-4 min)
     python benchmarks/client_scaling.py --device cuda            # GPU
+    python benchmarks/client_scaling.py --device cuda --clients 10,50,100   # both models at each S
     python benchmarks/client_scaling.py --threads 0 --repeats 9 --json results.json  # torch's default threads
     python benchmarks/client_scaling.py --quick --repeats 1      # smoke run (~30 s)
 
@@ -102,8 +103,13 @@ class Config:
         return f"{self.arch} {CUT}  S={self.clients:<3d} B={self.batch}"
 
 
-def configs(quick: bool) -> list[Config]:
+def configs(quick: bool, clients: list[int] | None = None) -> list[Config]:
+    """The configurations timed: by default cnn_small at S = 10, 50 and AlexNet at S = 10, 100; ``clients``: both
+    models at each of those S, with ``B`` at least ``2 S`` (cnn_small at S = 100: B = 200)."""
     alex_b = 100 if quick else 320
+    if clients:
+        batch = {"cnn_small": lambda s: max(64, 2 * s), "alexnet_cifar": lambda s: max(alex_b, 2 * s)}  # B_k >= 1
+        return [Config(arch, s, batch[arch](s)) for arch in MODELS for s in sorted(set(clients))]
     return [
         Config("cnn_small", 10, 64),
         Config("cnn_small", 50, 64),
@@ -477,6 +483,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="short run: AlexNet B=100, one memory probe pair")
     p.add_argument("--no-memory", action="store_true", help="skip the memory probes")
     p.add_argument(
+        "--clients",
+        type=lambda v: sorted({int(c) for c in v.split(",")}),
+        default=None,
+        help="comma-separated S for both models, e.g. 10,50,100 (default: cnn_small 10,50; AlexNet 10,100)",
+    )
+    p.add_argument(
         "--clock",
         choices=("wall", "cpu"),
         default="wall",
@@ -505,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     repeats = args.repeats if args.repeats is not None else (3 if args.quick else 7)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
-    cfgs = configs(args.quick)
+    cfgs = configs(args.quick, args.clients)
     large = {arch: max(c.clients for c in cfgs if c.arch == arch) for arch in MODELS}
     small = {arch: min(c.clients for c in cfgs if c.arch == arch) for arch in MODELS}
     auto = {}  # what client_bank="auto" builds for the client half of each model at its largest S

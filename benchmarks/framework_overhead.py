@@ -6,6 +6,7 @@ Run (from the repository root, with the package installed)::
     python benchmarks/framework_overhead.py                       # 1- and 61-round runs, 5 repeats each (~4 min)
     python benchmarks/framework_overhead.py --rounds 101 --repeats 7 --json overhead.json
     python benchmarks/framework_overhead.py --quick               # 1- and 3-round runs, 1 repeat (a smoke run)
+    python benchmarks/framework_overhead.py --device cuda --rounds 21 --repeats 3   # both sides on one GPU
     python benchmarks/framework_overhead.py --ours-args='--trainer.logger lightning.pytorch.loggers.CSVLogger
         --trainer.logger.save_dir runs'                            # what W&B costs: ours with the CSV logger alone
 
@@ -54,9 +55,10 @@ CONFIG = REPO / "configs" / "digits" / "scala.yaml"
 CLIENTS, PER_ROUND, BATCH, LOCAL_ITERS, LR, TEST_FRACTION = 20, 5, 64, 5, 0.05, 0.2
 
 
-def plain_scala(rounds: int, seed: int = 0, pool: str = "zoo") -> float:
+def plain_scala(rounds: int, seed: int = 0, pool: str = "zoo", device: str = "cpu") -> float:
     """SCALA on digits in plain PyTorch (see the module docstring); returns the final test accuracy. ``pool``:
-    ``"zoo"``, the zoo's max pooling (the same kernels as ours), or ``"torch"``, ``nn.MaxPool2d``."""
+    ``"zoo"``, the zoo's max pooling (the same kernels as ours), or ``"torch"``, ``nn.MaxPool2d``. ``device``: where
+    the data, the models and the arithmetic live (the sampling of rows stays on the CPU, as ours)."""
     import copy
 
     import numpy as np
@@ -79,7 +81,8 @@ def plain_scala(rounds: int, seed: int = 0, pool: str = "zoo") -> float:
     n_test = round(len(y) * TEST_FRACTION)
     test_x, test_y, x, y = x[order[:n_test]], y[order[:n_test]], x[order[n_test:]], y[order[n_test:]]
     mean, std = x.mean(), x.std()
-    x, test_x = (x - mean) / std, (test_x - mean) / std
+    x, test_x = ((x - mean) / std).to(device), ((test_x - mean) / std).to(device)
+    y, test_y = y.to(device), test_y.to(device)
     # quantity skew, 2 classes per client: clients 0-9 hold classes (k, k+1), clients 10-19 (k, k+3), mod 10, so
     # each class is split into 4 portions
     portions: dict[int, list[torch.Tensor]] = {}
@@ -91,7 +94,7 @@ def plain_scala(rounds: int, seed: int = 0, pool: str = "zoo") -> float:
         first, second = k % 10, (k + 1 + 2 * (k // 10)) % 10
         shards.append(torch.cat([portions[first].pop(), portions[second].pop()]))
     sizes = torch.tensor([len(s) for s in shards], dtype=torch.float64)
-    priors = torch.stack([torch.bincount(y[s], minlength=10).double() / len(s) for s in shards]).float()
+    priors = torch.stack([torch.bincount(y[s], minlength=10).double() / len(s) for s in shards]).float().to(device)
 
     client = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
                            MaxPool2d(2))  # fmt: skip
@@ -100,6 +103,7 @@ def plain_scala(rounds: int, seed: int = 0, pool: str = "zoo") -> float:
     for layer in [*client, *server]:  # the zoo's cnn_small: Kaiming normal (fan-in), zero biases
         if isinstance(layer, nn.Conv2d | nn.Linear):
             nn.init.kaiming_normal_(layer.weight, nonlinearity="relu"), nn.init.zeros_(layer.bias)
+    client, server = client.to(device), server.to(device)
     server_opt = torch.optim.SGD(server.parameters(), lr=LR)
     cursors = [torch.randperm(len(s), generator=gen) for s in shards]
     acc = 0.0
@@ -126,7 +130,7 @@ def plain_scala(rounds: int, seed: int = 0, pool: str = "zoo") -> float:
             owner = torch.repeat_interleave(torch.arange(len(chosen)), b_k)
             adjusted = logits + torch.log(priors[chosen][owner] + 1e-12)
             rows_loss = F.cross_entropy(adjusted, labels, reduction="none")
-            client_loss = (rows_loss / b_k[owner]).sum()  # Σ_k mean over client k's rows
+            client_loss = (rows_loss / b_k[owner].to(device)).sum()  # Σ_k mean over client k's rows
             (grad_a,) = torch.autograd.grad(client_loss, a, retain_graph=True)
             server_opt.zero_grad()
             server_loss.backward()
@@ -135,7 +139,7 @@ def plain_scala(rounds: int, seed: int = 0, pool: str = "zoo") -> float:
                 opt.zero_grad()
                 act.backward(g)
                 opt.step()
-        weights = (sizes[chosen] / sizes[chosen].sum()).float()
+        weights = (sizes[chosen] / sizes[chosen].sum()).float().tolist()
         with torch.no_grad():
             for name, p in client.named_parameters():
                 p.copy_(sum(w * dict(h.named_parameters())[name] for w, h in zip(weights, halves)))
@@ -146,13 +150,15 @@ def plain_scala(rounds: int, seed: int = 0, pool: str = "zoo") -> float:
     return acc
 
 
-def _ours_command(rounds: int, extra: tuple[str, ...] = ()) -> list[str]:
+def _ours_command(rounds: int, extra: tuple[str, ...] = (), device: str = "cpu") -> list[str]:
+    on_device = ["--trainer.accelerator=gpu", "--trainer.devices=1"] if device == "cuda" else []
     return [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", str(CONFIG),
-            f"--trainer.max_epochs={rounds}", "--dissimilarity.every_n_rounds=0", *extra]  # fmt: skip
+            f"--trainer.max_epochs={rounds}", "--dissimilarity.every_n_rounds=0", *on_device, *extra]  # fmt: skip
 
 
-def _plain_command(rounds: int, pool: str = "zoo") -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), "--plain", "--rounds", str(rounds), "--plain-pool", pool]
+def _plain_command(rounds: int, pool: str = "zoo", device: str = "cpu") -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "--plain", "--rounds", str(rounds), "--plain-pool", pool,
+            "--device", device]  # fmt: skip
 
 
 def _timed(cmd: list[str]) -> float:
@@ -167,10 +173,12 @@ def _timed(cmd: list[str]) -> float:
     return seconds
 
 
-def measure(rounds: int, repeats: int, ours_args: tuple[str, ...] = (), plain_pool: str = "zoo") -> dict:
+def measure(
+    rounds: int, repeats: int, ours_args: tuple[str, ...] = (), plain_pool: str = "zoo", device: str = "cpu"
+) -> dict:
     """Medians of ``repeats`` interleaved timings of both sides at 1 and ``rounds`` rounds, and what follows."""
-    commands = {"ours": functools.partial(_ours_command, extra=ours_args),
-                "plain": functools.partial(_plain_command, pool=plain_pool)}  # fmt: skip
+    commands = {"ours": functools.partial(_ours_command, extra=ours_args, device=device),
+                "plain": functools.partial(_plain_command, pool=plain_pool, device=device)}  # fmt: skip
     runs: dict = {(side, r): [] for side in commands for r in (1, rounds)}
     helps = []
     for _ in range(repeats):
@@ -180,7 +188,7 @@ def measure(rounds: int, repeats: int, ours_args: tuple[str, ...] = (), plain_po
     med = {k: statistics.median(v) for k, v in runs.items()}
     med["help"] = statistics.median(helps)
     out: dict = {"rounds": rounds, "repeats": repeats, "help_s": med["help"], "ours_args": list(ours_args),
-                 "plain_pool": plain_pool}  # fmt: skip
+                 "plain_pool": plain_pool, "device": device}  # fmt: skip
     for side in ("ours", "plain"):
         per_round = (med[side, rounds] - med[side, 1]) / (rounds - 1)
         out[side] = {"one_round_s": med[side, 1], "long_run_s": med[side, rounds], "per_round_s": per_round,
@@ -192,7 +200,8 @@ def measure(rounds: int, repeats: int, ours_args: tuple[str, ...] = (), plain_po
 
 def report(r: dict) -> str:
     lines = [
-        f"framework overhead, digits main job, 1 thread, medians of {r['repeats']} (1- and {r['rounds']}-round runs)"
+        f"framework overhead, digits main job, 1 thread{', CUDA' if r.get('device') == 'cuda' else ''}, "
+        f"medians of {r['repeats']} (1- and {r['rounds']}-round runs)"
         + (f"; ours with {shlex.join(r['ours_args'])}" if r.get("ours_args") else "")
         + ("; plain with nn.MaxPool2d" if r.get("plain_pool") == "torch" else ""),
         f"{'':8}{'1 round (s)':>13}{str(r['rounds']) + ' rounds (s)':>15}{'per round (ms)':>16}{'start-up (s)':>14}",
@@ -219,16 +228,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ours-args", default="", help="extra fit options for our side (e.g. a logger)")
     pools = "the plain loop's max pooling: the zoo's (the same kernels as ours) or torch's"
     parser.add_argument("--plain-pool", choices=("zoo", "torch"), default="zoo", help=pools)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both sides compute")
     args = parser.parse_args(argv)
     if args.plain:
-        acc = plain_scala(args.rounds, pool=args.plain_pool)
+        acc = plain_scala(args.rounds, pool=args.plain_pool, device=args.device)
         print(f"plain SCALA: test accuracy {acc:.4f} after {args.rounds} rounds")
         return
     if args.quick:
         args.rounds, args.repeats = 3, 1
     if args.rounds < 2 or args.repeats < 1:
         parser.error(f"--rounds={args.rounds} must be >= 2 and --repeats={args.repeats} >= 1")
-    result = measure(args.rounds, args.repeats, tuple(shlex.split(args.ours_args)), args.plain_pool)
+    result = measure(args.rounds, args.repeats, tuple(shlex.split(args.ours_args)), args.plain_pool, args.device)
     print(report(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

@@ -18,11 +18,13 @@ import re
 import sys
 import warnings
 from pathlib import Path
+from typing import Literal
 
 import lightning as L
 import torch
 from jsonargparse import lazy_instance
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningCLI
 
@@ -158,6 +160,13 @@ class SFLCLI(LightningCLI):
             help="torch.set_num_threads for this run (1 is fastest for small models on a shared CPU); null: default",
         )
         parser.add_argument(
+            "--matmul_precision",
+            type=Literal["highest", "high", "medium"],
+            default="high",
+            help="float32 matmul precision on a CUDA device (torch.set_float32_matmul_precision): high lets Tensor "
+            "Cores run them in TF32, as cuDNN already runs convolutions; highest: full float32. CPU runs ignore it",
+        )
+        parser.add_argument(
             "--run_name",
             type=str | None,
             default=None,
@@ -212,6 +221,8 @@ class SFLCLI(LightningCLI):
         except (MisconfigurationException, ValueError) as exc:  # Lightning refuses the trainer's settings (an
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__  # accelerator or
             raise ConfigError(f"trainer: {reason}") from None  # strategy this machine cannot run), before any run
+        if isinstance(trainer.accelerator, CUDAAccelerator):  # on the CPU torch's setting would switch oneDNN to TF32
+            torch.set_float32_matmul_precision(self.config.get(self.subcommand, self.config)["matmul_precision"])
         self._claim_run_folder()
         return trainer
 

@@ -193,3 +193,13 @@ def test_stacked_floor_rejects_bad_counts(args, capsys):
         floor.main(args)
     assert exc.value.code == 2
     assert args[0].split("=")[0] in capsys.readouterr().err
+
+
+def test_client_scaling_grid_gives_every_client_a_row():
+    """``--clients 10,50,100`` times both models at each S, with ``B >= 2 S`` rows (so every ``B_k >= 1``)."""
+    scaling = _load_benchmark("client_scaling")
+    grid = scaling.configs(False, [100, 10, 50])
+    assert [(c.arch, c.clients) for c in grid] == [(a, s) for a in scaling.MODELS for s in (10, 50, 100)]
+    assert all(c.batch >= 2 * c.clients for c in grid)
+    assert {c.batch for c in grid if c.arch == "alexnet_cifar"} == {320}
+    assert [c.batch for c in grid if c.arch == "cnn_small"] == [64, 100, 200]

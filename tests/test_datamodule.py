@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from _helpers import round_steps
@@ -61,8 +63,6 @@ def test_round_steps_are_deterministic_per_seed_and_round(dm):
 
 
 def test_train_loader_executes_the_federations_schedule_for_the_trainers_round(dm):
-    from types import SimpleNamespace
-
     from lightning_sfl.loop import SyncRounds
     from lightning_sfl.loop.selection import UniformSelection
 
@@ -121,3 +121,23 @@ def test_shards_split_every_clients_rows_across_processes(dm):
         assert torch.equal(torch.bincount(p.owner, minlength=5), p.local_sizes)
     rows = torch.cat([p.x.flatten(1) for p in parts])
     assert sorted(map(tuple, rows.tolist())) == sorted(map(tuple, full.x.flatten(1).tolist()))
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_test_batches_cover_every_test_row_once_across_processes(dm, world):
+    """Each process evaluates a contiguous block of the test split in batches of at most ``test_batch_size`` rows;
+    together, in rank order, they are the test split itself (no row twice, none padded)."""
+    xs, ys = [], []
+    dm.test_batch_size = 50  # several batches a process
+    try:
+        for rank in range(world):
+            dm.trainer = SimpleNamespace(global_rank=rank, world_size=world)
+            loader = dm.test_dataloader()
+            batches = list(loader)
+            assert len(loader) == len(batches) and all(len(y) <= dm.test_batch_size for _, y in batches)
+            xs += [x for x, _ in batches]
+            ys += [y for _, y in batches]
+    finally:
+        dm.trainer, dm.test_batch_size = None, 1024
+    assert len(xs) > world
+    assert torch.equal(torch.cat(xs), dm.splits.test_x) and torch.equal(torch.cat(ys), dm.splits.test_y)

@@ -53,6 +53,7 @@ def _cli_error(capsys, *args: str) -> str:
         (["--data.dataset=cifar10", "--data.root=/nonexistent"], "expected /nonexistent/cifar-10-batches-py"),
         (["--model.client_selection=best"], "client_selection='best' is not one of: uniform, fedcbs"),
         (["--torch_threads=0"], "torch_threads=0 must be >= 1"),
+        (["--matmul_precision=low"], "matmul_precision"),
     ],
 )
 def test_bad_settings_give_one_line(capsys, run_dir, args, expected):
@@ -73,6 +74,16 @@ def test_registry_names_select_algorithms(run_dir, capsys):
         ]
     )
     assert "final test accuracy:" in capsys.readouterr().out
+
+
+def test_matmul_precision_leaves_a_cpu_run_in_full_float32(run_dir, capsys):
+    """``--matmul_precision`` sets torch's float32 matmul precision only on a CUDA device: on the CPU torch's setting
+    would also let oneDNN compute float32 matmuls in TF32."""
+    before = torch.get_float32_matmul_precision()
+    main(["fit", "--config", DIGITS, "--matmul_precision=medium", "--trainer.max_epochs=1", "--trainer.logger=false",
+          "--trainer.enable_progress_bar=false", "--trainer.accelerator=cpu"])  # fmt: skip
+    assert "final test accuracy:" in capsys.readouterr().out
+    assert torch.get_float32_matmul_precision() == before == "highest"
 
 
 # ----------------------------------------------------------------------------- checkpoints

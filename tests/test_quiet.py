@@ -1,6 +1,7 @@
 """A normal run prints no warnings: ``lightning-sfl fit`` of the main job, ``validate --ckpt_path last`` of it, an
 ``attack`` on its checkpoint, a ``compare`` and a 2-process DDP fit, with Python's warnings on (the tests' own
-``PYTHONWARNINGS`` left out), W&B offline, every default logger and callback."""
+``PYTHONWARNINGS`` left out), W&B offline, every default logger and callback; on a machine that looks like it has 16
+cores (Lightning suggests data-loader workers from the core count, which a 2-core machine never reaches)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,26 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-#: What a warning looks like on stderr: Python's ``file:line: XWarning``/``Deprecat…``, W&B's ``wandb: WARNING``,
-#: Lightning's tips and recommendations.
-WARNING = re.compile(r"Warning\b|WARNING|[Dd]eprecat|💡|It is recommended")
+#: What a warning looks like on stderr: Python's ``file:line: XWarning``/``Deprecat…``, Lightning's ``file.py:line:
+#: message`` (its warnings format leaves out the category), W&B's ``wandb: WARNING``, Lightning's tips and
+#: recommendations.
+WARNING = re.compile(r"Warning\b|WARNING|[Dd]eprecat|💡|It is recommended|\.py:\d+: ")
+#: What every process (DDP's workers too) imports first from the folder given: 16 cores where Lightning counts them.
+SIXTEEN_CORES = "import os\nos.sched_getaffinity = lambda pid: set(range(16))\nos.cpu_count = lambda: 16\n"
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The test's environment without ``PYTHONWARNINGS``, W&B offline, the 16-core ``sitecustomize`` first."""
+    site = tmp_path / "sixteen_cores"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(SIXTEEN_CORES)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    env.update(WANDB_MODE="offline", PYTHONPATH=os.pathsep.join([str(site), *filter(None, [env.get("PYTHONPATH")])]))
+    return {**env, **extra}
 
 
 def test_a_default_fit_and_its_validate_print_no_warning(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    env["WANDB_MODE"] = "offline"
+    env = _env(tmp_path)
     config = ["--config", str(REPO / "configs/digits/scala.yaml")]
     for args in (["fit", *config, "--trainer.max_epochs=2"], ["validate", *config, "--ckpt_path=last"]):
         cmd = [sys.executable, "-m", "lightning_sfl.cli", *args]
@@ -30,8 +43,7 @@ def test_a_default_fit_and_its_validate_print_no_warning(tmp_path):
 
 
 def _quiet(args: list[str], cwd: Path, **env_extra: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    env.update(WANDB_MODE="offline", **env_extra)
+    env = _env(cwd, **env_extra)
     proc = subprocess.run([sys.executable, "-m", "lightning_sfl.cli", *args], capture_output=True, text=True, env=env,
                           cwd=cwd)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -22,23 +22,18 @@ iterate the test split (the papers report test accuracy after every round).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from lightning_sfl.data.datasets import DATASETS, DatasetSplits, load_dataset
 from lightning_sfl.data.partition import PARTITIONS, label_distribution, labelled_split, partition
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.sampling import clients_per_round
 from lightning_sfl.loop.step import ClientStats, Step
-
-# The round stream is produced in the main process (num_workers=0), so its length is exact.
-warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")
 
 
 def shard_step(step: Step, rank: int, world: int) -> Step:
@@ -64,8 +59,9 @@ def _next_round(trainer) -> int:
     return progress.current.processed if progress is not None else trainer.current_epoch
 
 
-class _RoundStream(IterableDataset):
-    """Yields the steps of the trainer's current round (planned when the round starts)."""
+class _RoundStream:
+    """Yields the steps of the trainer's current round (planned when the round starts, in this process: its length
+    is exact). A plain iterable, not a DataLoader over an IterableDataset: no worker could plan a round faster."""
 
     def __init__(self, dm: FederatedDataModule) -> None:
         self.dm = dm
@@ -82,6 +78,31 @@ class _RoundStream(IterableDataset):
         if steps is None:  # rounds of variable length: Lightning reads the end of the epoch from the stream
             raise TypeError("rounds of this schedule have no fixed number of steps")
         return steps
+
+
+class _TestBatches:
+    """The test split in batches of ``batch_size`` rows ``(x [b, ...], y [b])``, sliced from the tensors in memory
+    (no per-row indexing and stacking). Under DDP each process takes a contiguous block of rows, none twice and none
+    padded, so the accuracy synced across processes counts every test row once. Like :class:`_RoundStream`, not a
+    DataLoader: the data are in memory and there is no loading for worker processes to share."""
+
+    def __init__(self, dm: FederatedDataModule, batch_size: int) -> None:
+        self.dm, self.batch_size = dm, batch_size
+
+    def _rows(self) -> range:
+        trainer = self.dm.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        n = len(self.dm.splits.test_y)
+        return range(n * rank // world, n * (rank + 1) // world)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        rows, x, y = self._rows(), self.dm.splits.test_x, self.dm.splits.test_y
+        for start in range(rows.start, rows.stop, self.batch_size):
+            stop = min(start + self.batch_size, rows.stop)
+            yield x[start:stop], y[start:stop]
+
+    def __len__(self) -> int:
+        return -(-len(self._rows()) // self.batch_size)
 
 
 class FederatedDataModule(L.LightningDataModule):
@@ -338,18 +359,16 @@ class FederatedDataModule(L.LightningDataModule):
         of classes, more clients than samples) fails here, before a run creates anything."""
         _ = self.client_indices
 
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(_RoundStream(self), batch_size=None, num_workers=0)
+    def train_dataloader(self) -> _RoundStream:
+        """The steps of each round, planned in this process (an iterable, not a DataLoader: see :class:`_RoundStream`;
+        Lightning would otherwise suggest worker processes for it)."""
+        return _RoundStream(self)
 
-    def _test_loader(self) -> DataLoader:
-        ds = TensorDataset(self.splits.test_x, self.splits.test_y)
-        return DataLoader(ds, batch_size=self.test_batch_size, shuffle=False, num_workers=0)
+    def val_dataloader(self) -> _TestBatches:
+        return _TestBatches(self, self.test_batch_size)
 
-    def val_dataloader(self) -> DataLoader:
-        return self._test_loader()
-
-    def test_dataloader(self) -> DataLoader:
-        return self._test_loader()
+    def test_dataloader(self) -> _TestBatches:
+        return _TestBatches(self, self.test_batch_size)
 
     def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
         if isinstance(batch, Step):
