@@ -33,6 +33,8 @@ over seeds, the table), :mod:`.config` (configs, overrides, the run plan), :mod:
 (:func:`main`). Every public name is importable from ``lightning_sfl.compare``.
 """
 
+from lightning_sfl.trials import error_from_output
+
 from .cli import main, run_compare
 from .config import (
     FIT_FLAGS,
@@ -73,7 +75,7 @@ from .records import (
     write_metrics_csv,
 )
 from .report import plot_accuracy, results_markdown, write_report
-from .runner import error_from_output, execute, run_in_process, run_subprocess
+from .runner import execute, run_spec, trial_of
 from .summary import (
     MethodSummary,
     accuracy_curves,
@@ -144,8 +146,8 @@ __all__ = [
     "reach",
     "rounds_to_target",
     "run_compare",
-    "run_in_process",
-    "run_subprocess",
+    "run_spec",
+    "trial_of",
     "split_overrides",
     "summarize",
     "summary_cells",

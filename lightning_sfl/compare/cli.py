@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from lightning_sfl.trials import TrialPool
+
 from .config import plan_runs
 from .options import command_line, methods_of, parse_args, without_methods
 from .records import RunResult, read_metrics_csv, write_metrics_csv
@@ -78,7 +80,10 @@ def run_compare(args: argparse.Namespace) -> list[MethodSummary]:
         if dropped and method in args.methods:
             print(f"[compare] {method}: not accepted by {plan.classes[method]}, dropped: {', '.join(dropped)}")
     new = [spec for spec in plan.runs if spec.method in args.methods]
-    results = kept + execute(new, args.jobs, args.keep_checkpoints)
+    jobs = max(1, min(args.jobs, sum(not spec.reuse for spec in new)))
+    with TrialPool(jobs, args.launcher, out / "submitit", args.slurm_parameters) as pool:
+        pool.warm_up()  # forked from this process, which has imported what they need while planning: ready at once
+        results = kept + execute(new, pool, args.keep_checkpoints)
     args.methods = [*kept_methods, *args.methods]  # the report's command reproduces the whole comparison
     rows = summarize(results, args.target_acc)
     write_metrics_csv(results, out / "metrics.csv")

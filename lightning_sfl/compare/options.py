@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lightning_sfl.errors import OneLineArgumentParser, check_output_folder
+from lightning_sfl.trials.options import LAUNCHER_OPTIONS, add_launcher_arguments, launcher_of, slurm_parameters
 
 from .config import check_overrides, resolve_method
 
@@ -25,6 +26,7 @@ OPTIONS = (
     "--keep_checkpoints",
     "--reuse",
     "--add",
+    *LAUNCHER_OPTIONS,
 )
 
 
@@ -62,9 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs",
         type=int,
         default=1,
-        help="parallel runs as child `lightning-sfl fit --torch_threads 1` processes (1: in this process); "
-        "methods given as class paths must then be importable by those processes",
+        help="runs at the same time, each with --torch_threads 1 when > 1 (in warm workers that import once; see "
+        "--launcher); methods given as class paths must be importable by the workers",
     )
+    add_launcher_arguments(parser)
     parser.add_argument("--keep_checkpoints", action="store_true", help="keep each run's checkpoints")
     parser.add_argument(
         "--reuse",
@@ -126,6 +129,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if not 0 < target <= 1:
             parser.error(f"--target_acc {target:g} must be a fraction in (0, 1]")
     try:
+        args.launcher = launcher_of(args)
+        args.slurm_parameters = slurm_parameters(args.slurm)
         check_overrides(overrides)
         for m in args.methods:
             resolve_method(m)
@@ -148,16 +153,22 @@ def methods_of(command: str) -> list[str]:
 
 
 def without_methods(command: str) -> list[str]:
-    """The tokens of a ``lightning-sfl compare`` command minus ``--methods ...`` and ``--jobs N`` (which change
-    no run's results).
+    """The tokens of a ``lightning-sfl compare`` command minus ``--methods ...``, ``--jobs N`` and the launcher's
+    options (which change no run's results).
 
     >>> without_methods("lightning-sfl compare --methods a b --seeds 0 --jobs 2 --out x")
     ['lightning-sfl', 'compare', '--seeds', '0', '--out', 'x']
     """
     tokens, kept, i = shlex.split(command), [], 0
     while i < len(tokens):
-        if tokens[i] == "--jobs":
+        if tokens[i] in ("--jobs", "--launcher"):
             i += 2
+        elif tokens[i] == "--isolate":
+            i += 1
+        elif tokens[i] == "--slurm":
+            i += 1
+            while i < len(tokens) and not tokens[i].startswith("--"):
+                i += 1
         elif tokens[i] == "--methods":
             i += 1
             while i < len(tokens) and not tokens[i].startswith("--"):
@@ -178,6 +189,10 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--target_acc", *(f"{t:g}" for t in args.target_acc)]
     if args.jobs != 1:
         parts += ["--jobs", str(args.jobs)]
+    if args.launcher != "warm":
+        parts += ["--launcher", args.launcher]
+    if args.slurm:
+        parts += ["--slurm", *args.slurm]
     if args.keep_checkpoints:
         parts.append("--keep_checkpoints")
     if args.overrides:

@@ -7,10 +7,13 @@
     lightning-sfl sweep sweeps/digits_lr.yaml --count 2 -- --trainer.max_epochs=5   # args after ${args}
 
 Each trial is the sweep's ``command`` with W&B's macros expanded (:func:`~lightning_sfl.sweep.space.expand_command`),
-run as a child process in its own folder ``OUT/trial-<k>/`` (relative paths of the command that exist are made
-absolute), as an offline W&B run (``WANDB_MODE=offline`` unless set) named ``<sweep>-trial-<k>``, grouped and tagged
-``sweep-<sweep>``. Its metric is the last value of ``metric.name`` in the trial's offline W&B run (the summary, what
-a W&B sweep reads), else in its CSV log.
+run in its own folder ``OUT/trial-<k>/`` (relative paths of the command that exist are made absolute; output in its
+``log.txt``), as an offline W&B run (``WANDB_MODE=offline`` unless set) named ``<sweep>-trial-<k>``, grouped and
+tagged ``sweep-<sweep>``. A ``lightning-sfl`` command runs in the trial pool that ``compare`` uses too
+(:class:`~lightning_sfl.trials.TrialPool`): ``--jobs`` warm workers that import once, or ``--isolate`` (a process per
+trial), or ``--launcher slurm``; another program's command runs as a process of its own. Its metric is the last
+value of ``metric.name`` in the trial's CSV log, else in its offline W&B run (the summary, what a W&B sweep reads;
+the same value).
 
 Search (``method``): ``grid`` enumerates the values; ``random`` samples W&B's distributions from a generator seeded
 by ``(--seed, trial)``; ``bayes`` asks optuna's Gaussian-process sampler (``optuna.samplers.GPSampler``; W&B's own
@@ -43,22 +46,18 @@ from lightning_sfl.sweep.space import (
     random_generator,
     sample,
 )
+from lightning_sfl.trials import Trial, TrialPool
+from lightning_sfl.trials.options import add_launcher_arguments, launcher_of, slurm_parameters
 
 STATE = "sweep.json"
 
 
 def trial_metric(folder: Path, name: str) -> float | None:
-    """The last logged value of ``name`` in a trial's offline W&B run (summary), else in its CSV log; both in the
-    trial's run folder (``runs/<run>/``, :mod:`lightning_sfl.run_folder`) or, for a command with its own loggers, in
-    ``runs/``."""
-    from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
-
-    places = [folder / "runs", *sorted(p for p in (folder / "runs").glob("*") if p.is_dir())]
-    runs = sorted((run for place in places for run in find_offline_runs(place)), key=lambda p: p.name)  # oldest first
-    if runs:
-        value = read_offline_run(runs[-1]).summary.get(name)
-        if isinstance(value, (int, float)):
-            return float(value)
+    """The last logged value of ``name`` in a trial's CSV log (every ``lightning-sfl fit`` writes one beside its W&B
+    run, with the same values), else in its offline W&B run's summary (what a W&B sweep reads: the last value
+    too); both in the trial's run folder (``runs/<run>/``, :mod:`lightning_sfl.run_folder`) or, for a command with
+    its own loggers, in ``runs/``. The CSV log is complete when the trial ends, while a warm worker's W&B process
+    may still be writing its run."""
     import csv
 
     last = None
@@ -69,19 +68,43 @@ def trial_metric(folder: Path, name: str) -> float | None:
             for row in csv.DictReader(f):
                 if row.get(name):
                     last = float(row[name])
-    return last
+    if last is not None:
+        return last
+    from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
+
+    places = [folder / "runs", *sorted(p for p in (folder / "runs").glob("*") if p.is_dir())]
+    runs = sorted((run for place in places for run in find_offline_runs(place)), key=lambda p: p.name)  # oldest first
+    if runs:
+        value = read_offline_run(runs[-1]).summary.get(name)
+        if isinstance(value, (int, float)):
+            return float(value)
+    return None
 
 
 class Sweep:
     """One sweep file run into ``out``: plans trials with its method, runs them, records them in ``sweep.json``."""
 
-    def __init__(self, path: Path, out: Path, count: int | None, seed: int, extra: Sequence[str], jobs: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        out: Path,
+        count: int | None,
+        seed: int,
+        extra: Sequence[str],
+        jobs: int,
+        launcher: str = "warm",
+        slurm: dict | None = None,
+    ) -> None:
         self.path, self.out, self.seed, self.extra, self.jobs = path, out, seed, list(extra), jobs
+        self.launcher, self.slurm = launcher, slurm or {}
+        self.pool: TrialPool | None = None  # while :meth:`run` runs
         try:
             self.config = check_sweep(yaml.safe_load(path.read_text()))
         except yaml.YAMLError as err:
             raise ConfigError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from err
         self.name = str(self.config.get("name") or path.stem)
+        #: the trials are ``lightning-sfl`` commands (run by the pool) rather than another program's
+        self.runs_ours = expand_command(self.config["command"][:1], {}, self.config.get("program")) == ["lightning-sfl"]
         self.params = self.config["parameters"]
         metric = self.config.get("metric") or {}
         self.metric, self.goal = metric.get("name"), metric.get("goal", "minimize")
@@ -144,12 +167,12 @@ class Sweep:
 
     # ------------------------------------------------------------------ running
     def command(self, params: dict[str, Any]) -> list[str]:
+        """The trial's command: ``lightning-sfl ...`` (run by the pool: this installation's, whatever PATH says)
+        or another program's."""
         cmd = expand_command(self.config["command"], params, self.config.get("program")) + self.extra
         cmd = [str(Path(t).resolve()) if not t.startswith("-") and Path(t).exists() else t for t in cmd]
-        if cmd[0] == "lightning-sfl":  # this installation's console script, whatever PATH says
-            cmd = [sys.executable, "-m", "lightning_sfl.cli", *cmd[1:]]
-            if self.jobs > 1 and cmd[3:4] == ["fit"]:  # trials share the cores
-                cmd.append("--torch_threads=1")
+        if cmd[0] == "lightning-sfl" and self.jobs > 1 and cmd[1:2] == ["fit"]:  # trials share the cores
+            cmd.append("--torch_threads=1")
         return cmd
 
     def run_trial(self, k: int) -> dict[str, Any]:
@@ -157,19 +180,23 @@ class Sweep:
         folder = self.out / f"trial-{k}"
         folder.mkdir(parents=True, exist_ok=True)
         env = {
-            **os.environ,
             "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"),
             "WANDB_NAME": f"{self.name}-trial-{k}",
             "WANDB_RUN_GROUP": self.name,
             "WANDB_TAGS": f"sweep-{self.name}",
         }
-        env.pop("WANDB_SWEEP_ID", None)
         cmd = self.command(params)
-        with open(folder / "log.txt", "w") as log:
-            proc = subprocess.run(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
-        metric = trial_metric(folder, self.metric) if self.metric and proc.returncode == 0 else None
-        status = "finished" if proc.returncode == 0 else f"failed (exit {proc.returncode}, see {folder / 'log.txt'})"
-        record = {"params": params, "status": status, "metric": metric, "command": cmd[3:] if len(cmd) > 3 else cmd}
+        if cmd[0] == "lightning-sfl":
+            trial = Trial(cmd[1:], cwd=folder, log=folder / "log.txt", env={**env, "WANDB_SWEEP_ID": None})
+            code = self.pool.run(trial).exit_code
+        else:  # another program: a process of its own
+            env = {**{k: v for k, v in os.environ.items() if k != "WANDB_SWEEP_ID"}, **env}
+            with open(folder / "log.txt", "w") as log:
+                proc = subprocess.run(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+            code = proc.returncode
+        metric = trial_metric(folder, self.metric) if self.metric and code == 0 else None
+        status = "finished" if code == 0 else f"failed (exit {code}, see {folder / 'log.txt'})"
+        record = {"params": params, "status": status, "metric": metric, "command": cmd[1:]}
         with self.lock:
             if handle is not None:
                 ok = status == "finished" and metric is not None
@@ -191,17 +218,21 @@ class Sweep:
             f"{len(todo)} to run -> {self.out}",
             flush=True,
         )
-        if self.jobs == 1 or self.grid is not None or self.study is None:
-            with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-                list(pool.map(self.run_trial, todo))
-            return
-        with ThreadPoolExecutor(max_workers=self.jobs) as pool:  # bayes: ask when a worker frees up
-            running = set()
-            for k in todo:
-                if len(running) >= self.jobs:
-                    _, running = wait(running, return_when=FIRST_COMPLETED)
-                running.add(pool.submit(self.run_trial, k))
-            wait(running)
+        jobs = max(1, min(self.jobs, len(todo)))
+        with TrialPool(jobs, self.launcher, self.out / "submitit", self.slurm) as self.pool:
+            if todo and self.runs_ours:  # the workers' fork server imports while the first trials are planned
+                self.pool.warm_up()
+            if jobs == 1 or self.grid is not None or self.study is None:
+                with ThreadPoolExecutor(max_workers=jobs) as threads:
+                    list(threads.map(self.run_trial, todo))
+                return
+            with ThreadPoolExecutor(max_workers=jobs) as threads:  # bayes: ask when a worker frees up
+                running = set()
+                for k in todo:
+                    if len(running) >= jobs:
+                        _, running = wait(running, return_when=FIRST_COMPLETED)
+                    running.add(threads.submit(self.run_trial, k))
+                wait(running)
 
     # ------------------------------------------------------------------ report
     def table(self) -> str:
@@ -239,7 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("sweep", type=Path, help="a W&B sweep file (method, metric, parameters, command)")
     parser.add_argument("--count", type=int, default=None, help="total trials of the sweep (default: grid or run_cap)")
-    parser.add_argument("--jobs", type=int, default=1, help="trials run at the same time (child processes)")
+    parser.add_argument("--jobs", type=int, default=1, help="trials run at the same time (see --launcher)")
+    add_launcher_arguments(parser)
     parser.add_argument("--out", type=Path, default=None, help="folder of the sweep (default: runs/sweeps/<name>)")
     parser.add_argument("--seed", type=int, default=0, help="seeds random draws and the Bayesian sampler")
     return parser
@@ -256,10 +288,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.jobs < 1:
             raise ConfigError(f"--jobs={args.jobs} must be >= 1")
         name = (yaml.safe_load(args.sweep.read_text()) or {}).get("name") or args.sweep.stem
-        sweep = Sweep(
-            args.sweep, args.out or Path("runs") / "sweeps" / str(name), args.count, args.seed, extra, args.jobs
-        )
-    except ConfigError as err:
+        out = args.out or Path("runs") / "sweeps" / str(name)
+        launcher, slurm = launcher_of(args), slurm_parameters(args.slurm)
+        sweep = Sweep(args.sweep, out, args.count, args.seed, extra, args.jobs, launcher, slurm)
+    except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     sweep.run()

@@ -34,6 +34,7 @@ import string
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -42,6 +43,8 @@ __all__ = [
     "RemoteRun",
     "WandbProcess",
     "WandbProcessError",
+    "finish_all",
+    "reap",
     "generate_run_id",
     "init_mode",
     "prestart",
@@ -111,8 +114,11 @@ class WandbProcess:
         self._tee: _ConsoleTee | None = None
         self.initialised = False
         self.closed = False
+        self._finish_sent = False  # close() told the worker to finish the run
+        self._reaped = False  # wait_closed() has seen the worker exit
         self.exit_code = 0
         atexit.register(self.close)
+        _open.add(self)
 
     # ------------------------------------------------------------------ run lifetime
     def init(self, init_kwargs: dict[str, Any], offline: bool | None) -> None:
@@ -121,15 +127,21 @@ class WandbProcess:
         now on what this process writes to ``sys.stdout``/``sys.stderr`` is also W&B's console log of the run (what
         W&B's own console capture records in the process that calls ``wandb.init``), unless
         ``WANDB_CONSOLE=off``."""
-        self._send(("init", init_kwargs, offline))
+        if init_kwargs.get("dir") is not None:  # W&B's service, started by the worker's first run, keeps its folder
+            init_kwargs = {**init_kwargs, "dir": os.path.abspath(init_kwargs["dir"])}
+        self._send(("init", init_kwargs, offline, _context()))
         self.initialised = True
         if os.environ.get("WANDB_CONSOLE", "").lower() != "off":
             self._tee = _ConsoleTee(self)
 
-    def close(self, exit_code: int | None = None) -> None:
+    def close(self, exit_code: int | None = None, wait: bool = True) -> None:
         """Finish the run (``run.finish(exit_code)``, default :attr:`exit_code`), wait for the worker to write it
-        and exit. Idempotent; called at exit of the training process."""
+        and exit. Idempotent; called at exit of the training process. ``wait=False`` (a warm trial worker, which
+        goes on with its next trial meanwhile): send the finish and return at once; the worker stays alive for
+        another run, and :func:`reap` takes it back (or ends it) once it has written this one."""
         if self.closed:
+            if wait:
+                self.wait_closed()
             return
         self.closed = True
         atexit.unregister(self.close)
@@ -138,18 +150,57 @@ class WandbProcess:
         try:
             if self.initialised:
                 with self._lock:
-                    self._send_end.send(("finish", self.exit_code if exit_code is None else exit_code))
+                    code = self.exit_code if exit_code is None else exit_code
+                    self._send_end.send(("finish", code, not wait))
+                    self._finish_sent = True
+        except (BrokenPipeError, OSError):
+            pass  # the worker is gone already; it finished the run itself
+        if wait:
+            self.wait_closed()
+        else:
+            _finishing.append(self)
+
+    def wait_closed(self) -> None:
+        """Wait until the worker has finished the run it was told to finish (:meth:`close`) and has exited."""
+        if self._reaped:
+            return
+        self._reaped = True
+        try:
+            if self._finish_sent:
+                with self._lock:
                     self._receive()
         except WandbProcessError as exc:
             print(f"wandb process: {exc}", file=sys.stderr)
-        except (BrokenPipeError, OSError):
-            pass  # the worker is gone already; it finished the run itself
         finally:
             self._send_end.close()
             self._proc.wait()
             self._recv_end.close()
         if self._async_error is not None:
             print(f"wandb process: {self._async_error}", file=sys.stderr)
+
+    def finished(self) -> bool:
+        """Whether the worker, told to finish and stay (``close(wait=False)``), has written the run."""
+        return not self._finish_sent or self._proc.poll() is not None or self._recv_end.poll()
+
+    def recycle(self) -> bool:
+        """After ``close(wait=False)`` and :meth:`finished`: take the finish's reply and make this worker ready for
+        another run (its W&B imported, its service started). False, and the worker ended, if it reported an error
+        or exited."""
+        try:
+            if self._finish_sent:
+                with self._lock:
+                    self._receive()
+        except WandbProcessError as exc:
+            print(f"wandb process: {exc}", file=sys.stderr)
+            self.wait_closed()
+            return False
+        if self._proc.poll() is not None or self._async_error is not None:
+            self.wait_closed()
+            return False
+        self.closed = self.initialised = self._finish_sent = False
+        self.exit_code, self._tee = 0, None
+        atexit.register(self.close)
+        return True
 
     # ------------------------------------------------------------------ calls
     def call(self, path: tuple[str, ...], args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -322,6 +373,54 @@ def _picklable(value: Any) -> Any:
 
 # ---------------------------------------------------------------------- pre-started worker
 _spare: WandbProcess | None = None
+_open: weakref.WeakSet[WandbProcess] = weakref.WeakSet()  # every worker not closed yet
+_finishing: list[WandbProcess] = []  # told to finish, not waited for (close(wait=False))
+
+
+def finish_all(exit_code: int = 0, wait: bool = True) -> None:
+    """Finish every W&B run of this process, as its exit would (a warm trial worker calls it after each trial,
+    :mod:`lightning_sfl.trials.worker`): a run of a failed command (``exit_code`` not 0) ends failed, others with
+    their own exit code. A pre-started worker no run took is closed too. ``wait=False``: return once each worker
+    has been told, and leave the spare (a pre-started worker no run took) for the next run; :func:`reap` takes them
+    back."""
+    global _spare
+    for process in list(_open):
+        if not process.closed and (wait or process is not _spare):
+            process.close(None if exit_code == 0 else exit_code, wait=wait)
+    if wait:
+        _spare = None
+
+
+def reap(block: bool = True) -> None:
+    """Take back the workers told to finish without waiting (:func:`finish_all` with ``wait=False``) whose run is
+    written: the first becomes the spare that the next run takes (:func:`take`: no new process, no new import of
+    W&B), the others end. ``block=True`` (before the process ends): wait for every one of them, and end them all,
+    the spare too."""
+    global _spare
+    for process in list(_finishing):
+        if block or process.finished():
+            _finishing.remove(process)
+            if process.recycle():
+                if _spare is None and not block:
+                    _spare = process
+                else:
+                    process.close()
+    if block:
+        for process in list(_open):
+            process.close()
+        _spare = None
+
+
+def _context() -> dict[str, Any]:
+    """What a worker makes its own before ``wandb.init``, for a worker that serves several runs in turn: this
+    process's working folder, its ``WANDB_*`` variables and the file its output goes to (:data:`output_path`)."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("WANDB_")}
+    return {"cwd": os.getcwd(), "env": env, "output": output_path}
+
+
+#: The file this process's output goes to, set by a warm trial worker for each trial; a recycled W&B worker writes
+#: its own messages there too (None: wherever it started).
+output_path: str | None = None
 
 
 def prestart() -> None:
@@ -370,7 +469,8 @@ def serve(receive: Connection, reply: Connection) -> int:
         wait = kind in ("get", "finish") or (kind == "call" and message[4])
         try:
             if kind == "init":
-                _, init_kwargs, offline = message
+                _, init_kwargs, offline, context = message
+                _adopt(context)
                 mode = init_mode(offline)
                 if mode:
                     os.environ["WANDB_MODE"] = mode
@@ -381,7 +481,9 @@ def serve(receive: Connection, reply: Connection) -> int:
                 if run is not None:
                     run.finish(exit_code=message[1])
                 reply.send(("ok", None))
-                return 0
+                if not message[2]:
+                    return 0
+                run, reported = None, False  # ready for another run
             elif run is None:
                 raise WandbProcessError(f"{kind} before the run was started")
             elif kind == "console":  # what W&B's console capture passes on in the process of wandb.init
@@ -404,6 +506,20 @@ def serve(receive: Connection, reply: Connection) -> int:
                         reply.send(("ok", _picklable(result)))
         except Exception as exc:  # the training process raises it (at once if it waits, else at its next call)
             failed(f"{type(exc).__name__}: {exc}".splitlines()[0], wait)
+
+
+def _adopt(context: dict[str, Any]) -> None:
+    """The training process's working folder, ``WANDB_*`` variables and output file, before a run starts."""
+    os.chdir(context["cwd"])
+    for key in [k for k in os.environ if k.startswith("WANDB_") and k not in context["env"]]:
+        del os.environ[key]
+    os.environ.update(context["env"])
+    if context["output"] is not None:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        fd = os.open(context["output"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.dup2(fd, 1), os.dup2(fd, 2)
+        os.close(fd)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,34 @@
+"""Trials: ``lightning-sfl`` commands (a ``fit`` of ``compare`` or of a ``sweep``) run by a pool that both commands
+share (:class:`TrialPool`).
+
+::
+
+    from lightning_sfl.trials import Trial, TrialPool
+
+    trial = Trial(["fit", "--config", "configs/digits/scala.yaml"], cwd="runs/t0", log="runs/t0/log.txt")
+    with TrialPool(jobs=2) as pool:  # two warm workers
+        outcome = pool.run(trial)
+    outcome.exit_code, outcome.error, outcome.seconds
+
+Launchers (``TrialPool(launcher=...)``):
+
+``warm`` (default)
+    ``jobs`` long-lived worker processes. Each imports torch, Lightning and the package once, then runs trial after
+    trial: the trial's command through the command line's own code (:func:`lightning_sfl.cli.main`, without the
+    console script's fast exit) in a fresh Trainer, in the trial's folder, with its environment, its output in its
+    log; then it finishes the trial's W&B runs and puts back what a trial may change in the process (working
+    folder, environment, torch's threads and matmul precision, deterministic-algorithm switch, warning filters).
+    A trial's exception or error exit is its outcome; a worker that dies (a crash, ``os._exit``) fails its trial
+    alone and is replaced.
+``isolate``
+    each trial in a process of its own (``python -m lightning_sfl.cli ...``), as a user would type it.
+``slurm`` / ``submitit-local``
+    each trial a job of `submitit <https://github.com/facebookincubator/submitit>`_ (``pip install
+    'lightning-sfl[slurm]'``) on SLURM, or on this machine with submitit's local executor (the same code path
+    without a cluster); its logs and pickles in the pool's ``folder``.
+"""
+
+from .pool import LAUNCHERS, TrialPool
+from .spec import Outcome, Trial, error_from_output
+
+__all__ = ["LAUNCHERS", "Outcome", "Trial", "TrialPool", "error_from_output"]

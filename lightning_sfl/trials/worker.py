@@ -1,0 +1,132 @@
+"""A warm worker: a process that imports torch, Lightning and the package once and then runs trial after trial
+(:func:`serve`), each through the command line's own code in a fresh Trainer (:func:`run_here`).
+
+What one trial may change in the process is put back after it (:class:`_ProcessState`): the working folder, the
+environment (``PL_GLOBAL_SEED``, W&B's variables, ...), torch's number of threads, its float32 matmul precision and
+deterministic-algorithm switch, cuDNN's benchmark switch and Python's warning filters. The random generators need no
+restoring: every ``fit`` seeds them (``seed_everything``). The W&B runs a trial opened are told to finish when it
+ends (in a process of its own a run is finished at exit); their processes write them while the next trial runs, and
+the worker waits for all of them before it ends."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+import traceback
+import warnings
+from multiprocessing.connection import Connection
+
+from .spec import Outcome, Trial, read_error
+
+__all__ = ["run_here", "serve"]
+
+
+class _ProcessState:
+    """What a trial may change in its process, taken before it and put back after it."""
+
+    def __enter__(self) -> _ProcessState:
+        import torch
+
+        self.cwd = os.getcwd()
+        self.environ = dict(os.environ)
+        self.threads = torch.get_num_threads()
+        self.matmul = torch.get_float32_matmul_precision()
+        self.deterministic = (torch.are_deterministic_algorithms_enabled(),
+                              torch.is_deterministic_algorithms_warn_only_enabled())  # fmt: skip
+        self.cudnn_benchmark = torch.backends.cudnn.benchmark
+        self.filters = list(warnings.filters)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        os.chdir(self.cwd)
+        os.environ.clear()
+        os.environ.update(self.environ)
+        torch.set_num_threads(self.threads)
+        torch.set_float32_matmul_precision(self.matmul)
+        torch.use_deterministic_algorithms(self.deterministic[0], warn_only=self.deterministic[1])
+        torch.backends.cudnn.benchmark = self.cudnn_benchmark
+        warnings.filters[:] = self.filters
+        warnings._filters_mutated()
+
+
+@contextlib.contextmanager
+def _output_to(path) -> None:
+    """Everything this process writes meanwhile goes to ``path``: Python's ``sys.stdout``/``sys.stderr`` and file
+    descriptors 1 and 2 (C libraries, child processes that inherit them)."""
+    streams = sys.stdout, sys.stderr
+    for stream in streams:
+        stream.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "w", buffering=1, encoding="utf-8", errors="backslashreplace") as log:
+        os.dup2(log.fileno(), 1), os.dup2(log.fileno(), 2)
+        sys.stdout = sys.stderr = log
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                log.flush()
+            sys.stdout, sys.stderr = streams
+            os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+            os.close(saved[0]), os.close(saved[1])
+
+
+def run_here(trial: Trial, wait_for_wandb: bool = True) -> Outcome:
+    """Run ``trial`` in this process (see the module docstring) and return how it ended. ``wait_for_wandb=False``:
+    return once the trial's W&B runs are told to finish, while their processes write them (a worker's next trial
+    overlaps with that; :func:`lightning_sfl.wandb.process.reap` waits for them)."""
+    from lightning_sfl.cli import main
+    from lightning_sfl.process.fast_exit import exit_code
+    from lightning_sfl.wandb import process as wandb_process
+
+    wandb_process.reap(block=False)  # W&B workers of earlier trials that are done: one is this trial's
+    wandb_process.output_path = str(trial.log)
+
+    start = time.perf_counter()
+    trial.cwd.mkdir(parents=True, exist_ok=True)
+    trial.log.parent.mkdir(parents=True, exist_ok=True)
+    with _ProcessState(), _output_to(trial.log):
+        os.chdir(trial.cwd)
+        environment = trial.environment(dict(os.environ))
+        os.environ.clear()
+        os.environ.update(environment)
+        code = 0
+        try:
+            main(list(trial.args))
+        except SystemExit as exc:
+            code = exit_code(exc)
+        except BaseException:  # a trial's crash is its outcome; the worker goes on
+            traceback.print_exc()
+            code = 1
+        finally:
+            wandb_process.finish_all(code, wait=wait_for_wandb)
+            wandb_process.output_path = None
+    return Outcome(code, read_error(trial.log, code), time.perf_counter() - start)
+
+
+def serve(conn: Connection) -> None:
+    """The worker's loop: import what every trial needs, say ``ready``, then run each :class:`Trial` received and
+    send its :class:`Outcome`, until ``None`` or the end of the pipe."""
+    from lightning_sfl.process.memory import retain_freed_memory
+    from lightning_sfl.process.quiet import quiet_dependencies
+
+    retain_freed_memory()
+    quiet_dependencies()
+    import lightning_sfl.lightning_cli  # noqa: F401  (torch, Lightning, the methods: once for every trial)
+    from lightning_sfl.wandb.process import reap
+
+    conn.send("ready")
+    try:
+        while True:
+            try:
+                trial = conn.recv()
+            except EOFError:
+                return
+            if trial is None:
+                return
+            conn.send(run_here(trial, wait_for_wandb=False))
+    finally:
+        reap()  # every trial's W&B run written before the worker ends
