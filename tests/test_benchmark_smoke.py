@@ -203,3 +203,19 @@ def test_client_scaling_grid_gives_every_client_a_row():
     assert all(c.batch >= 2 * c.clients for c in grid)
     assert {c.batch for c in grid if c.arch == "alexnet_cifar"} == {320}
     assert [c.batch for c in grid if c.arch == "cnn_small"] == [64, 100, 200]
+
+
+@pytest.mark.extended
+def test_trial_runner_benchmark_times_both_sides(tmp_path):
+    """``benchmarks/trial_runner.py --only "compare j1" --repeats 1`` times a 2-round fit and a compare of 6 methods
+    (exit 0) and reports their ratio, in its table and its JSON file."""
+    out = tmp_path / "trials.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "trial_runner.py"), "--only", "compare j1", "--repeats", "1",
+           "--json", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["seconds"]) == {"fit", "compare j1"} and all(v > 0 for v in report["seconds"].values())
+    ratio = report["ratios"]["compare j1 / fit"]["value"]
+    assert ratio == pytest.approx(report["seconds"]["compare j1"] / report["seconds"]["fit"])
+    assert f"{'compare j1 / fit':<34} {ratio:5.2f}" in proc.stdout

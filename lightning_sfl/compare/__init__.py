@@ -16,13 +16,15 @@ shards and identical per-round client and minibatch draws.
 Outputs in ``--out``: ``metrics.csv`` (per-round metrics of every run), ``results.md`` (one row per method) and
 ``accuracy.png`` (test accuracy vs round, mean over seeds with a min-max band). Each run lives in
 ``runs/<method>/seed<seed>/``: ``run_config.yaml`` (the generated config), ``command.txt`` (the equivalent
-``lightning-sfl fit`` command), ``log.txt`` (output, ``--jobs > 1`` only) and ``logs/`` (Lightning's
+``lightning-sfl fit`` command), ``log.txt`` (its output) and ``logs/`` (Lightning's
 ``metrics.csv`` and resolved ``config.yaml``; checkpoints are deleted unless ``--keep_checkpoints``).
 
 ``--reuse`` skips runs whose folder holds a finished run of the same config; ``--add`` adds ``--methods`` to the
 comparison already in ``--out`` (produced by the same command but for its methods): the other methods' runs are
 read back from its ``metrics.csv``, not run again, and the report (whose command lists every method) covers all.
-Runs are independent processes seeded by their seed, so adding a method gives what the full command would.
+Runs are independent trials seeded by their seed (in warm workers of :class:`~lightning_sfl.trials.TrialPool` by
+default, ``--isolate`` for a process each, ``--launcher slurm``), so adding a method gives what the full command
+would.
 
 The aggregation (:func:`read_lightning_metrics`, :func:`summarize`, :func:`format_table`,
 :func:`accuracy_curves`) is pure and works on plain per-round records, without training.
