@@ -34,24 +34,6 @@ subcommands:
 """ + "".join(f"  {name:<10}{text}\n" for name, text in COMMANDS.items())
 
 
-def may_log_to_wandb(args: list[str]) -> bool:
-    """False when the command line sets ``--trainer.logger`` to something other than a W&B logger (``false``, a
-    ``CSVLogger``: what ``compare`` and ``sweep`` trials pass): then no W&B worker is pre-started for it. True
-    otherwise, a logger set in a config file included (the default logger is W&B's).
-
-    >>> may_log_to_wandb(["--trainer.logger=lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir=x"])
-    False
-    >>> may_log_to_wandb(["--trainer.logger", "false"]), may_log_to_wandb(["--config", "a.yaml"])
-    (False, True)
-    """
-    for i, arg in enumerate(args):
-        key, equals, value = arg.partition("=")
-        if key == "--trainer.logger":
-            value = value if equals else (args[i + 1] if i + 1 < len(args) else "")
-            return "wandb" in value.lower()
-    return True
-
-
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``lightning-sfl`` (``python -m lightning_sfl.cli`` too)."""
     argv = sys.argv[1:] if args is None else list(args)
@@ -88,10 +70,9 @@ def main(args: list[str] | None = None) -> None:
 
         cuts_main(argv[1:])
         return
-    if not {"-h", "--help", "--print_config"} & {a.split("=")[0] for a in argv[1:]} and may_log_to_wandb(argv[1:]):
-        from lightning_sfl.wandb.process import prestart
+    from lightning_sfl.wandb.process import prestart_for
 
-        prestart()  # W&B's worker imports W&B while this process imports Lightning (its WandbLogger takes it)
+    prestart_for(argv[1:])  # W&B's worker imports W&B while this process imports Lightning (its WandbLogger takes it)
     from lightning_sfl.lightning_cli import run
 
     run(args)

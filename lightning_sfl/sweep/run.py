@@ -48,6 +48,7 @@ from lightning_sfl.sweep.space import (
 )
 from lightning_sfl.trials import Trial, TrialPool
 from lightning_sfl.trials.options import add_launcher_arguments, launcher_of, slurm_parameters
+from lightning_sfl.trials.worker import TRIAL_COMMANDS
 
 STATE = "sweep.json"
 
@@ -186,17 +187,20 @@ class Sweep:
             "WANDB_TAGS": f"sweep-{self.name}",
         }
         cmd = self.command(params)
-        if cmd[0] == "lightning-sfl":
+        shown = cmd[1:]  # recorded: the command after its program
+        if cmd[0] == "lightning-sfl" and cmd[1:2] and cmd[1] in TRIAL_COMMANDS:
             trial = Trial(cmd[1:], cwd=folder, log=folder / "log.txt", env={**env, "WANDB_SWEEP_ID": None})
             code = self.pool.run(trial).exit_code
-        else:  # another program: a process of its own
+        else:  # another program (or lightning-sfl compare/sweep): a process of its own
+            if cmd[0] == "lightning-sfl":  # this installation's console script, whatever PATH says
+                cmd = [sys.executable, "-m", "lightning_sfl.cli", *cmd[1:]]
             env = {**{k: v for k, v in os.environ.items() if k != "WANDB_SWEEP_ID"}, **env}
             with open(folder / "log.txt", "w") as log:
                 proc = subprocess.run(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
             code = proc.returncode
         metric = trial_metric(folder, self.metric) if self.metric and code == 0 else None
         status = "finished" if code == 0 else f"failed (exit {code}, see {folder / 'log.txt'})"
-        record = {"params": params, "status": status, "metric": metric, "command": cmd[1:]}
+        record = {"params": params, "status": status, "metric": metric, "command": shown}
         with self.lock:
             if handle is not None:
                 ok = status == "finished" and metric is not None

@@ -14,10 +14,12 @@ Launchers (``TrialPool(launcher=...)``):
 
 ``warm`` (default)
     ``jobs`` long-lived worker processes. Each imports torch, Lightning and the package once, then runs trial after
-    trial: the trial's command through the command line's own code (:func:`lightning_sfl.cli.main`, without the
-    console script's fast exit) in a fresh Trainer, in the trial's folder, with its environment, its output in its
-    log; then it finishes the trial's W&B runs and puts back what a trial may change in the process (working
-    folder, environment, torch's threads and matmul precision, deterministic-algorithm switch, warning filters).
+    trial: the trial's command (``fit``, ``validate``, ``test``, ``attack`` or ``cuts``) through the modules the
+    command line dispatches to (:func:`lightning_sfl.trials.worker.run_command`, without the console script's fast
+    exit) in a fresh Trainer, in the trial's folder, with its environment, its output in its log; then it finishes
+    the trial's W&B runs and puts back what a trial may change in the process (working folder, environment, torch's
+    threads and matmul precision, deterministic-algorithm switch, warning filters). Workers use as many torch threads
+    as the process that made the pool (a trial's ``--torch_threads`` sets its own).
     A trial's exception or error exit is its outcome; a worker that dies (a crash, ``os._exit``) fails its trial
     alone and is replaced.
 ``isolate``

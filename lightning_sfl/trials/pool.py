@@ -52,13 +52,15 @@ def _context(method: str):
 class _Worker:
     """One warm worker process (:func:`lightning_sfl.trials.worker.serve`) and the pipe to it."""
 
-    def __init__(self, method: str | None = None) -> None:
+    def __init__(self, method: str | None = None, threads: int | None = None) -> None:
         from lightning_sfl.trials.worker import serve
 
         self.method = method or start_method()
         context = _context(self.method)
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=serve, args=(child,), daemon=True, name="lightning-sfl trial worker")
+        self.process = context.Process(
+            target=serve, args=(child, threads), daemon=True, name="lightning-sfl trial worker"
+        )
         self.process.start()
         child.close()
         self.ready = False
@@ -128,6 +130,8 @@ class TrialPool:
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher={launcher!r} is not one of: {', '.join(LAUNCHERS)}")
         self.jobs, self.launcher, self.start = jobs, launcher, start
+        torch = sys.modules.get("torch")  # the workers' torch threads: this process's (None: torch's default)
+        self.threads = torch.get_num_threads() if torch is not None else None
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
@@ -163,7 +167,7 @@ class TrialPool:
         try:
             return self._idle.get_nowait()
         except queue.Empty:
-            worker = _Worker(self.start)
+            worker = _Worker(self.start, self.threads)
             with self._lock:
                 self._workers.append(worker)
             return worker
@@ -173,7 +177,7 @@ class TrialPool:
         if self.launcher != "warm":
             return
         while len(self._workers) < self.jobs:
-            worker = _Worker(self.start)
+            worker = _Worker(self.start, self.threads)
             self._workers.append(worker)
             self._idle.put(worker)
 

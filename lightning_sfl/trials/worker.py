@@ -74,11 +74,37 @@ def _output_to(path) -> None:
             os.close(saved[0]), os.close(saved[1])
 
 
+#: The subcommands a trial runs (``compare`` and ``sweep`` do not nest: a sweep runs those as processes of their own).
+TRIAL_COMMANDS = ("fit", "validate", "test", "attack", "cuts")
+
+
+def run_command(args: list[str]) -> None:
+    """``lightning-sfl ARGS`` as the console script runs it, for :data:`TRIAL_COMMANDS` (the same modules
+    :mod:`lightning_sfl.cli` dispatches to, without its fast exit); another subcommand is an error (exit 2)."""
+    name = args[0] if args else None
+    if name in ("fit", "validate", "test"):
+        from lightning_sfl.lightning_cli import run
+        from lightning_sfl.wandb.process import prestart_for
+
+        prestart_for(args[1:])
+        run(args)
+    elif name == "attack":
+        from lightning_sfl.attack import main
+
+        main(args[1:])
+    elif name == "cuts":
+        from lightning_sfl.cuts import main
+
+        main(args[1:])
+    else:
+        print(f"error: a trial runs one of {', '.join(TRIAL_COMMANDS)}, not {name!r}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def run_here(trial: Trial, wait_for_wandb: bool = True) -> Outcome:
     """Run ``trial`` in this process (see the module docstring) and return how it ended. ``wait_for_wandb=False``:
     return once the trial's W&B runs are told to finish, while their processes write them (a worker's next trial
     overlaps with that; :func:`lightning_sfl.wandb.process.reap` waits for them)."""
-    from lightning_sfl.cli import main
     from lightning_sfl.process.fast_exit import exit_code
     from lightning_sfl.wandb import process as wandb_process
 
@@ -95,7 +121,7 @@ def run_here(trial: Trial, wait_for_wandb: bool = True) -> Outcome:
         os.environ.update(environment)
         code = 0
         try:
-            main(list(trial.args))
+            run_command(list(trial.args))
         except SystemExit as exc:
             code = exit_code(exc)
         except BaseException:  # a trial's crash is its outcome; the worker goes on
@@ -107,15 +133,21 @@ def run_here(trial: Trial, wait_for_wandb: bool = True) -> Outcome:
     return Outcome(code, read_error(trial.log, code), time.perf_counter() - start)
 
 
-def serve(conn: Connection) -> None:
-    """The worker's loop: import what every trial needs, say ``ready``, then run each :class:`Trial` received and
-    send its :class:`Outcome`, until ``None`` or the end of the pipe."""
+def serve(conn: Connection, threads: int | None = None) -> None:
+    """The worker's loop: import what every trial needs (and use ``threads`` torch threads, if given), say
+    ``ready``, then run each :class:`Trial` received and send its :class:`Outcome`, until ``None`` or the end of
+    the pipe."""
     from lightning_sfl.process.memory import retain_freed_memory
     from lightning_sfl.process.quiet import quiet_dependencies
 
     retain_freed_memory()
     quiet_dependencies()
     import lightning_sfl.lightning_cli  # noqa: F401  (torch, Lightning, the methods: once for every trial)
+
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
     from lightning_sfl.wandb.process import reap
 
     conn.send("ready")

@@ -47,7 +47,9 @@ __all__ = [
     "reap",
     "generate_run_id",
     "init_mode",
+    "may_log_to_wandb",
     "prestart",
+    "prestart_for",
     "serve",
     "take",
     "wandb_switch",
@@ -166,17 +168,26 @@ class WandbProcess:
             return
         self._reaped = True
         try:
-            if self._finish_sent:
-                with self._lock:
-                    self._receive()
-        except WandbProcessError as exc:
-            print(f"wandb process: {exc}", file=sys.stderr)
+            self._take_finish_reply()
         finally:
             self._send_end.close()
             self._proc.wait()
             self._recv_end.close()
         if self._async_error is not None:
             print(f"wandb process: {self._async_error}", file=sys.stderr)
+
+    def _take_finish_reply(self) -> bool:
+        """The worker's reply to the finish sent by :meth:`close`, once; False (said on stderr) if it failed."""
+        if not self._finish_sent:
+            return True
+        self._finish_sent = False
+        try:
+            with self._lock:
+                self._receive()
+        except WandbProcessError as exc:
+            print(f"wandb process: {exc}", file=sys.stderr)
+            return False
+        return True
 
     def finished(self) -> bool:
         """Whether the worker, told to finish and stay (``close(wait=False)``), has written the run."""
@@ -186,18 +197,10 @@ class WandbProcess:
         """After ``close(wait=False)`` and :meth:`finished`: take the finish's reply and make this worker ready for
         another run (its W&B imported, its service started). False, and the worker ended, if it reported an error
         or exited."""
-        try:
-            if self._finish_sent:
-                with self._lock:
-                    self._receive()
-        except WandbProcessError as exc:
-            print(f"wandb process: {exc}", file=sys.stderr)
+        if not self._take_finish_reply() or self._proc.poll() is not None or self._async_error is not None:
             self.wait_closed()
             return False
-        if self._proc.poll() is not None or self._async_error is not None:
-            self.wait_closed()
-            return False
-        self.closed = self.initialised = self._finish_sent = False
+        self.closed = self.initialised = False
         self.exit_code, self._tee = 0, None
         atexit.register(self.close)
         return True
@@ -430,6 +433,31 @@ def prestart() -> None:
     ranks = [os.environ.get(k) for k in ("LOCAL_RANK", "RANK", "NODE_RANK")]
     if _spare is None and all(r in (None, "", "0") for r in ranks):
         _spare = WandbProcess()
+
+
+def may_log_to_wandb(args: list[str]) -> bool:
+    """False when the ``fit`` arguments ``args`` set ``--trainer.logger`` to something other than a W&B logger
+    (``false``, a ``CSVLogger``: what ``compare`` and ``sweep`` trials pass): then no W&B worker is pre-started for
+    it. True otherwise, a logger set in a config file included (the default logger is W&B's).
+
+    >>> may_log_to_wandb(["--trainer.logger=lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir=x"])
+    False
+    >>> may_log_to_wandb(["--trainer.logger", "false"]), may_log_to_wandb(["--config", "a.yaml"])
+    (False, True)
+    """
+    for i, arg in enumerate(args):
+        key, equals, value = arg.partition("=")
+        if key == "--trainer.logger":
+            value = value if equals else (args[i + 1] if i + 1 < len(args) else "")
+            return "wandb" in value.lower()
+    return True
+
+
+def prestart_for(args: list[str]) -> None:
+    """:func:`prestart` for a ``fit``/``validate``/``test`` with arguments ``args`` that may log to W&B (not for
+    ``--help`` or ``--print_config``)."""
+    if not {"-h", "--help", "--print_config"} & {a.split("=")[0] for a in args} and may_log_to_wandb(args):
+        prestart()
 
 
 def take() -> WandbProcess:
