@@ -148,7 +148,7 @@ class SFLCLI(LightningCLI):
 
     def _add_subcommands(self, parser, **kwargs) -> None:
         """A parser for the subcommand this command line runs only (``fit``, ``validate`` or ``test``: each costs
-        ~0.2 s of signature parsing, per command and per trial of a warm worker); for all three when it names none."""
+        ~0.1-0.2 s of parsing in a warm trial worker, whose caches are warm); for all three when it names none."""
         argv = self._args if self._args is not None else sys.argv[1:]
         chosen = argv[0] if isinstance(argv, (list, tuple)) and argv and argv[0] in SUBCOMMANDS else None
         if chosen is None:
