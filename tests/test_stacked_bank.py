@@ -123,15 +123,25 @@ def test_matches_sequential_bank_forward_backward_step_aggregate(case, sizes):
 
 @pytest.mark.parametrize(("case", "sizes"), [("resnet18:s3", [3, 5, 3, 1]), ("alexnet_cifar:s2", [5, 1, 3, 7])])
 def test_float32_forward_and_input_gradient_match(case, sizes):
-    """The dtype training uses: one forward/backward from the same weights agrees to 1e-5."""
+    """The dtype training uses: one forward from the same weights agrees to 1e-5, and so does the input gradient
+    without batch norm. With it (resnet18:s3, a slot of one row) float32's other summation order in each bank is
+    amplified by the normalisation's backward: from run to run of the same input (oneDNN's kernels do not always sum
+    alike) the input gradients of the two banks differed by up to 0.13 of a largest gradient of ~4 (3 of 12 inputs
+    tried), while float64 agrees exactly (:func:`test_matches_sequential_bank_forward_backward_step_aggregate`). So
+    with batch norm the gradients are held to 5 % of their largest magnitude: a mixed-up slot or a missing term
+    moves them by far more."""
     net, shape = _net(case)
     sizes = torch.tensor(sizes)
     seq, stk = _banks(net, len(sizes))
-    x = torch.randn(int(sizes.sum()), *shape)
+    x = torch.randn(int(sizes.sum()), *shape, generator=torch.Generator().manual_seed(0))
     outs_a, grads_a = _train_two_steps(seq, x, sizes, steps=1)
     outs_b, grads_b = _train_two_steps(stk, x, sizes, steps=1)
     torch.testing.assert_close(outs_b[0], outs_a[0], **TOL)
-    torch.testing.assert_close(grads_b[0], grads_a[0], **TOL)
+    if case.startswith("resnet18"):  # batch norm: see the docstring
+        bound = 0.05 * float(grads_a[0].abs().max())
+        torch.testing.assert_close(grads_b[0], grads_a[0], rtol=0, atol=bound)
+    else:
+        torch.testing.assert_close(grads_b[0], grads_a[0], **TOL)
 
 
 def test_forward_features_and_single_slot_call_match():
