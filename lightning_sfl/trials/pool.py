@@ -167,19 +167,20 @@ class TrialPool:
         try:
             return self._idle.get_nowait()
         except queue.Empty:
-            worker = _Worker(self.start, self.threads)
-            with self._lock:
-                self._workers.append(worker)
-            return worker
+            return self._new_worker()
+
+    def _new_worker(self) -> _Worker:
+        worker = _Worker(self.start, self.threads)
+        with self._lock:
+            self._workers.append(worker)
+        return worker
 
     def warm_up(self) -> None:
         """Start every warm worker now (each imports while the caller goes on planning)."""
         if self.launcher != "warm":
             return
         while len(self._workers) < self.jobs:
-            worker = _Worker(self.start, self.threads)
-            self._workers.append(worker)
-            self._idle.put(worker)
+            self._idle.put(self._new_worker())
 
     def close(self, now: bool = False) -> None:
         """End the warm workers: after their trial (default), or ``now`` (an error: no trial is waited for)."""

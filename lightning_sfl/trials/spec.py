@@ -22,8 +22,13 @@ class Trial:
 
     def environment(self, base: dict[str, str]) -> dict[str, str]:
         """``base`` with this trial's ``env`` applied."""
-        out = {**base, **{k: v for k, v in self.env.items() if v is not None}}
-        return {k: v for k, v in out.items() if self.env.get(k, "") is not None}
+        out = dict(base)
+        for key, value in self.env.items():
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = value
+        return out
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cwd", Path(self.cwd).resolve())
