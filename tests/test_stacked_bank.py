@@ -311,6 +311,31 @@ def test_per_slot_optimizer_reset_equals_a_fresh_optimizer_state():
     assert not adam.state
 
 
+def test_a_step_of_some_slots_leaves_the_others_as_the_sequential_bank_does():
+    """Steps that train only some slots (asynchronous arrivals, local epochs) with momentum and weight decay: inside
+    ``steps_only`` the stacked bank moves only those slots, and every slot's weights equal the sequential bank's,
+    whose optimiser skips the modules without a gradient; the first step's new momentum buffer is zero for the
+    slots it left out."""
+    net, shape = _net("cnn_small:s2")
+    seq, stk = _banks(net, 4)
+    x = torch.randn(5, *shape, generator=torch.Generator().manual_seed(7))
+    opts = {id(b): torch.optim.SGD(b.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3) for b in (seq, stk)}
+    for slots, sizes in (([1, 3], [2, 3]), ([0, 1, 2, 3], [1, 1, 2, 1]), ([2], [5]), ([0, 2], [4, 1])):
+        for bank in (seq, stk):
+            opt = opts[id(bank)]
+            opt.zero_grad(set_to_none=True)
+            bank(x, torch.tensor(sizes), slots).square().mean().backward()
+            with bank.steps_only(opt, slots):
+                opt.step()
+        _assert_slots_equal(seq, stk)
+    adam = torch.optim.Adam(stk.parameters())
+    stk(x, torch.tensor([5]), [0]).sum().backward()
+    adam.step()
+    with pytest.raises(ConfigError, match="cannot be kept for the slots a step leaves out"):
+        with stk.steps_only(adam, [0]):
+            adam.step()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_matches_cpu():
     net, shape = _net("resnet18:s3")

@@ -14,6 +14,7 @@ schedule) are saved in checkpoints; the others are rebuilt every round and left 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Sequence
 
@@ -118,6 +119,11 @@ class ClientBank(nn.Module):
     def aggregate_snapshots(target: nn.Module, states: Sequence[dict[str, torch.Tensor]], weights) -> None:
         """Eq. (10) over stored snapshots instead of live slots: ``target ← Σ_k w_k · state_k / Σ_k w_k``."""
         target.load_state_dict(weighted_average(states, torch.as_tensor(weights)))
+
+    def steps_only(self, optimizer: torch.optim.Optimizer, slots: Slots = None):
+        """A context in which ``optimizer.step()`` moves only ``slots`` (``None``: every slot). Here a no-op: a slot
+        a step leaves out has no gradient, and the optimiser skips its modules."""
+        return contextlib.nullcontext()
 
 
 class SequentialBank(ClientBank):

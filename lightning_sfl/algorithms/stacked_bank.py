@@ -51,6 +51,7 @@ Mixed train/eval flags inside one slot are not supported: the template follows t
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
@@ -311,6 +312,38 @@ class StackedBank(ClientBank):
                         "use --model.client_bank sequential"
                     )
                 value[rows.to(value.device)] = 0
+
+    @contextlib.contextmanager
+    def steps_only(self, optimizer: torch.optim.Optimizer, slots: Slots = None):
+        """``optimizer.step()`` inside moves only ``slots``: the other slots' rows of the stacked parameters and of
+        SGD's momentum buffers are copied before and written back after (bitwise what the sequential bank's
+        optimiser does, which skips modules without a gradient; a buffer the step creates starts at zero for them,
+        as :meth:`reset_optimizer_state` has it). Other per-parameter state (Adam's shared step count) cannot be
+        kept per slot: ``ConfigError``."""
+        rows = set(self._rows_of(slots)) if slots is not None else set(range(len(self)))
+        absent = torch.tensor(sorted(set(range(len(self))) - rows), dtype=torch.long)
+        if len(absent) == 0:
+            yield
+            return
+        kept = []
+        with torch.no_grad():
+            for p in self.stacked_params:
+                state = optimizer.state.get(p) or {}
+                if any(key != "momentum_buffer" for key in state):
+                    raise ConfigError(
+                        f"optimizer state {sorted(state)} of a stacked bank cannot be kept for the slots a step "
+                        "leaves out; use --model.client_bank sequential"
+                    )
+                index = absent.to(p.device)
+                buffer = state.get("momentum_buffer")
+                kept.append((p, index, p[index].clone(), None if buffer is None else buffer[index].clone()))
+        yield
+        with torch.no_grad():
+            for p, index, values, buffer in kept:
+                p[index] = values
+                state = optimizer.state.get(p) or {}
+                if state.get("momentum_buffer") is not None:
+                    state["momentum_buffer"][index] = 0 if buffer is None else buffer
 
     @torch.no_grad()
     def clip_grad_norms_(self, max_norm: float, slots: Slots = None) -> torch.Tensor:
