@@ -30,41 +30,78 @@ def random_times(num_clients: int, split: bool = True, seed: int = 0) -> ClientT
 KW = {"concurrency": 3, "local_iters": 4, "flush_every": 3, "aggregate_every": 2}
 
 
-def test_steps_replay_the_clock_event_by_event():
-    st, times = stats(), random_times(6)
-    schedule = AsyncEvents(**KW, times=times)
-    steps = [s for r in range(6) for s in schedule.plan_round(r, st)]
-    clock = AsyncClock(times, KW["concurrency"], KW["local_iters"], KW["flush_every"], KW["aggregate_every"], st.seed)
-    replay = []  # the steps flattened back into events: (kind, client, slot, time, flush / aggregate)
+def _flatten(steps) -> list[tuple]:
+    """The steps as events: (kind, client, slot, time, flush / aggregate), in the order the steps run them."""
+    replay = []
     for s in steps:
         if isinstance(s, ArrivalStep):
-            assert s.kind == "arrivals" and len(set(s.clients.tolist())) == len(s.clients)  # distinct clients
-            assert not s.round_end
+            assert s.kind == "arrivals" and not s.round_end
             n = len(s.clients)
             flags = [False] * (n - 1) + [s.flush]
             replay += [
                 ("a", c, sl, t, f) for c, sl, t, f in zip(s.clients.tolist(), s.slots_list(), s.times.tolist(), flags)
             ]
-            assert s.time == s.times[-1].item()
         else:
             assert isinstance(s, UploadStep) and s.kind == "upload" and s.round_end == s.aggregate
             replay.append(("u", int(s.clients[0]), s.slots_list()[0], s.time, s.aggregate))
+    return replay
+
+
+def _greedy_groups(events: list[tuple]) -> int:
+    """Arrival groups of the earlier rule (time order kept: a group ends at a flush, an upload or a repeated client)."""
+    groups, group = 0, set()
+    for kind, client, _, _, flag in events:
+        if kind == "u" or client in group:
+            groups, group = groups + bool(group), set()
+        if kind == "a":
+            group.add(client)
+            if flag:
+                groups, group = groups + 1, set()
+    return groups + bool(group)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_steps_run_the_clock_events_in_waves_between_server_updates(seed):
+    """The batched steps run every event of the clock once; each slot's events in its own order; between two flushes
+    exactly the clock's arrivals (the server weights they see); groups of distinct clients and slots whose flush, if
+    any, is the last; rounds end with their aggregation; fewer groups than when groups keep time order."""
+    st, times = stats(), random_times(6, seed=seed)
+    schedule = AsyncEvents(**KW, times=times)
+    steps = [s for r in range(6) for s in schedule.plan_round(r, st)]
+    clock = AsyncClock(times, KW["concurrency"], KW["local_iters"], KW["flush_every"], KW["aggregate_every"], st.seed)
+    replay = _flatten(steps)
     want = []
     for _ in range(len(replay)):
         e = clock.next_event()
         kind = "a" if isinstance(e, Arrival) else "u"
         want.append((kind, e.client, e.slot, e.time, e.flush if isinstance(e, Arrival) else e.aggregate))
-    assert replay == want
-    # every round ends with its (single) aggregation; the steps of a round are numbered 0..n-1
+    assert sorted(replay) == sorted(want)
+    for slot in range(KW["concurrency"]):
+        assert [e for e in replay if e[2] == slot] == [e for e in want if e[2] == slot]
+
+    def windows(events):  # the arrivals between flushes, as sets
+        out, current = [], set()
+        for e in events:
+            if e[0] == "a":
+                current.add(e)
+                if e[4]:
+                    out, current = out + [current], set()
+        return out + [current]
+
+    assert windows(replay) == windows(want)
+    for s in steps:
+        if isinstance(s, ArrivalStep):
+            assert len(set(s.clients.tolist())) == len(s.clients) == len(set(s.slots_list()))
+            assert s.time == s.times.max().item() == s.times[-1].item()
     for r in range(6):
         rs = [s for s in steps if s.round == r]
         assert [s.index for s in rs] == list(range(len(rs)))
         assert rs[-1].round_end and sum(s.round_end for s in rs) == 1
-    # a group never outlasts a flush: no arrival of a group but its last fills the buffer
     arrivals = sum(len(s.clients) for s in steps if isinstance(s, ArrivalStep))
     flushes = sum(s.flush for s in steps if isinstance(s, ArrivalStep))
     assert flushes == arrivals // KW["flush_every"]
-    assert any(len(s.clients) > 1 for s in steps if isinstance(s, ArrivalStep))  # some arrivals are batched
+    groups = sum(isinstance(s, ArrivalStep) for s in steps)
+    assert groups < _greedy_groups(want)
 
 
 def test_unbatched_schedule_plans_one_step_per_arrival_with_the_same_rows():
@@ -77,7 +114,9 @@ def test_unbatched_schedule_plans_one_step_per_arrival_with_the_same_rows():
     flat = lambda steps: [  # noqa: E731
         (s.kind, c, b.tolist()) for s in steps for c, b in zip(s.clients.tolist(), s.rows.split(s.sizes.tolist()))
     ]
-    assert flat(one_by_one) == flat(batched)
+    assert sorted(flat(one_by_one)) == sorted(flat(batched))  # the same rows, each client's in its own order:
+    for client in range(6):
+        assert [e for e in flat(one_by_one) if e[1] == client] == [e for e in flat(batched) if e[1] == client]
 
 
 def test_rows_are_each_participation_s_minibatches_in_order():

@@ -88,12 +88,16 @@ def _recording(cls):
     return Recording
 
 
-def _state(model) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in model.state_dict().items() if not k.startswith("val_acc")}
+def _state(model, slots: bool = True) -> dict[str, torch.Tensor]:
+    """The run's states but the metrics (and the slots unless ``slots``: banks of two kinds store them differently)."""
+    skip = ("val_acc",) if slots else ("val_acc", "client_banks.")
+    return {k: v for k, v in model.state_dict().items() if not k.startswith(skip)}
 
 
 CASES = {
     "async_sfl": (AsyncSFL, {}),
+    "async_sfl_stacked_bank": (AsyncSFL, {"client_bank": "stacked"}),  # the batched run on the stacked bank
+    "gas_full_stacked_bank": (GAS, {"client_bank": "stacked", "weight_decay": 1e-3}),
     "async_sfl_code_order": (AsyncSFL, {"gradient_order": "before_server_step", "aggregation": "uniform"}),
     "gas_full": (GAS, {}),
     "gas_diag": (GAS, {"covariance": "diag"}),
@@ -107,14 +111,19 @@ def test_batched_arrivals_equal_one_arrival_at_a_time(case):
     torch.manual_seed(0)
     batched = _recording(cls)(**KW, **extra)
     torch.manual_seed(0)
-    single = _recording(cls)(**KW, **extra, batch_arrivals=False)
+    single = _recording(cls)(**KW, **{**extra, "client_bank": "sequential"}, batch_arrivals=False)
     _fit(batched), _fit(single)
     assert max(batched.groups) > 1 and max(single.groups) == 1  # the batched run did batch
     assert len(single.groups) > len(batched.groups)
-    want, got = _state(single), _state(batched)
+    assert type(batched.bank).__name__ == ("StackedBank" if "stacked" in case else "SequentialBank")
+    want, got = _state(single, slots=False), _state(batched, slots=False)
     assert want.keys() == got.keys()
     for k in want:
         torch.testing.assert_close(got[k], want[k], rtol=1e-9, atol=1e-10, msg=f"{case}: {k}")
+    for slot in range(KW["concurrency"]):  # each slot's client half (weights; the banks store them differently)
+        want, got = single.bank.snapshot(slot), batched.bank.snapshot(slot)
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=1e-9, atol=1e-10, msg=f"{case}: slot {slot} {k}")
     assert int(batched.server_updates) == int(single.server_updates) > 0
 
 

@@ -47,8 +47,8 @@ class AsyncMethod(SplitFedAlgorithm):
         client_batch_size: ``B``, rows per client minibatch (``None``: the data module's ``batch_size``).
         aggregation: ``data_size`` (``|D_k|`` weights, GAS eq. 10) or ``uniform`` (the GAS code).
         full_bandwidth: every client gets the whole bandwidth (the GAS code) instead of ``W / C``.
-        batch_arrivals: process the arrivals of distinct clients between two server updates as one batched step
-            (exact); ``False``: one step per arrival.
+        batch_arrivals: process the arrivals between two server updates in batched steps, one for every slot's
+            next arrival (exact); ``False``: one step per arrival.
         **kwargs: the base's (``local_iters`` is ``E``, local iterations per participation).
     """
 

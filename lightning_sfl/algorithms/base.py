@@ -48,6 +48,7 @@ The FL phase runs inside the round's last training step, not in ``on_train_epoch
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack
 from typing import ClassVar
 
 import lightning as L
@@ -225,16 +226,12 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
 
     def checked_schedule(self, schedule: Schedule) -> Schedule:
         """``schedule`` checked against the method: a handler for each of its step kinds; steps that leave clients
-        out need the sequential bank (``auto`` becomes it). A method may call it in its constructor on the schedule its
-        settings describe, so that they are one-line errors at construction."""
+        out run the sequential bank under ``auto`` (the stacked bank keeps such slots still too, by copying their rows
+        around each step: :meth:`~lightning_sfl.algorithms.stacked_bank.StackedBank.steps_only`). A method may call it
+        in its constructor on the schedule its settings describe, so that they are one-line errors at construction."""
         if schedule.partial_steps:  # a slot left out of a step must not move: SGD skips it on its own modules
             if self.client_bank == "auto":
                 self.client_bank = "sequential"
-            elif self.client_bank == "stacked" and (self.momentum or self.weight_decay):
-                raise ConfigError(
-                    "client_bank='stacked' with local_epochs (or another schedule whose steps leave clients out) "
-                    "and momentum or weight_decay would move the clients a step leaves out; use client_bank=sequential"
-                )
         missing = [k for k in schedule.kinds if k not in self.step_handlers]
         if missing:
             raise ConfigError(
@@ -539,14 +536,19 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
     def world_size(self) -> int:
         return self.trainer.world_size if self._trainer is not None else 1
 
-    def take_step(self, opt, count_step: bool = True) -> None:
+    def take_step(self, opt, count_step: bool = True, slots=None) -> None:
         """Hook 6: sum the gradients over processes (each holds a shard of every client's rows; losses are
         normalised by global counts, so the sum is the one-process gradient), then step. ``count_step=False``
-        steps the raw optimiser, which Lightning does not count as a ``global_step``."""
+        steps the raw optimiser, which Lightning does not count as a ``global_step``. ``slots``: the client slots
+        this step moves (``None``: every slot; the others keep their weights and momentum, whatever the bank)."""
         if self.world_size > 1:
             sum_gradients_over_processes([p for p in self.parameters() if p.requires_grad], self.device)
         self.adjust_gradients()
-        (opt.step() if count_step else opt.optimizer.step())
+        with ExitStack() as keep:
+            if slots is not None:  # every bank keeps the slots the step leaves out (client halves, heads, copies)
+                for bank in self.banks():
+                    keep.enter_context(bank.steps_only(opt.optimizer, slots))
+            (opt.step() if count_step else opt.optimizer.step())
 
     def adjust_gradients(self) -> None:
         """Between the gradients (summed over processes) and the optimiser step, e.g. clipping; nothing here."""

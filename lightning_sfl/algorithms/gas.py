@@ -18,9 +18,11 @@ Every upload enters the model buffer (eq. 9); the ``Q_c``-th replaces the global
 mean of the buffered halves (eq. 10; the code's uniform mean: ``aggregation="uniform"``): one global iteration, one
 round (epoch). The client drawn to replace a finished one downloads the global half as it is then.
 
-Arrivals of distinct clients with no server update between them see the same ``w_s`` and touch disjoint slots, so
-one batched step equals processing them one at a time (``tests/test_gas.py`` checks it; with ``covariance="lowrank"``
-the truncated factor depends on how arrivals are grouped, so there it is close, not equal).
+Arrivals with no server update between them see the same ``w_s``, and a slot moves only through its own events, so
+the schedule runs them in waves of distinct clients (:func:`~lightning_sfl.loop.async_events.arrival_waves`), and
+one batched step equals processing its arrivals one at a time, on either client bank (``tests/test_gas.py`` checks
+it in float64; with ``covariance="lowrank"`` the truncated factor depends on how arrivals are grouped, so there it
+is close, not equal). ``client_bank="stacked"`` runs a step's client halves as one stacked computation.
 
 The clock, the persistent slots and the model buffer are :class:`~lightning_sfl.algorithms.async_base.AsyncMethod`'s
 (times from the run's system model; GAS's ``f_k ~ U[1e9, 1e10]``: ``--clock.flops_high 1e10``).

@@ -95,5 +95,5 @@ def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = Tr
     if extra is not None:
         method.manual_backward(extra)
         client_loss = extra if client_loss is None else client_loss + extra
-    method.take_step(opt, count_step)
+    method.take_step(opt, count_step, step.slots)
     return server_loss, client_loss

@@ -3,11 +3,12 @@
 The events come from :class:`~lightning_sfl.loop.async_clock.AsyncClock` in simulated-time order; this schedule
 gives them rows and groups them into steps:
 
-* ``"arrivals"`` (:class:`ArrivalStep`): activation arrivals of *distinct* clients with no server update between
-  them, processed as one batched step. The server weights ``w_s`` are the same for every arrival of the group
-  (the buffer flushes at most at its last arrival, :attr:`ArrivalStep.flush`), and each client's half moves only
-  through its own arrivals, so the group's gradients are those of processing the arrivals one at a time. A group
-  ends at a flush, before a client that is already in it, and before an upload.
+* ``"arrivals"`` (:class:`ArrivalStep`): activation arrivals of *distinct* clients (and slots) with no server
+  update between them, processed as one batched step. The server weights ``w_s`` are the same for every arrival
+  between two flushes, and each slot's half moves only through its own events, so the arrivals between two flushes
+  run in waves (:func:`arrival_waves`): one step for every slot's next arrival, each slot's events in their order,
+  the flushing arrival in the last step (:attr:`ArrivalStep.flush`). The gradients are those of processing the
+  arrivals one at a time, in time order; only float sums over the activation buffer change their order.
 * ``"upload"`` (:class:`UploadStep`): one client's model arrives (into the model buffer; ``aggregate``: the
   buffer is full and the global half is replaced, eq. 10); ``next_client`` then takes the slot with the global
   model as it is after this upload. For plain FL methods (FedBuff, CA²FL: no activation arrivals) the step also
@@ -43,7 +44,7 @@ from lightning_sfl.loop.schedule import Schedule
 from lightning_sfl.loop.step import ClientStats, Step
 from lightning_sfl.system.timing import ClientTimes, SystemModel
 
-__all__ = ["ArrivalStep", "AsyncEvents", "UploadStep"]
+__all__ = ["ArrivalStep", "AsyncEvents", "UploadStep", "arrival_waves"]
 
 _ROWS_STREAM = 9  # generator stream of the participations' minibatches (AsyncClock uses 7 and 8)
 
@@ -81,6 +82,59 @@ class UploadStep(Step):
     version: int = 0
     next_client: int = 0
     local_iters: int = 0
+
+
+def arrival_waves(window: list[Arrival | Upload]) -> list[list[Arrival] | Upload]:
+    """The events between two server updates (``window``, in time order: up to a flush or the round's aggregation)
+    as batched groups of arrivals and single uploads, each slot's events in its own order.
+
+    Every arrival of the window sees the same server weights, and a slot's events depend only on that slot's earlier
+    ones (its client's half moves through its own arrivals; an upload hands the slot to the next client), so the
+    window is run in *waves*: the uploads at the head of the slots, then one group of every slot's next arrival (its
+    clients distinct). The event that ends the window comes last: the flushing arrival joins the last group when its
+    slot allows (the server updates after it), the aggregating upload follows everything.
+
+    >>> a = lambda slot, client, time, flush=False: Arrival(slot, client, time, 1, 0, 1, flush)  # noqa: E731
+    >>> waves = arrival_waves([a(0, 5, 1.0), a(0, 5, 2.0), a(1, 6, 2.5), a(0, 5, 3.0), a(2, 7, 4.0, flush=True)])
+    >>> [[(e.slot, e.time) for e in group] for group in waves]
+    [[(0, 1.0), (1, 2.5)], [(0, 2.0)], [(0, 3.0), (2, 4.0)]]
+    """
+    end = window[-1] if window else None
+    held = end if isinstance(end, Upload) and end.aggregate or isinstance(end, Arrival) and end.flush else None
+    chains: dict[int, list[Arrival | Upload]] = {}  # slot -> its events, in time order
+    for event in window[:-1] if held is not None else window:
+        chains.setdefault(event.slot, []).append(event)
+    out: list[list[Arrival] | Upload] = []
+    emitted = {}  # slot -> index in out of its last event so far
+    while chains:
+        heads = sorted((chain[0] for chain in chains.values()), key=lambda e: (e.time, e.slot))
+        taken = [e for e in heads if isinstance(e, Upload)]
+        if taken:
+            for upload in taken:
+                out.append(upload)
+                emitted[upload.slot] = len(out) - 1
+        else:
+            clients: set[int] = set()
+            for arrival in heads:
+                if arrival.client not in clients:  # a client back in another slot waits for the next wave
+                    taken.append(arrival)
+                    clients.add(arrival.client)
+            out.append(taken)
+            emitted.update((arrival.slot, len(out) - 1) for arrival in taken)
+        for event in taken:
+            chain = chains[event.slot]
+            chain.pop(0)
+            if not chain:
+                del chains[event.slot]
+    if isinstance(held, Arrival):
+        last = max((i for i, item in enumerate(out) if isinstance(item, list)), default=-1)
+        if last >= 0 and emitted.get(held.slot, -1) < last and all(e.client != held.client for e in out[last]):
+            out[last].append(held)
+        else:
+            out.append([held])
+    elif held is not None:
+        out.append(held)
+    return out
 
 
 class AsyncEvents(Schedule):
@@ -170,27 +224,26 @@ class AsyncEvents(Schedule):
 
     def plan_round(self, round_idx: int, stats: ClientStats) -> list[Step]:
         clock = self._clock(stats)
-        steps: list[Step] = []
-        group: list[Arrival] = []
-
-        def close_group() -> None:
-            if group:
-                steps.append(self._arrival_step(round_idx, len(steps), group, stats))
-                group.clear()
-
-        while True:
-            event = clock.next_event()
-            if isinstance(event, Upload):
-                close_group()
-                steps.append(self._upload_step(round_idx, len(steps), event, stats, split=clock.times.is_split))
-                if event.aggregate:
-                    return steps
-                continue
-            if any(a.client == event.client for a in group):
-                close_group()
-            group.append(event)
-            if event.flush or not self.batch_arrivals:
-                close_group()
+        events: list[Arrival | Upload] = []
+        while not (events and isinstance(events[-1], Upload) and events[-1].aggregate):
+            events.append(clock.next_event())
+        if self.batch_arrivals:
+            windows, start = [], 0  # the events up to each flush, and from the last flush to the round's end
+            for i, event in enumerate(events):
+                if isinstance(event, Arrival) and event.flush:
+                    windows.append(events[start : i + 1])
+                    start = i + 1
+            windows.append(events[start:])
+            items = [item for window in windows for item in arrival_waves(window)]
+        else:
+            items = [[e] if isinstance(e, Arrival) else e for e in events]
+        split = clock.times.is_split
+        return [
+            self._upload_step(round_idx, i, item, stats, split)
+            if isinstance(item, Upload)
+            else self._arrival_step(round_idx, i, item, stats)
+            for i, item in enumerate(items)
+        ]
 
     def _arrival_step(self, round_idx: int, index: int, group: list[Arrival], stats: ClientStats) -> ArrivalStep:
         rows = [self.participation_rows(a.client, a.participation, stats)[a.iteration - 1] for a in group]

@@ -51,7 +51,8 @@ class Schedule:
             slot across several server updates): the method then checkpoints its banks. ``False``: slots are
             rebuilt from the global model every round and not saved.
         partial_steps: ``True`` when a step may leave some of the round's clients out (their slots must not move):
-            the method then runs a sequential bank, whose optimiser skips slots without gradient.
+            ``client_bank="auto"`` then runs a sequential bank, whose optimiser skips slots without gradient; a
+            stacked bank copies the left-out rows around the step.
     """
 
     kinds: ClassVar[tuple[str, ...]] = ()
