@@ -1,7 +1,7 @@
-"""``lightning-sfl attack``: a model-inversion attack on the client half of any split method's checkpoint.
+"""``lightning-sfl attack``: attacks on what the client half of any split method's checkpoint uploads.
 
-The attacker (an honest-but-curious server that holds the trained client half, as in ResSFL's evaluation and the
-SCALA journal's Table VI):
+``--attack inversion`` (default; an honest-but-curious server that holds the trained client half, as in ResSFL's
+evaluation and the SCALA journal's Table VI):
 
 1. encodes images ``x`` with the checkpoint's client half (eval mode): pairs ``(A = h(w_c; x), x)``;
 2. trains a decoder from scratch (:func:`~lightning_sfl.privacy.inversion.inversion_decoder`, 64 channels; Adam
@@ -9,6 +9,14 @@ SCALA journal's Table VI):
    the lowest MSE on a held-out part of it (``--val_fraction``);
 3. reconstructs the **test split** (never used to train the decoder; ResSFL trains and scores on the test set) and
    reports the means over images of MSE, SSIM and PSNR (:mod:`lightning_sfl.privacy.metrics`).
+
+``--attack unsplit`` (UnSplit, :mod:`lightning_sfl.privacy.unsplit`; an honest-but-curious server that knows the
+client half's architecture but neither its weights nor any data) observes the activations of ``--targets`` test
+images and optimises images and a clone of the client half together to explain them; it also reports the clone's
+test accuracy in front of the checkpoint's server half (``clone_accuracy``: model stealing).
+
+Either attacker sees what the clients upload: with the method's activation defences (``--model.activation_noise``,
+``--model.noise_bound``) the activations are bounded and noised as in training, the noise drawn from ``--seed``.
 
 Images are scored in ``[0, 1]`` (the stored pixels, before normalisation). Written to ``--out`` (default: a folder
 ``attack`` next to the checkpoint): ``metrics.json``, ``metrics.md`` and ``reconstructions.png`` (labelled rows:
@@ -20,6 +28,7 @@ SplitFedV1, … alike.
 
     lightning-sfl attack --config configs/digits/scala_pe.yaml --ckpt_path last   # the latest fit of that config
     lightning-sfl attack --ckpt_path runs/…/checkpoints/last.ckpt                   # any split method's checkpoint
+    lightning-sfl attack --attack unsplit --ckpt_path runs/…/checkpoints/last.ckpt  # UnSplit (no data, no weights)
 
 ``--config`` (repeatable, merged as ``fit`` merges them) gives the data; without it the data module's arguments saved
 in the checkpoint are used. The method and its client half always come from the checkpoint.
@@ -34,7 +43,10 @@ from pathlib import Path
 
 from lightning_sfl.errors import OneLineArgumentParser
 
-__all__ = ["check_args", "main", "parse_args", "run_attack", "save_grid", "train_attacker"]
+__all__ = ["ATTACKS", "check_args", "main", "parse_args", "run_attack", "save_grid", "train_attacker"]
+
+#: ``--attack`` choices.
+ATTACKS = ("inversion", "unsplit")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -46,12 +58,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--ckpt_path", help="checkpoint of a split method (required); last: the latest fit of the same --config files"
     )
+    parser.add_argument(
+        "--attack",
+        default="inversion",
+        help="inversion (a decoder trained on (activation, image) pairs; default) or unsplit (no data, no weights)",
+    )
     parser.add_argument("--config", action="append", default=[], help="config(s) giving the data (as for fit)")
     parser.add_argument("--out", help="output folder (default: 'attack' next to the checkpoint)")
     parser.add_argument("--epochs", type=int, default=50, help="decoder training epochs (default 50)")
     parser.add_argument("--width", type=int, default=64, help="decoder channels (default 64)")
     parser.add_argument("--batch_size", type=int, default=32, help="decoder batch size (default 32)")
-    parser.add_argument("--lr", type=float, default=1e-3, help="decoder Adam learning rate (default 1e-3)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of the attacker (default 1e-3)")
+    parser.add_argument("--targets", type=int, default=64, help="unsplit: test images to invert (default 64)")
+    parser.add_argument("--outer", type=int, default=20, help="unsplit: alternations (default 20; the authors 1000)")
+    parser.add_argument("--inner", type=int, default=50, help="unsplit: Adam steps a phase (default 50; authors 100)")
+    parser.add_argument("--tv_weight", type=float, default=0.1, help="unsplit: total variation weight (default 0.1)")
+    parser.add_argument("--l2_weight", type=float, default=0.0, help="unsplit: the code's mean(x^2) weight (0; code 1)")
     parser.add_argument("--val_fraction", type=float, default=0.1, help="training-split share for model selection")
     parser.add_argument("--train_size", type=int, default=None, help="use at most this many training images")
     parser.add_argument("--grid", type=int, default=16, help="test images in reconstructions.png, classes in turn")
@@ -67,11 +89,16 @@ def check_args(args: argparse.Namespace) -> None:
     """One-line :class:`~lightning_sfl.errors.ConfigError` for bad settings, before anything is loaded."""
     from lightning_sfl.errors import ConfigError
 
+    if args.attack not in ATTACKS:
+        raise ConfigError(f"--attack={args.attack!r} must be one of: {', '.join(ATTACKS)}")
     if not args.ckpt_path:
         raise ConfigError("attack needs --ckpt_path: a checkpoint of a split method (e.g. runs/.../last.ckpt, or last)")
     if args.ckpt_path == "last" and not args.config:
         raise ConfigError("--ckpt_path last needs the --config the fit ran with (its run folder is named by it)")
-    for name, low in (("epochs", 1), ("width", 1), ("batch_size", 2), ("grid", 1), ("threads", 0)):
+    for name, low in (
+        *(("epochs", 1), ("width", 1), ("batch_size", 2), ("grid", 1), ("threads", 0)),
+        *(("targets", 1), ("outer", 1), ("inner", 1)),
+    ):
         if getattr(args, name) < low:
             raise ConfigError(f"--{name}={getattr(args, name)} must be >= {low}")
     if args.train_size is not None and args.train_size < 3:
@@ -80,6 +107,9 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"--val_fraction={args.val_fraction} must be in (0, 1)")
     if not args.lr > 0:
         raise ConfigError(f"--lr={args.lr} must be > 0")
+    for name in ("tv_weight", "l2_weight"):
+        if not getattr(args, name) >= 0:
+            raise ConfigError(f"--{name}={getattr(args, name)} must be >= 0")
     if args.device != "auto":
         import torch
 
@@ -109,9 +139,9 @@ def _data_module(args: argparse.Namespace, ckpt: dict):
     return FederatedDataModule(**{k: v for k, v in data.items() if not k.startswith("_")})
 
 
-def _client_half(ckpt: dict, path: str):
-    """The checkpoint's method rebuilt from its hyperparameters, with the saved client half loaded: ``[B, C, H, W] ->
-    [B, *act]``."""
+def _trained_method(ckpt: dict, path: str):
+    """The checkpoint's method rebuilt from its hyperparameters, with the saved global halves loaded (the client half
+    ``[B, C, H, W] -> [B, *act]`` and the server half), in eval mode; its name and input shape."""
     from lightning_sfl.algorithms import ALGORITHMS
     from lightning_sfl.errors import ConfigError
 
@@ -124,12 +154,14 @@ def _client_half(ckpt: dict, path: str):
         raise ConfigError(f"{cls.__name__} is not a split method (nothing crosses a cut): no activations to invert")
     hparams = {k: v for k, v in (ckpt.get("hyper_parameters") or {}).items() if not k.startswith("_")}
     model = cls(**hparams)
-    state = {k.removeprefix("client.net."): v for k, v in ckpt["state_dict"].items() if k.startswith("client.net.")}
-    try:
-        model.client.net.load_state_dict(state)
-    except RuntimeError as err:
-        raise ConfigError(f"ckpt_path={path!r}: its client half does not fit {cls.__name__}: {err}") from None
-    return model.client.net.eval(), cls.__name__, tuple(hparams.get("input_shape", ()))
+    for half in ("client", "server"):
+        prefix = f"{half}.net."
+        state = {k.removeprefix(prefix): v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
+        try:
+            getattr(model, half).net.load_state_dict(state)
+        except RuntimeError as err:
+            raise ConfigError(f"ckpt_path={path!r}: its {half} half does not fit {cls.__name__}: {err}") from None
+    return model.eval(), cls.__name__, tuple(hparams.get("input_shape", ()))
 
 
 def _images(x):
@@ -139,13 +171,17 @@ def _images(x):
     return (x.float() / 255.0 if x.dtype == torch.uint8 else x.float()).clamp(0, 1)
 
 
-def _encode(client, splits, x, device, batch: int = 512):
-    """The client half's activations ``[N, *act]`` of stored images ``x`` ``[N, C, H, W]`` (normalised as in
-    training)."""
+def _encode(model, splits, x, device, noise, batch: int = 512):
+    """What the clients upload for stored images ``x`` ``[N, C, H, W]`` (normalised as in training): the client
+    half's activations ``[N, *act]``, bounded and noised (generator ``noise``) as the method's defences have it."""
     import torch
 
+    def upload(rows):
+        z = model.client.net(splits.to_float(rows).to(device))
+        return model.defend(z, noise) if model.defended else z
+
     with torch.no_grad():
-        return torch.cat([client(splits.to_float(x[i : i + batch]).to(device)) for i in range(0, len(x), batch)])
+        return torch.cat([upload(x[i : i + batch]) for i in range(0, len(x), batch)])
 
 
 def train_attacker(a_train, x_train, a_val, x_val, *, width: int, epochs: int, batch_size: int, lr: float, seed: int):
@@ -208,56 +244,115 @@ def run_attack(args: argparse.Namespace) -> dict:
         torch.set_num_threads(args.threads)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     ckpt = check_checkpoint(args.ckpt_path)
-    client, method, input_shape = _client_half(ckpt, args.ckpt_path)
+    model, method, input_shape = _trained_method(ckpt, args.ckpt_path)
     splits = _data_module(args, ckpt).splits
     if input_shape and tuple(splits.input_shape) != input_shape:
         raise ConfigError(f"the data's images are {list(splits.input_shape)}; the model takes {input_shape}")
     with torch.no_grad():
-        act_dims = client(torch.zeros(1, *splits.input_shape)).dim()
+        act_dims = model.client.net(torch.zeros(1, *splits.input_shape)).dim()
     if act_dims != 4:
         raise ConfigError(f"{method}'s cut is not convolutional ([C, H, W] activations): no images to invert")
-    client = client.to(device)
+    model = model.to(device)
+    noise = torch.Generator().manual_seed(args.seed)  # the defence's noise on what the attacker observes
+    attack = _unsplit if args.attack == "unsplit" else _inversion
+    x_hat, x_test, labels, details, history = attack(args, model, splits, device, noise)
+    metrics = {
+        **reconstruction_scores(x_hat, x_test),
+        "attack": args.attack,
+        "method": method,
+        "checkpoint": str(args.ckpt_path),
+        "rounds": int(ckpt.get("epoch", -1)) + 1,  # the global rounds the checkpoint's model was trained for
+        "dataset": splits.name,
+        "defences": {k: getattr(model, k) for k in DEFENCES},
+        "test_images": len(x_test),
+        **details,
+    }
+    out = _output_folder(args)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (out / "metrics.md").write_text(
+        "| method | attack | MSE | SSIM | PSNR (dB) | test images |\n|---|---|---|---|---|---|\n"
+        f"| {method} | {args.attack} | {metrics['mse']:.4f} | {metrics['ssim']:.4f} | {metrics['psnr']:.2f} "
+        f"| {len(x_test)} |\n"
+    )
+    grid = out / "reconstructions.png"
+    shown = grid_indices(labels, args.grid).to(x_test.device)
+    title = (
+        f"{method} after {metrics['rounds']} rounds ({splits.name}): {ATTACK_TITLES[args.attack]} of {len(x_test)} "
+        f"test images, MSE {metrics['mse']:.4f}, SSIM {metrics['ssim']:.3f}, PSNR {metrics['psnr']:.1f} dB"
+    )
+    save_grid(x_test[shown].cpu(), x_hat[shown].cpu(), grid, title=title)
+    if not args.no_wandb:
+        _log_to_wandb(args, metrics, history, grid, (ckpt.get("lightning_sfl") or {}).get("wandb_id"))
+    return metrics
+
+
+#: The method's activation defences recorded with the scores.
+DEFENCES = ("nopeek_weight", "activation_noise", "noise_distribution", "noise_bound", "bottleneck_channels")
+ATTACK_TITLES = {"inversion": "model inversion", "unsplit": "UnSplit"}
+
+
+def _inversion(args, model, splits, device, noise):
+    """ResSFL's decoder attack (the module docstring): the test split's reconstructions."""
+    import torch
+
     order = torch.randperm(len(splits.train_x), generator=torch.Generator().manual_seed(args.seed))[: args.train_size]
     n_val = max(1, round(args.val_fraction * len(order)))
     train_idx, val_idx = order[n_val:], order[:n_val]
     parts = (splits.train_x[train_idx], splits.train_x[val_idx], splits.test_x)
-    a_train, a_val, a_test = (_encode(client, splits, x, device) for x in parts)
+    a_train, a_val, a_test = (_encode(model, splits, x, device, noise) for x in parts)
     x_train, x_val, x_test = (_images(x).to(device) for x in parts)
     options = {k: getattr(args, k) for k in ("width", "epochs", "batch_size", "lr", "seed")}
     decoder, best_epoch, history = train_attacker(a_train, x_train, a_val, x_val, **options)
     with torch.no_grad():
         x_hat = torch.cat([decoder(a_test[i : i + 512]) for i in range(0, len(a_test), 512)])
-    metrics = {
-        **reconstruction_scores(x_hat, x_test),
-        "method": method,
-        "checkpoint": str(args.ckpt_path),
-        "rounds": int(ckpt.get("epoch", -1)) + 1,  # the global rounds the checkpoint's model was trained for
-        "dataset": splits.name,
+    details = {
         "activation_shape": list(a_test.shape[1:]),
-        "test_images": len(x_test),
         "attack_train_images": len(train_idx),
         "attack_val_images": len(val_idx),
         "best_epoch": best_epoch,
         "best_val_mse": min(h["attack/val_mse"] for h in history),
         **options,
     }
-    out = _output_folder(args)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    (out / "metrics.md").write_text(
-        "| method | MSE | SSIM | PSNR (dB) | test images |\n|---|---|---|---|---|\n"
-        f"| {method} | {metrics['mse']:.4f} | {metrics['ssim']:.4f} | {metrics['psnr']:.2f} | {len(x_test)} |\n"
-    )
-    grid = out / "reconstructions.png"
-    shown = grid_indices(splits.test_y, args.grid).to(x_test.device)
-    title = (
-        f"{method} after {metrics['rounds']} rounds ({splits.name}): model inversion of {len(x_test)} test "
-        f"images, MSE {metrics['mse']:.4f}, SSIM {metrics['ssim']:.3f}, PSNR {metrics['psnr']:.1f} dB"
-    )
-    save_grid(x_test[shown].cpu(), x_hat[shown].cpu(), grid, title=title)
-    if not args.no_wandb:
-        _log_to_wandb(args, metrics, history, grid, (ckpt.get("lightning_sfl") or {}).get("wandb_id"))
-    return metrics
+    return x_hat, x_test, splits.test_y, details, history
+
+
+def _unsplit(args, model, splits, device, noise):
+    """UnSplit on ``--targets`` test images (classes in turn), and the clone's accuracy in front of the server half."""
+    import copy
+
+    import torch
+
+    from lightning_sfl.privacy.unsplit import UnSplitSettings, unsplit
+
+    targets = grid_indices(splits.test_y, args.targets)
+    observed = _encode(model, splits, splits.test_x[targets], device, noise)
+    torch.manual_seed(args.seed)
+    clone = copy.deepcopy(model.client.net)
+    for layer in clone.modules():  # the architecture, freshly initialised: the attacker has no weights
+        if hasattr(layer, "reset_parameters"):
+            layer.reset_parameters()
+    settings = UnSplitSettings(args.outer, args.inner, args.lr, args.tv_weight, args.l2_weight)
+    history: list[dict] = []
+    to_input = lambda images: splits.to_float(images)  # noqa: E731  (pixels in [0, 1] -> the model's input)
+    x_hat = unsplit(observed, clone, tuple(splits.input_shape), to_input, settings, history)
+    with torch.no_grad():
+        correct = sum(
+            int(
+                (
+                    model.server.net(clone(splits.to_float(splits.test_x[i : i + 512]).to(device))).argmax(1).cpu()
+                    == splits.test_y[i : i + 512]
+                ).sum()
+            )
+            for i in range(0, len(splits.test_x), 512)
+        )
+    details = {
+        "activation_shape": list(observed.shape[1:]),
+        "clone_accuracy": correct / len(splits.test_x),
+        "final_activation_mse": history[-1]["attack/activation_mse"],
+        **{k: getattr(args, k) for k in ("targets", "outer", "inner", "lr", "tv_weight", "l2_weight", "seed")},
+    }
+    return x_hat, _images(splits.test_x[targets]).to(device), splits.test_y[targets], details, history
 
 
 def _log_to_wandb(args: argparse.Namespace, metrics: dict, history: list[dict], grid: Path, trained_by: str | None):
@@ -268,23 +363,27 @@ def _log_to_wandb(args: argparse.Namespace, metrics: dict, history: list[dict], 
 
     from lightning_sfl.wandb.process import wandb_switch
 
-    config = {k: v for k, v in metrics.items() if k not in ("mse", "ssim", "psnr", "best_val_mse", "best_epoch")}
+    scores = ("mse", "ssim", "psnr", "best_val_mse", "best_epoch", "clone_accuracy", "final_activation_mse")
+    config = {k: v for k, v in metrics.items() if k not in scores}
     run = wandb.init(
         project=args.wandb_project,
         dir=str(grid.parent),
         mode=wandb_switch() or "offline",
         job_type="attack",
-        name=f"attack-{metrics['method']}",
-        tags=["attack", metrics["method"]],
+        name=f"{metrics['attack']}-{metrics['method']}",
+        tags=["attack", metrics["attack"], metrics["method"]],
         config={**config, "trained_by_run": trained_by},
     )
     try:
-        run.define_metric("attack/epoch")
-        for key in ("attack/train_mse", "attack/val_mse"):
-            run.define_metric(key, step_metric="attack/epoch")
+        step, *curves = history[0]  # attack/epoch (inversion) or attack/outer (unsplit), then the curves
+        run.define_metric(step)
+        for key in curves:
+            run.define_metric(key, step_metric=step)
         for row in history:
             run.log(row)
-        scores = {f"attack/{k}": metrics[k] for k in ("mse", "ssim", "psnr", "best_epoch")}
+        scores = {
+            f"attack/{k}": metrics[k] for k in ("mse", "ssim", "psnr", "best_epoch", "clone_accuracy") if k in metrics
+        }
         caption = f"{metrics['method']}: test images (top) and the attacker's reconstructions (bottom)"
         run.log({**scores, "attack/reconstructions": wandb.Image(str(grid), caption=caption)})
         run.summary.update(scores)
@@ -355,8 +454,10 @@ def main(argv: list[str]) -> None:
             raise
         print(f"error: {cause}", file=sys.stderr)
         raise SystemExit(2) from None
+    stolen = f", clone accuracy {m['clone_accuracy']:.4f}" if "clone_accuracy" in m else ""
     print(
-        f"attack on {m['method']} ({m['dataset']}, activations {m['activation_shape']}): MSE {m['mse']:.4f}, "
+        f"{m['attack']} attack on {m['method']} ({m['dataset']}, activations {m['activation_shape']}){stolen}: "
+        f"MSE {m['mse']:.4f}, "
         f"SSIM {m['ssim']:.4f}, PSNR {m['psnr']:.2f} dB over {m['test_images']} test images; wrote "
         f"{_output_folder(args)}"
     )

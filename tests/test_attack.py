@@ -83,6 +83,7 @@ def test_attack_help_answers_without_loading_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "--ckpt_path" in out.stdout and "--config" in out.stdout and "--no_wandb" in out.stdout
+    assert "inversion" in out.stdout and "unsplit" in out.stdout  # the attacks
 
 
 @pytest.mark.parametrize(
@@ -96,6 +97,10 @@ def test_attack_help_answers_without_loading_torch():
         (["--ckpt_path", "x", "--val_fraction", "1"], "--val_fraction=1.0 must be in (0, 1)"),
         (["--ckpt_path", "x", "--lr", "0"], "--lr=0.0 must be > 0"),
         (["--ckpt_path", "x", "--device", "gpu7"], "--device='gpu7' is not a torch device"),
+        (["--ckpt_path", "x", "--attack", "fsha"], "--attack='fsha' must be one of: inversion, unsplit"),
+        (["--ckpt_path", "x", "--targets", "0"], "--targets=0 must be >= 1"),
+        (["--ckpt_path", "x", "--outer", "0"], "--outer=0 must be >= 1"),
+        (["--ckpt_path", "x", "--tv_weight", "-1"], "--tv_weight=-1.0 must be >= 0"),
     ],
 )
 def test_bad_settings_are_one_line_errors_naming_the_option(args, message):

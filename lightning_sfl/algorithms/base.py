@@ -57,6 +57,7 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots
+from lightning_sfl.algorithms.defended import ActivationDefences
 from lightning_sfl.algorithms.evaluation import GlobalModelEvaluation
 from lightning_sfl.algorithms.federated import FederationMember
 from lightning_sfl.algorithms.guards import check_all_finite, check_global_weights
@@ -103,7 +104,7 @@ def checked_floor(value: float) -> float:
     return float(value)
 
 
-class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.LightningModule):
+class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, ActivationDefences, L.LightningModule):
     """Base of every method: builds the split model, runs the schedule's steps, aggregates, evaluates.
 
     Args:
@@ -130,6 +131,13 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
             with another (``--model``, ``compare``) keeps each method's own default.
         nesterov: Nesterov momentum (Sutskever et al., 2013, in PyTorch's form: the step is ``g + µ·b`` with ``b``
             the momentum buffer) for clients and server; needs ``momentum > 0``. Semi-SFL's optimiser (§V-A).
+        nopeek_weight: ``α`` of NoPeek (Vepakomma et al., 2020): every client adds ``α · DCOR(X_k, Z_k)`` to its
+            loss; ``0``: off (:mod:`~lightning_sfl.algorithms.defended`, split methods only).
+        activation_noise: scale of the noise added to every uploaded activation (Titcombe et al., 2021), in training
+            and at inference: Laplace's ``b`` or the Gaussian's standard deviation; ``0``: off.
+        noise_distribution: ``laplace`` (Titcombe et al.) or ``gaussian``.
+        noise_bound: ``tanh`` bounds the client's output before the noise (Titcombe et al.); ``none``: the cut's own
+            activations.
     """
 
     #: False for plain FL methods: the "client half" is the whole model and there is no server half.
@@ -162,6 +170,10 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         client_bank: str = "auto",
         bottleneck_channels: int | None = None,
         nesterov: bool = False,
+        nopeek_weight: float = 0.0,
+        activation_noise: float = 0.0,
+        noise_distribution: str = "laplace",
+        noise_bound: str = "none",
     ) -> None:
         super().__init__()
         if local_iters < 1:
@@ -195,6 +207,7 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         self.client_banks = nn.ModuleDict()  # name of a client model -> its slots (built when a fit starts)
         self.server_bank: ClientBank | None = None
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.init_defences(nopeek_weight, activation_noise, noise_distribution, noise_bound)
         self.example_input_array = torch.zeros(1, *input_shape)  # the model summary counts FLOPs on it
 
     def build_halves(
@@ -505,6 +518,8 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         copy that requires a gradient, for the server (``∂/∂`` it gives ``G_k``). Checked finite with the logits
         (:meth:`split_losses`)."""
         acts = self.client_forward(step)
+        if self.defended:
+            acts = self.defend(acts, self.step_noise(step))
         self.ledger.add_rows("up", "activations", acts, step.sizes, step.slots)
         self.ledger.add_rows("up", "labels", step.y, step.sizes, step.slots)
         return acts, acts.detach().requires_grad_(True)
@@ -555,8 +570,10 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
 
     # ------------------------------------------------------------------ the global model
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The global model ``[w_c, w_s]``: logits ``[B, N]`` (evaluated after every round)."""
-        return self.server(self.client(x))
+        """The global model ``[w_c, w_s]``: logits ``[B, N]`` (evaluated after every round), with the activation
+        defences as deployed."""
+        z = self.client(x)
+        return self.server(self.defend(z) if self.defended else z)
 
 
 __all__ = ["ClientModule", "ServerModule", "SplitFedAlgorithm"]

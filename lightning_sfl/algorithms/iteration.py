@@ -58,9 +58,13 @@ def client_side_terms(
     method: SplitFedAlgorithm, step: Step, outputs: torch.Tensor, features: torch.Tensor | None = None
 ) -> torch.Tensor | None:
     """Hook 5 as this process backpropagates it: :meth:`client_extra_loss` (rows) plus :meth:`client_regulariser`
-    (whole, shared by the processes)."""
+    and NoPeek's term (:meth:`~lightning_sfl.algorithms.defended.ActivationDefences.nopeek_term`; whole, shared by the
+    processes)."""
     rows = method.client_extra_loss(step, outputs, features)
     whole = method.client_regulariser(step, outputs, features)
+    nopeek = method.nopeek_term(step, outputs) if method.has_server_half else None  # a defence of every split method
+    if nopeek is not None:
+        whole = nopeek if whole is None else whole + nopeek
     return process_share(rows, whole, method.world_size)
 
 

@@ -1,8 +1,12 @@
-"""Privacy of split learning: how much the activations at the cut leak, and SCALA-PE's defence.
+"""Privacy of split learning: how much the activations at the cut leak, and the defences.
 
 * :mod:`lightning_sfl.privacy.metrics`: per-image MSE, SSIM and PSNR, and SCALA-PE's regulariser ``R``;
-* :mod:`lightning_sfl.privacy.inversion`: the inversion decoders (simulated and attacker) and the per-client pieces.
+* :mod:`lightning_sfl.privacy.inversion`: the inversion decoders (simulated and attacker) and the per-client pieces;
+* :mod:`lightning_sfl.privacy.unsplit`: UnSplit, inversion without data or the client's weights;
+* :mod:`lightning_sfl.privacy.defences`: NoPeek's distance correlation and noise on the activations (applied to every
+  split method by :mod:`lightning_sfl.algorithms.defended`).
 
-``lightning-sfl attack`` (a model-inversion attack on any checkpoint) is the command :mod:`lightning_sfl.attack`, built
-on these. Nothing is imported here, so that ``lightning-sfl attack --help`` loads neither torch nor Lightning.
+``lightning-sfl attack`` (``--attack inversion|unsplit`` on any split checkpoint) is the command
+:mod:`lightning_sfl.attack`, built on these. Nothing is imported here, so that ``lightning-sfl attack --help`` loads
+neither torch nor Lightning.
 """

@@ -1,0 +1,98 @@
+"""Activation defences of every split method (NoPeek, noise, a ``tanh`` bound), as a mixin of
+:class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm`; the math is :mod:`lightning_sfl.privacy.defences`.
+
+Where they act in a split iteration (:func:`~lightning_sfl.algorithms.iteration.split_iteration`):
+
+* :meth:`ActivationDefences.defend` on what each client uploads, in training (:meth:`send_activations`) and at
+  inference (the global model's :meth:`forward`): ``Z = h(w_c; X)``, bounded by ``tanh`` if ``noise_bound="tanh"``,
+  plus noise if ``activation_noise > 0``. The server, and the ``attack`` command, see only this. The noise of step
+  ``(t, i)`` comes from a generator seeded by ``(seed, t, i)``, and an evaluation's from ``(seed, rounds done)``, so a
+  resumed run draws the same noise. The gradient ``G_k`` passes the noise unchanged (it is added).
+* :meth:`ActivationDefences.nopeek_term` beside the method's own client terms: ``α · Σ_k DCOR(X_k, Z̃_k)`` on what
+  each client sends; under DDP each process takes its share of a client's rows (the processes' terms are averaged).
+
+Traffic is unchanged (the noisy activations have the activations' size). NoPeek's distance matrices are client
+compute the simulated clock does not charge: ``n_k² · (d_x + d_z)`` multiply-adds a minibatch, against the client
+half's forward and backward.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop.sampling import round_generator
+from lightning_sfl.privacy.defences import add_noise, check_defences, nopeek_loss
+
+__all__ = ["ActivationDefences"]
+
+_TRAIN_NOISE_STREAM, _EVAL_NOISE_STREAM = 21, 22
+
+
+class ActivationDefences:
+    """Mixin: the defence settings and their two hooks (see the module docstring)."""
+
+    #: False for methods that upload something else than ``h(w_c; X)`` (Semi-SFL's views): defences are refused.
+    supports_activation_defences: ClassVar[bool] = True
+
+    def init_defences(
+        self, nopeek_weight: float, activation_noise: float, noise_distribution: str, noise_bound: str
+    ) -> None:
+        check_defences(nopeek_weight, activation_noise, noise_distribution, noise_bound)
+        self.nopeek_weight, self.activation_noise = float(nopeek_weight), float(activation_noise)
+        self.noise_distribution, self.noise_bound = noise_distribution, noise_bound
+        if self.defended and not (self.has_server_half and self.supports_activation_defences):
+            kind = "a plain FL method (no activations)" if not self.has_server_half else "not a plain split upload"
+            raise ConfigError(
+                f"nopeek_weight, activation_noise and noise_bound need a split method; {type(self).__name__} is {kind}"
+            )
+        if self.nopeek_weight > 0:  # NoPeek's term goes back through the activations after G_k did
+            self.extra_loss_uses_activations = True
+        self._eval_noise: torch.Generator | None = None
+
+    @property
+    def defended(self) -> bool:
+        """Any defence of this mixin is on."""
+        return self.nopeek_weight > 0 or self.activation_noise > 0 or self.noise_bound != "none"
+
+    def _defence_seed(self) -> int:
+        federation = getattr(self, "federation", None)
+        return int(federation.stats.seed) if federation is not None else 0
+
+    def defend(self, z: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """What leaves the client: ``z`` ``[B, *act]`` bounded (``tanh``) and noised as configured. ``generator``:
+        the noise's; ``None``: the evaluation's (seeded by the rounds done, reset at every evaluation)."""
+        if self.noise_bound == "tanh":
+            z = torch.tanh(z)
+        if self.activation_noise > 0:
+            if generator is None:
+                if self._eval_noise is None:
+                    done = self.rounds_completed if self._trainer is not None else 0
+                    self._eval_noise = round_generator(self._defence_seed(), done, stream=_EVAL_NOISE_STREAM)
+                generator = self._eval_noise
+            z = add_noise(z, self.activation_noise, self.noise_distribution, generator)
+        return z
+
+    def step_noise(self, step) -> torch.Generator | None:
+        """The noise generator of training step ``step`` (seeded by the run's seed, its round and index)."""
+        if self.activation_noise == 0:
+            return None
+        return round_generator(self._defence_seed(), step.round * 1_000_003 + step.index, stream=_TRAIN_NOISE_STREAM)
+
+    def nopeek_term(self, step, sent: torch.Tensor) -> torch.Tensor | None:
+        """``α · Σ_k DCOR(X_k, Z̃_k)`` over the step's clients (``sent``: the activations as uploaded); ``None`` when
+        NoPeek is off."""
+        if self.nopeek_weight == 0:
+            return None
+        return self.nopeek_weight * nopeek_loss(step.x, sent, step.owner, len(step.clients))
+
+    def on_validation_epoch_start(self) -> None:
+        """Every evaluation draws its noise afresh from ``(seed, rounds done)``."""
+        self._eval_noise = None
+        super().on_validation_epoch_start()
+
+    def on_test_epoch_start(self) -> None:
+        self._eval_noise = None
+        super().on_test_epoch_start()
