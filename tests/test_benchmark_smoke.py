@@ -77,7 +77,8 @@ def test_async_arrivals_benchmark_runs_and_both_paths_agree(tmp_path):
     assert len(arrivals) == 1 and arrivals.pop() > 0
     steps = {name: r["steps"] for name, r in setting["paths"].items()}
     assert steps["batched_stacked"] == steps["batched_sequential"] < steps["one_at_a_time"]
-    assert setting["ratio"] > 0 and setting["kernel_ceiling"] > 0 and setting["float64_max_weight_diff"] < 1e-10
+    assert setting["ratio"] > 0 and setting["ceiling"] > 0 and setting["float64_max_weight_diff"] < 1e-10
+    assert 0 < setting["batched_floor_seconds"] < setting["paths"]["batched_stacked"]["seconds"]
 
 
 @pytest.mark.extended
