@@ -344,17 +344,49 @@ SCALA_EXPERIMENTS = {
 }
 
 
-@pytest.mark.parametrize("setting", sorted(SCALA_EXPERIMENTS))
-def test_scala_fashion_mnist_experiments_cover_their_methods(setting):
-    methods, rounds, evaluated, override = SCALA_EXPERIMENTS[setting]
-    folder = RESULTS / "scala_fashion_mnist" / setting
+#: FedAvg with three more seeds in every setting: how far apart two 3-seed means of one method fall (issue 34).
+SCALA_SEEDS_345 = {
+    f"{setting}_fedavg_seeds345": (["fedavg"], 200, 40, partition, (3, 4, 5))
+    for setting, partition in (
+        ("quantity_a2", "--data.alpha=2"),
+        ("quantity_a4", "--data.alpha=4"),
+        ("dirichlet_b0.05", "--data.beta=0.05"),
+        ("dirichlet_b0.1", "--data.beta=0.1"),
+    )
+}
+#: The experiments on why the asynchronous FL methods end below FedAvg in GAS's Table 1 (s = 2, 100 iterations).
+GAS_EXPERIMENTS = {
+    "fashion_mnist_shards2_equal_speed": (
+        ["fedavg", "fedbuff", "ca2fl"],
+        100,
+        100,
+        "--clock.flops_low=1e10",
+        (0, 1, 2),
+    ),
+    "fashion_mnist_shards2_fedbuff_average": (["fedbuff"], 100, 100, "--model.update=average", (0, 1, 2)),
+    "fashion_mnist_shards2_ca2fl_gas_code": (["ca2fl"], 100, 100, "--model.update=gas_code", (0, 1, 2)),
+}
+EXPERIMENTS = {
+    **{("scala_fashion_mnist", k): (*v, "--data.alpha=2", (0, 1, 2)) for k, v in SCALA_EXPERIMENTS.items()},
+    **{
+        ("scala_fashion_mnist", k): (*v[:3], v[3], "--trainer.max_epochs=200", v[4]) for k, v in SCALA_SEEDS_345.items()
+    },
+    **{("gas", k): (*v[:4], "--data.shards_per_client=2", v[4]) for k, v in GAS_EXPERIMENTS.items()},
+}
+SCRIPTS = {"scala_fashion_mnist": "run_scala_fashion_mnist.sh", "gas": "run_gas_fashion_mnist.sh"}
+
+
+@pytest.mark.parametrize("study,setting", sorted(EXPERIMENTS))
+def test_fashion_mnist_experiments_cover_their_methods(study, setting):
+    methods, rounds, evaluated, override, setting_override, seeds = EXPERIMENTS[study, setting]
+    folder = RESULTS / study / setting
     runs = read_metrics_csv(folder / "metrics.csv")
-    assert {(r.method, r.seed) for r in runs} == {(m, s) for m in methods for s in (0, 1, 2)}
+    assert {(r.method, r.seed) for r in runs} == {(m, s) for m in methods for s in seeds}
     for r in runs:
         assert r.status == "ok" and len(r.acc_records) == evaluated and r.acc_records[-1]["round"] == rounds
     text = (folder / "results.md").read_text()
-    script = (REPO / "docs" / "results" / "run_scala_fashion_mnist.sh").read_text()
-    assert override in text and "--data.alpha=2" in text and f"run {setting} " in script
+    script = (REPO / "docs" / "results" / SCRIPTS[study]).read_text()
+    assert override in text and setting_override in text and f"run {setting} " in script
 
 
 #: The paper-scale run on a GPU (issue 34, item 6): folder -> methods; AlexNet, 500 rounds, seed 0.
