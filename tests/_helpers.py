@@ -70,3 +70,29 @@ def data_kwargs(name: str) -> dict:
     from lightning_sfl.algorithms import REGISTRY
 
     return dict(SEMI_DATA) if REGISTRY[name].family == "semi" else {}
+
+
+def trained_checkpoint(cls, folder, rounds: int = 1, local_iters: int = 2, **kwargs):
+    """``cls`` trained ``rounds`` rounds on :func:`small_digits` (seed 0, lr 0.05); the path of its last checkpoint in
+    ``folder``."""
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    torch.manual_seed(0)
+    model = cls(local_iters=local_iters, lr=0.05, **kwargs)
+    trainer = quiet_trainer(
+        rounds, enable_checkpointing=True, callbacks=[ModelCheckpoint(dirpath=folder, save_last=True)]
+    )
+    trainer.fit(model, small_digits())
+    return folder / "last.ckpt"
+
+
+def csv_rounds(folder) -> dict[int, dict[str, str]]:
+    """The metrics of ``folder/csv/version_0/metrics.csv`` (a CSVLogger's), merged per epoch (empty cells left out)."""
+    import csv
+
+    rows: dict[int, dict[str, str]] = {}
+    with open(folder / "csv" / "version_0" / "metrics.csv") as f:
+        for row in csv.DictReader(f):
+            rows.setdefault(int(row["epoch"]), {}).update({k: v for k, v in row.items() if v != ""})
+    return rows

@@ -9,11 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
-from _helpers import small_digits
-from lightning.pytorch.callbacks import ModelCheckpoint
+from _helpers import small_digits, trained_checkpoint
 
 from lightning_sfl.algorithms import SCALA, SCALAPE, FedAvg, SplitFedV1
 from lightning_sfl.attack import check_args, grid_indices, parse_args, save_grid, train_attacker
@@ -30,17 +28,7 @@ def _attack(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def _checkpoint(cls, folder: Path, **kwargs) -> Path:
-    torch.manual_seed(0)
-    model = cls(local_iters=2, lr=0.05, **kwargs)
-    trainer = L.Trainer(
-        max_epochs=1,
-        logger=False,
-        callbacks=[ModelCheckpoint(dirpath=folder, save_last=True)],
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(model, small_digits())
-    return folder / "last.ckpt"
+    return trained_checkpoint(cls, folder, **kwargs)
 
 
 # ------------------------------------------------------------------------------------------------- the attacker

@@ -10,7 +10,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from _helpers import data_kwargs, method_kwargs
+from _helpers import csv_rounds, data_kwargs, method_kwargs
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
@@ -50,12 +50,7 @@ def _fit(name: str, rounds: int, folder: Path, ckpt_path: str | None = None):
     return model, trainer
 
 
-def _per_round(folder: Path) -> dict[int, dict[str, str]]:
-    rows: dict[int, dict[str, str]] = {}
-    with open(folder / "csv" / "version_0" / "metrics.csv") as f:
-        for row in csv.DictReader(f):
-            rows.setdefault(int(row["epoch"]), {}).update({k: v for k, v in row.items() if v != ""})
-    return rows
+_per_round = csv_rounds
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))

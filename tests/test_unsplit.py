@@ -4,7 +4,6 @@ defended one; every defence runs from a digits config, keeps traffic, resumes ex
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from _helpers import small_digits
+from _helpers import csv_rounds, small_digits, trained_checkpoint
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
@@ -71,18 +70,8 @@ def test_unsplit_inverts_a_client_half_it_never_saw_and_not_noise():
     assert scores["activations"] < 0.7 * start and scores["activations"] < 0.7 * scores["noise"], (scores, start)
 
 
-def _checkpoint(cls, folder: Path, rounds: int = 2, **kwargs) -> Path:
-    torch.manual_seed(0)
-    model = cls(local_iters=3, lr=0.05, **kwargs)
-    trainer = L.Trainer(
-        max_epochs=rounds,
-        logger=False,
-        callbacks=[ModelCheckpoint(dirpath=folder, save_last=True)],
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(model, small_digits())
-    return folder / "last.ckpt"
+def _checkpoint(cls, folder: Path, **kwargs) -> Path:
+    return trained_checkpoint(cls, folder, rounds=2, local_iters=3, **kwargs)
 
 
 def _attack(*args: str, cwd: Path) -> dict:
@@ -154,12 +143,7 @@ def _fit(cls, rounds: int, folder: Path, ckpt_path: str | None = None, **kwargs)
     return model
 
 
-def _rows(folder: Path) -> dict[int, dict[str, str]]:
-    rows: dict[int, dict[str, str]] = {}
-    with open(folder / "csv" / "version_0" / "metrics.csv") as f:
-        for row in csv.DictReader(f):
-            rows.setdefault(int(row["epoch"]), {}).update({k: v for k, v in row.items() if v != ""})
-    return rows
+_rows = csv_rounds
 
 
 ALL_DEFENCES = {"nopeek_weight": 0.5, "activation_noise": 0.2, "noise_distribution": "gaussian", "noise_bound": "tanh"}
