@@ -27,6 +27,7 @@ FAMILIES: dict[str, str] = {
     "fl": "synchronous federated learning on the unsplit model (no server half)",
     "async": "asynchronous methods on a simulated event clock (a round is one aggregation)",
     "semi": "semi-supervised methods: labelled data on the server, unlabelled clients (--data.labelled_per_class)",
+    "attack": "a malicious server: the clients' training serves an attack on their data, not the task",
 }
 #: Committed study -> where its numbers are (``study=`` of :func:`register`; ``None``: in no committed study yet).
 STUDIES: dict[str, str] = {
@@ -67,7 +68,7 @@ def register(name: str, *, family: str, study: str | None = None) -> Callable[[t
     ... class Toy: ...
     Traceback (most recent call last):
     ...
-    ValueError: family='nope' of method 'toy_doctest' is not one of: split, fl, async, semi
+    ValueError: family='nope' of method 'toy_doctest' is not one of: split, fl, async, semi, attack
     """
     if not _NAME.fullmatch(name):
         raise ValueError(f"method name {name!r} must be lower case letters, digits and '_', starting with a letter")

@@ -299,6 +299,16 @@ class FederatedDataModule(L.LightningDataModule):
         ``device``."""
         return self.model_input(self.splits.train_x[rows.cpu()].to(device))
 
+    @property
+    def num_test(self) -> int:
+        """Images in the test split."""
+        return len(self.splits.test_x)
+
+    def test_inputs(self, rows: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+        """Model inputs ``[n, C, H, W]`` of test rows ``rows`` (normalised, in the trainer's precision, on ``device``):
+        what a server may hold as public data (FSHA)."""
+        return self.model_input(self.splits.test_x[rows.cpu()].to(device))
+
     def describe(self) -> str:
         """One line naming the dataset and its partition (plot titles)."""
         knob = {"quantity": f"α={self.alpha}", "dirichlet": f"β={self.beta}"}.get(self.partition)

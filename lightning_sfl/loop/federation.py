@@ -53,6 +53,12 @@ class ClientData(Protocol):
     def train_inputs(self, rows: torch.Tensor, device: torch.device) -> torch.Tensor:
         """Normalised model inputs ``[n, C, H, W]`` of training rows ``rows`` on ``device``."""
 
+    #: Images in the test split (what a server may hold as public data: FSHA).
+    num_test: int
+
+    def test_inputs(self, rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """Normalised model inputs ``[n, C, H, W]`` of test rows ``rows`` on ``device``."""
+
     def describe(self) -> str:
         """One line naming the dataset and its partition (plot titles)."""
 

@@ -1,0 +1,223 @@
+"""FSHA, feature-space hijacking (Pasquini, Ateniese and Bernaschi, "Unleashing the Tiger: Inference Attacks on Split
+Learning", CCS 2021): a malicious server that never trains the task. It steers the clients' feature space onto the
+latent space of an autoencoder it trains on public data of the same domain, then inverts the clients' activations.
+
+The server holds public images ``X_pub`` (``public_size`` test images: the authors' code uses MNIST's test split as
+public and its training split as private) and three networks: a pilot encoder ``f̃`` (the client half's architecture,
+freshly initialised: the same output shape), a decoder ``f̃⁻¹`` (:func:`~lightning_sfl.privacy.inversion.
+inversion_decoder`) and a discriminator ``D`` on the feature space. Every split iteration, with the clients' private
+rows ``X_p`` (activations ``Z = f(X_p)``) and as many public rows:
+
+1. the gradient sent to the clients is ``∂/∂Z`` of ``Σ_k mean_{rows of k} D(Z)``: the clients step toward where ``D``
+   scores public features (the task loss is never used, so the task does not improve: SplitGuard's cue);
+2. ``f̃, f̃⁻¹`` take an Adam step on ``MSE(f̃⁻¹(f̃(X_pub)), X_pub)`` (pixels in ``[0, 1]``);
+3. ``D`` takes an Adam step on WGAN-GP's ``mean D(f̃(X_pub)) − mean D(Z) + λ·mean (‖∇D(Ẑ)‖ − 1)²`` on random
+   interpolations ``Ẑ`` (the code's default; its norm is over the spatial axes only, here over all of a row's).
+
+In SFL every client of a round gets the hijacking gradient, ``D`` sees the round's pooled activations and one pilot
+and decoder serve all clients; averaging the client halves keeps the hijack. After every round the attack is scored
+on ``scored_images`` fixed private training images: ``X̂ = f̃⁻¹(f(X))`` with the global client half, MSE and SSIM on
+``[0, 1]`` (``fsha/mse``, ``fsha/ssim``). The networks and their Adam states are checkpointed (exact resume).
+
+Departures: the code trains the client with Adam (lr ``1e-5``) for 10,000 iterations; here the clients keep the
+method's SGD (``--model.lr``) and the server's networks default to Adam ``1e-3`` (``attack_lr``, ``1e-4`` for ``D``)
+so that a few hundred iterations show the hijack; the code's ``1e-5``/``1e-4`` are an option. The code's pilot and
+decoder are strided (transposed) convolutions without activations; the pilot here is the client's architecture, the
+decoder the library's inversion decoder.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lightning_sfl.algorithms.base import SplitFedAlgorithm
+from lightning_sfl.algorithms.losses import sum_of_client_means
+from lightning_sfl.algorithms.registry import register
+from lightning_sfl.errors import ConfigError, whole_number
+from lightning_sfl.loop import Step
+from lightning_sfl.loop.sampling import round_generator
+
+__all__ = ["FSHA", "feature_discriminator", "gradient_penalty"]
+
+_PUBLIC_STREAM, _SCORED_STREAM = 31, 32
+
+
+def feature_discriminator(activation_shape: tuple[int, ...], width: int) -> nn.Sequential:
+    """``D``: activations ``[B, *activation_shape]`` (``(c, h, w)``) to one score each, ``[B, 1]``: two 3×3
+    convolutions (the second strided) with LeakyReLU(0.2), then a linear layer."""
+    c, h, w = activation_shape
+    layers = nn.Sequential(
+        nn.Conv2d(c, width, 3, padding=1),
+        nn.LeakyReLU(0.2),
+        nn.Conv2d(width, width, 3, stride=2, padding=1),
+        nn.LeakyReLU(0.2),
+        nn.Flatten(),
+    )
+    with torch.no_grad():
+        features = layers(torch.zeros(1, c, h, w)).shape[1]
+    return nn.Sequential(*layers, nn.Linear(features, 1))
+
+
+def gradient_penalty(discriminator: nn.Module, real: torch.Tensor, fake: torch.Tensor, generator) -> torch.Tensor:
+    """WGAN-GP's ``mean (‖∇D(Ẑ)‖₂ − 1)²`` at ``Ẑ = ε·real + (1 − ε)·fake``, ``ε ~ U[0, 1]`` per row (``generator``),
+    the norm over each row's every element."""
+    eps = torch.rand(len(real), *[1] * (real.dim() - 1), generator=generator).to(real)
+    mixed = (eps * real + (1 - eps) * fake).requires_grad_(True)
+    (grad,) = torch.autograd.grad(discriminator(mixed).sum(), mixed, create_graph=True)
+    return (grad.flatten(1).norm(dim=1) - 1).square().mean()
+
+
+@register("fsha", family="attack")
+class FSHA(SplitFedAlgorithm):
+    """Feature-space hijacking by the server (see the module docstring).
+
+    Args:
+        public_size: test images the server holds as public data ``X_pub``.
+        scored_images: private training images the attack is scored on after every round.
+        attack_lr: Adam's learning rate of the pilot and the decoder (the code: ``1e-5``).
+        discriminator_lr: Adam's learning rate of ``D`` (the code: ``1e-4``).
+        penalty: ``λ`` of the gradient penalty (the code: 500).
+        width: channels of the decoder and the discriminator.
+        **kwargs: the base's (``lr``: the clients' SGD).
+    """
+
+    step_handlers = {"local": "local_iteration", "aggregate": "skip_step"}
+
+    def __init__(
+        self,
+        public_size: int = 1000,
+        scored_images: int = 256,
+        attack_lr: float = 1e-3,
+        discriminator_lr: float = 1e-4,
+        penalty: float = 500.0,
+        width: int = 64,
+        client_optimizer: str = "adam",
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        if client_optimizer not in ("adam", "sgd"):
+            raise ConfigError(f"client_optimizer={client_optimizer!r} must be one of: adam, sgd")
+        self.client_optimizer = client_optimizer
+        self.public_size = whole_number("public_size", public_size)
+        self.scored_images = whole_number("scored_images", scored_images)
+        for name, value in (("attack_lr", attack_lr), ("discriminator_lr", discriminator_lr), ("penalty", penalty)):
+            if not value > 0:
+                raise ConfigError(f"{name}={value!r} must be > 0")
+        self.attack_lr, self.discriminator_lr, self.penalty = float(attack_lr), float(discriminator_lr), float(penalty)
+        input_shape = tuple(self.example_input_array.shape[1:])
+        with torch.no_grad():
+            act_shape = tuple(self.client.net(torch.zeros(1, *input_shape)).shape[1:])
+        if len(act_shape) != 3:
+            raise ConfigError(f"FSHA needs a convolutional cut ([C, H, W] activations), got {list(act_shape)}")
+        from lightning_sfl.privacy.inversion import inversion_decoder
+
+        self.pilot = copy.deepcopy(self.client.net)
+        for layer in self.pilot.modules():  # the client's architecture, not its weights
+            if hasattr(layer, "reset_parameters"):
+                layer.reset_parameters()
+        self.decoder = inversion_decoder(act_shape, input_shape, whole_number("width", width))
+        self.discriminator = feature_discriminator(act_shape, width)
+        self._attack_optimizers: dict[str, torch.optim.Optimizer] | None = None
+        self._restored_optimizers: dict | None = None
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        """The clients' optimiser: Adam (the authors' code) unless ``client_optimizer="sgd"`` (the base's SGD)."""
+        if self.client_optimizer == "sgd":
+            return super().configure_optimizers()
+        return torch.optim.Adam([{"params": self.slot_parameters(), "name": "client_slots"}], lr=self.lr)
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and self.world_size > 1:
+            raise ConfigError(f"FSHA runs on one process (got {self.world_size})")
+        super().setup(stage)
+
+    # ------------------------------------------------------------------ the server's own networks
+    def attack_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Adam for ``f̃`` with ``f̃⁻¹`` and for ``D`` (made on first use; restored from a checkpoint)."""
+        if self._attack_optimizers is None:
+            autoencoder = [*self.pilot.parameters(), *self.decoder.parameters()]
+            self._attack_optimizers = {
+                "autoencoder": torch.optim.Adam(autoencoder, lr=self.attack_lr),
+                "discriminator": torch.optim.Adam(self.discriminator.parameters(), lr=self.discriminator_lr),
+            }
+            if self._restored_optimizers is not None:
+                for name, opt in self._attack_optimizers.items():
+                    opt.load_state_dict(self._restored_optimizers[name])
+        return self._attack_optimizers
+
+    def _pixels(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalised inputs back to pixels in ``[0, 1]``."""
+        data = self._federation().data
+        mean = torch.tensor(data.pixel_mean, dtype=x.dtype, device=x.device).view(-1, 1, 1)
+        std = torch.tensor(data.pixel_std, dtype=x.dtype, device=x.device).view(-1, 1, 1)
+        return (x * std + mean).clamp(0, 1)
+
+    def public_batch(self, step: Step, rows: int) -> torch.Tensor:
+        """``rows`` public images (normalised inputs) for step ``step``, drawn from the first ``public_size`` test
+        images by a generator seeded by the run's seed, the round and the step."""
+        data = self._federation().data
+        pool = min(self.public_size, data.num_test)
+        g = round_generator(self.client_stats.seed, step.round * 1_000_003 + step.index, stream=_PUBLIC_STREAM)
+        return data.test_inputs(torch.randint(pool, (rows,), generator=g), self.device)
+
+    # ------------------------------------------------------------------ one split iteration
+    def split_losses(self, acts: torch.Tensor, a: torch.Tensor, step: Step) -> tuple[None, torch.Tensor]:
+        """No server loss (the task is not trained); the clients' loss is ``Σ_k mean D(Z_k)`` (step 1)."""
+        self.check_all_finite(step, ("activations", acts))
+        scores = self.discriminator(a).squeeze(1)
+        return None, sum_of_client_means(scores, step.owner, step.sizes)
+
+    def on_client_gradients(self, step: Step, a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        """Steps 2 and 3 on a public batch as large as the step's, after the clients' gradient is taken."""
+        opts = self.attack_optimizers()
+        x_pub = self.public_batch(step, len(a))
+        z_pub = self.pilot(x_pub)
+        reconstruction = F.mse_loss(self.decoder(z_pub), self._pixels(x_pub))
+        opts["autoencoder"].zero_grad()
+        reconstruction.backward()
+        opts["autoencoder"].step()
+        fake, real = z_pub.detach(), a.detach()
+        g = round_generator(self.client_stats.seed, step.round * 1_000_003 + step.index, stream=_PUBLIC_STREAM + 100)
+        d_loss = self.discriminator(fake).mean() - self.discriminator(real).mean()
+        d_loss = d_loss + self.penalty * gradient_penalty(self.discriminator, fake, real, g)
+        opts["discriminator"].zero_grad()
+        d_loss.backward()
+        opts["discriminator"].step()
+        size = len(a)
+        self.log("fsha/autoencoder_mse", reconstruction.detach(), on_step=False, on_epoch=True, batch_size=size)
+        self.log("fsha/discriminator_loss", d_loss.detach(), on_step=False, on_epoch=True, batch_size=size)
+        return grad
+
+    # ------------------------------------------------------------------ the attack, scored every round
+    def aggregate(self, step: Step) -> None:
+        super().aggregate(step)
+        from lightning_sfl.privacy.metrics import mse_per_image, ssim_per_image
+
+        stats = self.client_stats
+        g = round_generator(stats.seed, 0, stream=_SCORED_STREAM)
+        private = torch.cat(list(stats.shards))
+        rows = private[torch.randperm(len(private), generator=g)[: self.scored_images]]
+        with torch.no_grad():
+            x = self._federation().data.train_inputs(rows, self.device)
+            z = self.client.net(x)  # what the clients would upload for these images, defended as they are
+            z = self.defend(z, round_generator(stats.seed, step.round, stream=_SCORED_STREAM)) if self.defended else z
+            # batch statistics of the scored images (a copy: the decoder's running statistics are the public data's)
+            x_hat, truth = copy.deepcopy(self.decoder).train()(z), self._pixels(x)
+            mse, ssim = mse_per_image(x_hat, truth).mean(), ssim_per_image(x_hat.float(), truth.float()).mean()
+        self.log("fsha/mse", mse, on_step=False, on_epoch=True, batch_size=1)
+        self.log("fsha/ssim", ssim, on_step=False, on_epoch=True, batch_size=1)
+
+    # ------------------------------------------------------------------ checkpoints
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)
+        if self._attack_optimizers is not None:
+            checkpoint["fsha_optimizers"] = {n: o.state_dict() for n, o in self._attack_optimizers.items()}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self._restored_optimizers = checkpoint.get("fsha_optimizers")
+        self._attack_optimizers = None
