@@ -52,8 +52,9 @@ ATTACKS = ("inversion", "unsplit")
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineArgumentParser(
         prog="lightning-sfl attack",
-        description="Model-inversion attack on a checkpoint's client half: train a decoder on (activation, image) "
-        "pairs of the training split, score its reconstructions of the test split (MSE, SSIM, PSNR).",
+        description="Attack what a split checkpoint's client half uploads: --attack inversion (a decoder trained on "
+        "(activation, image) pairs of the training split) or unsplit (images and a clone of the client half from the "
+        "activations alone); scores the test images' reconstructions (MSE, SSIM, PSNR).",
     )
     parser.add_argument(
         "--ckpt_path", help="checkpoint of a split method (required); last: the latest fit of the same --config files"
