@@ -200,3 +200,21 @@ def test_more_clients_in_flight_than_clients_fails_and_times_must_be_bound():
         AsyncEvents(**KW).plan_round(0, stats())
     with pytest.raises(ConfigError, match="times are given for 5 clients"):
         AsyncEvents(**KW, times=random_times(5)).plan_round(0, stats())
+
+
+def test_waves_keep_every_client_s_events_in_order_across_slots():
+    """A client that finishes in one slot can be drawn into another within the window (here k: slot 0 at 0.3, slot 1
+    at 0.5): its events still run in time order, and plain FL clocks (uploads only) keep the clock's order."""
+    from lightning_sfl.loop.async_clock import Upload
+    from lightning_sfl.loop.async_events import arrival_waves
+
+    up = lambda slot, client, time, nxt: Upload(slot, client, time, 0, 0, False, nxt)  # noqa: E731
+    window = [up(0, 1, 0.1, 2), up(0, 2, 0.2, 5), up(0, 5, 0.3, 6), up(1, 3, 0.4, 5), up(1, 5, 0.5, 7)]
+    items = arrival_waves(window)
+    assert [(u.client, u.time) for u in items if u.client == 5] == [(5, 0.3), (5, 0.5)]
+    assert sorted(items, key=lambda u: u.time) == window
+    schedule = AsyncEvents(**KW, times=random_times(6, split=False))
+    st = stats()
+    steps = [s for r in range(4) for s in schedule.plan_round(r, st)]
+    times = [s.time for s in steps]
+    assert times == sorted(times)  # FL clocks: one upload after another, as the clock has them

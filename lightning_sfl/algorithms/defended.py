@@ -7,7 +7,8 @@ Where they act in a split iteration (:func:`~lightning_sfl.algorithms.iteration.
   inference (the global model's :meth:`forward`): ``Z = h(w_c; X)``, bounded by ``tanh`` if ``noise_bound="tanh"``,
   plus noise if ``activation_noise > 0``. The server, and the ``attack`` command, see only this. The noise of step
   ``(t, i)`` comes from a generator seeded by ``(seed, t, i)``, and an evaluation's from ``(seed, rounds done)``, so a
-  resumed run draws the same noise. The gradient ``G_k`` passes the noise unchanged (it is added).
+  resumed run draws the same noise (under DDP each process draws its own, the rank mixed into the seed; the run then
+  differs from a one-process run by its draws). The gradient ``G_k`` passes the noise unchanged (it is added).
 * :meth:`ActivationDefences.nopeek_term` beside the method's own client terms: ``α · Σ_k DCOR(X_k, Z̃_k)`` on what
   each client sends; under DDP each process takes its share of a client's rows (the processes' terms are averaged).
 
@@ -70,7 +71,8 @@ class ActivationDefences:
             if generator is None:
                 if self._eval_noise is None:
                     done = self.rounds_completed if self._trainer is not None else 0
-                    self._eval_noise = round_generator(self._defence_seed(), done, stream=_EVAL_NOISE_STREAM)
+                    stream = _EVAL_NOISE_STREAM + 100 * self.global_rank
+                    self._eval_noise = round_generator(self._defence_seed(), done, stream=stream)
                 generator = self._eval_noise
             z = add_noise(z, self.activation_noise, self.noise_distribution, generator)
         return z
@@ -79,7 +81,8 @@ class ActivationDefences:
         """The noise generator of training step ``step`` (seeded by the run's seed, its round and index)."""
         if self.activation_noise == 0:
             return None
-        return round_generator(self._defence_seed(), step.round * 1_000_003 + step.index, stream=_TRAIN_NOISE_STREAM)
+        stream = _TRAIN_NOISE_STREAM + 100 * self.global_rank  # each process its own draws for its rows
+        return round_generator(self._defence_seed(), step.round * 1_000_003 + step.index, stream=stream)
 
     def nopeek_term(self, step, sent: torch.Tensor) -> torch.Tensor | None:
         """``α · Σ_k DCOR(X_k, Z̃_k)`` over the step's clients (``sent``: the activations as uploaded); ``None`` when

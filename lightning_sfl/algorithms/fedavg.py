@@ -200,7 +200,7 @@ class FedAvg(SplitFedAlgorithm):
         if extra is not None:
             loss = loss + extra
         self.manual_backward(loss)
-        self.take_step(opt)
+        self.take_step(opt, slots=step.slots)  # local epochs leave clients out of a step: they must not move
         return loss, loss
 
 

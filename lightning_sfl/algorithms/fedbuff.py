@@ -65,7 +65,7 @@ class FedBuff(AsyncMethod):
             loss = F.cross_entropy(self.bank(x, step.sizes.new_tensor([rows]), step.slots), y)
             self.check_finite("loss", loss.detach().expand(len(y)), step)
             self.manual_backward(loss)
-            self.take_step(opt, count_step=e == step.local_iters - 1)  # one global_step per training step
+            self.take_step(opt, e == step.local_iters - 1, step.slots)  # one global_step a step; one slot moves
             self.log("train/client_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=len(y))
         self.deltas.append(flat_parameters(slot).detach() - start)
         super().upload(step)

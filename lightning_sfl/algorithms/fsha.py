@@ -203,7 +203,8 @@ class FSHA(SplitFedAlgorithm):
         rows = private[torch.randperm(len(private), generator=g)[: self.scored_images]]
         with torch.no_grad():
             x = self._federation().data.train_inputs(rows, self.device)
-            z = self.client.net(x)  # what the clients would upload for these images, defended as they are
+            z = copy.deepcopy(self.client.net)(x)  # a copy: BatchNorm's running statistics of the global half stay
+            # (what the clients would upload for these images, defended as they are)
             z = self.defend(z, round_generator(stats.seed, step.round, stream=_SCORED_STREAM)) if self.defended else z
             # batch statistics of the scored images (a copy: the decoder's running statistics are the public data's)
             x_hat, truth = copy.deepcopy(self.decoder).train()(z), self._pixels(x)
@@ -216,6 +217,8 @@ class FSHA(SplitFedAlgorithm):
         super().on_save_checkpoint(checkpoint)
         if self._attack_optimizers is not None:
             checkpoint["fsha_optimizers"] = {n: o.state_dict() for n, o in self._attack_optimizers.items()}
+        elif self._restored_optimizers is not None:  # saved again after a resume, before the first step
+            checkpoint["fsha_optimizers"] = self._restored_optimizers
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)

@@ -91,8 +91,10 @@ def arrival_waves(window: list[Arrival | Upload]) -> list[list[Arrival] | Upload
     Every arrival of the window sees the same server weights, and a slot's events depend only on that slot's earlier
     ones (its client's half moves through its own arrivals; an upload hands the slot to the next client), so the
     window is run in *waves*: the uploads at the head of the slots, then one group of every slot's next arrival (its
-    clients distinct). The event that ends the window comes last: the flushing arrival joins the last group when its
-    slot allows (the server updates after it), the aggregating upload follows everything.
+    clients distinct); an event waits while its client has an earlier one pending in another slot (a client that
+    finishes may be drawn into another slot), so every client's events also keep their order. The event that ends
+    the window comes last: the flushing arrival joins the last group when its slot and client allow (the server
+    updates after it), the aggregating upload follows everything.
 
     >>> a = lambda slot, client, time, flush=False: Arrival(slot, client, time, 1, 0, 1, flush)  # noqa: E731
     >>> waves = arrival_waves([a(0, 5, 1.0), a(0, 5, 2.0), a(1, 6, 2.5), a(0, 5, 3.0), a(2, 7, 4.0, flush=True)])
@@ -105,22 +107,29 @@ def arrival_waves(window: list[Arrival | Upload]) -> list[list[Arrival] | Upload
     for event in window[:-1] if held is not None else window:
         chains.setdefault(event.slot, []).append(event)
     out: list[list[Arrival] | Upload] = []
-    emitted = {}  # slot -> index in out of its last event so far
+    emitted: dict[int, int] = {}  # slot -> index in out of its last event so far
+    by_client: dict[int, int] = {}  # client -> the same (a client that finishes may be drawn into another slot)
     while chains:
+        first: dict[int, float] = {}  # client -> time of its earliest pending event: a client's events in time order
+        for chain in chains.values():
+            for event in chain:
+                first[event.client] = min(first.get(event.client, event.time), event.time)
         heads = sorted((chain[0] for chain in chains.values()), key=lambda e: (e.time, e.slot))
+        heads = [e for e in heads if e.time == first[e.client]]  # never empty: the earliest pending event is here
         taken = [e for e in heads if isinstance(e, Upload)]
         if taken:
             for upload in taken:
                 out.append(upload)
-                emitted[upload.slot] = len(out) - 1
+                emitted[upload.slot] = by_client[upload.client] = len(out) - 1
         else:
             clients: set[int] = set()
             for arrival in heads:
-                if arrival.client not in clients:  # a client back in another slot waits for the next wave
+                if arrival.client not in clients:
                     taken.append(arrival)
                     clients.add(arrival.client)
             out.append(taken)
-            emitted.update((arrival.slot, len(out) - 1) for arrival in taken)
+            for arrival in taken:
+                emitted[arrival.slot] = by_client[arrival.client] = len(out) - 1
         for event in taken:
             chain = chains[event.slot]
             chain.pop(0)
@@ -128,7 +137,8 @@ def arrival_waves(window: list[Arrival | Upload]) -> list[list[Arrival] | Upload
                 del chains[event.slot]
     if isinstance(held, Arrival):
         last = max((i for i, item in enumerate(out) if isinstance(item, list)), default=-1)
-        if last >= 0 and emitted.get(held.slot, -1) < last and all(e.client != held.client for e in out[last]):
+        before = emitted.get(held.slot, -1) < last and by_client.get(held.client, -1) < last
+        if last >= 0 and before and all(e.client != held.client for e in out[last]):
             out[last].append(held)
         else:
             out.append([held])
@@ -227,7 +237,7 @@ class AsyncEvents(Schedule):
         events: list[Arrival | Upload] = []
         while not (events and isinstance(events[-1], Upload) and events[-1].aggregate):
             events.append(clock.next_event())
-        if self.batch_arrivals:
+        if self.batch_arrivals and clock.times.is_split:  # plain FL clocks have no arrivals: their uploads in order
             windows, start = [], 0  # the events up to each flush, and from the last flush to the round's end
             for i, event in enumerate(events):
                 if isinstance(event, Arrival) and event.flush:

@@ -76,7 +76,7 @@ def add_noise(z: Tensor, scale: float, distribution: str, generator: torch.Gener
     ``scale``, drawn on the CPU from ``generator`` (reproducible on any device) and moved to ``z``'s device."""
     shape = tuple(z.shape)
     if distribution == "laplace":  # inverse CDF of a uniform in (-1/2, 1/2): -b·sign(u)·log(1 − 2|u|)
-        u = torch.rand(shape, generator=generator, dtype=torch.float64) - 0.5
+        u = torch.rand(shape, generator=generator, dtype=torch.float64).clamp_min(2**-53) - 0.5  # |u| < 1/2: finite
         noise = -scale * u.sign() * torch.log1p(-2 * u.abs())
     else:
         noise = scale * torch.randn(shape, generator=generator, dtype=torch.float64)
