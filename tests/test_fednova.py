@@ -98,5 +98,12 @@ def test_local_epoch_settings_are_checked():
         FedAvg(local_epochs=0)
     with pytest.raises(ConfigError, match="local_batch_size=0 must be a whole number >= 1"):
         FedAvg(local_epochs=1, local_batch_size=0)
-    with pytest.raises(ConfigError, match="client_bank='stacked' with local_epochs"):
-        FedAvg(local_epochs=1, momentum=0.9, client_bank="stacked")
+
+
+def test_local_epochs_on_the_stacked_bank_equal_the_sequential_bank():
+    """Steps that leave finished clients out, with momentum and weight decay: the stacked bank keeps those slots still
+    (``StackedBank.steps_only``) and ends where the sequential bank does (once refused with a ConfigError)."""
+    kwargs = dict(momentum=0.9, weight_decay=1e-3)
+    _, sequential = _fit(FedProx, 2, client_bank="sequential", **kwargs, **EPOCHS)
+    _, stacked = _fit(FedProx, 2, client_bank="stacked", **kwargs, **EPOCHS)
+    torch.testing.assert_close(flat_params(stacked.client.net), flat_params(sequential.client.net), rtol=0, atol=1e-5)
