@@ -13,9 +13,9 @@ from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 
 from lightning_sfl.algorithms import FSHA
-from lightning_sfl.algorithms.fsha import gradient_penalty
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.privacy.hijacking import gradient_penalty
 
 
 def test_gradient_penalty_of_a_linear_critic_is_its_closed_form():

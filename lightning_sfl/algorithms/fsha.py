@@ -32,7 +32,6 @@ import copy
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.losses import sum_of_client_means
@@ -40,35 +39,11 @@ from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError, whole_number
 from lightning_sfl.loop import Step
 from lightning_sfl.loop.sampling import round_generator
+from lightning_sfl.privacy.hijacking import feature_discriminator, gradient_penalty
 
-__all__ = ["FSHA", "feature_discriminator", "gradient_penalty"]
+__all__ = ["FSHA"]
 
 _PUBLIC_STREAM, _SCORED_STREAM = 31, 32
-
-
-def feature_discriminator(activation_shape: tuple[int, ...], width: int) -> nn.Sequential:
-    """``D``: activations ``[B, *activation_shape]`` (``(c, h, w)``) to one score each, ``[B, 1]``: two 3×3
-    convolutions (the second strided) with LeakyReLU(0.2), then a linear layer."""
-    c, h, w = activation_shape
-    layers = nn.Sequential(
-        nn.Conv2d(c, width, 3, padding=1),
-        nn.LeakyReLU(0.2),
-        nn.Conv2d(width, width, 3, stride=2, padding=1),
-        nn.LeakyReLU(0.2),
-        nn.Flatten(),
-    )
-    with torch.no_grad():
-        features = layers(torch.zeros(1, c, h, w)).shape[1]
-    return nn.Sequential(*layers, nn.Linear(features, 1))
-
-
-def gradient_penalty(discriminator: nn.Module, real: torch.Tensor, fake: torch.Tensor, generator) -> torch.Tensor:
-    """WGAN-GP's ``mean (‖∇D(Ẑ)‖₂ − 1)²`` at ``Ẑ = ε·real + (1 − ε)·fake``, ``ε ~ U[0, 1]`` per row (``generator``),
-    the norm over each row's every element."""
-    eps = torch.rand(len(real), *[1] * (real.dim() - 1), generator=generator).to(real)
-    mixed = (eps * real + (1 - eps) * fake).requires_grad_(True)
-    (grad,) = torch.autograd.grad(discriminator(mixed).sum(), mixed, create_graph=True)
-    return (grad.flatten(1).norm(dim=1) - 1).square().mean()
 
 
 @register("fsha", family="attack")

@@ -3,6 +3,8 @@
 * :mod:`lightning_sfl.privacy.metrics`: per-image MSE, SSIM and PSNR, and SCALA-PE's regulariser ``R``;
 * :mod:`lightning_sfl.privacy.inversion`: the inversion decoders (simulated and attacker) and the per-client pieces;
 * :mod:`lightning_sfl.privacy.unsplit`: UnSplit, inversion without data or the client's weights;
+* :mod:`lightning_sfl.privacy.hijacking`: FSHA's critic and gradient penalty (the method is
+  :class:`~lightning_sfl.algorithms.fsha.FSHA`);
 * :mod:`lightning_sfl.privacy.defences`: NoPeek's distance correlation and noise on the activations (applied to every
   split method by :mod:`lightning_sfl.algorithms.defended`).
 
