@@ -431,6 +431,8 @@ class SFLCLI(LightningCLI):
             if self.trainer.checkpoint_callback
             else None
         )
+        if last is not None and not last.exists():
+            relink_last(last)  # the interrupt came while the link was being replaced: point it at the newest round
         if last is None or not last.exists():
             return f"{line}; no round had finished: nothing to continue"
         saved = re.search(r"epoch=(\d+)", last.resolve().name)
@@ -458,6 +460,27 @@ class SFLCLI(LightningCLI):
             where.append(f"last checkpoint {_shown(checkpoint)}")
         if where:
             print("run saved: " + "; ".join(where))
+
+
+def relink_last(last: Path) -> None:
+    """Point ``last`` (``last.ckpt``, a link Lightning replaces after every round's checkpoint: first it removes the old
+    link, then it makes the new one) at the newest round checkpoint beside it that loads. A Ctrl-C or SIGTERM between
+    the two leaves no ``last.ckpt``, though the round's checkpoint was written; without a loadable one, nothing."""
+    from lightning_sfl.checkpoint import check_checkpoint
+    from lightning_sfl.errors import ConfigError
+
+    def epoch(path: Path) -> int:
+        found = re.search(r"epoch=(\d+)", path.name)
+        return int(found.group(1)) if found else -1
+
+    for candidate in sorted(last.parent.glob("epoch=*.ckpt"), key=epoch, reverse=True):
+        try:
+            check_checkpoint(candidate)
+        except ConfigError:  # written only in part (the interrupt came while it was being saved)
+            continue
+        last.unlink(missing_ok=True)  # a dangling link
+        last.symlink_to(candidate.name)
+        return
 
 
 def _shown(path: str | os.PathLike) -> str:

@@ -230,3 +230,24 @@ def test_sigterm_or_ctrl_c_says_one_line_and_the_same_command_continues_exactly(
     assert again.returncode == 0, again.stderr[-2000:]
     (run_folder,) = tmp_path.glob("runs/*")
     assert _csv_rounds(run_folder, "csv/metrics.csv") == uninterrupted and len(uninterrupted) == 40
+
+
+def test_an_interrupt_between_the_round_checkpoint_and_its_link_keeps_the_round(tmp_path):
+    """Lightning replaces ``last.ckpt`` after every round's checkpoint by removing the old link, then making the new
+    one; a Ctrl-C in between left no ``last.ckpt`` ("no round had finished"). The interrupt's handler points it at the
+    newest round checkpoint that loads, passing over one written only in part."""
+    from _helpers import trained_checkpoint
+
+    from lightning_sfl.algorithms import SCALA
+    from lightning_sfl.lightning_cli import relink_last
+
+    last = trained_checkpoint(SCALA, tmp_path)
+    (saved,) = tmp_path.glob("epoch=*.ckpt")
+    last.unlink()
+    (tmp_path / "epoch=7-step=16.ckpt").write_bytes(saved.read_bytes()[:1000])  # a newer one, cut short
+    relink_last(last)
+    assert last.is_symlink() and last.resolve() == saved.resolve()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    relink_last(empty / "last.ckpt")  # nothing to point at: nothing made
+    assert not (empty / "last.ckpt").exists()
