@@ -50,9 +50,6 @@ def _fit(name: str, rounds: int, folder: Path, ckpt_path: str | None = None):
     return model, trainer
 
 
-_per_round = csv_rounds
-
-
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_resume_at_round_boundary_is_exact(name, tmp_path):
     full, _ = _fit(name, 4, tmp_path / "full")
@@ -62,7 +59,7 @@ def test_resume_at_round_boundary_is_exact(name, tmp_path):
     transient = full._banks_left_out()  # slots rebuilt every round: not part of what a resume must restore
     for (n, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
         assert n.startswith(transient) or torch.equal(a, b), f"{name}: {n} differs after resume"
-    want, got = _per_round(tmp_path / "full"), _per_round(tmp_path / "part")
+    want, got = csv_rounds(tmp_path / "full"), csv_rounds(tmp_path / "part")
     for epoch in (2, 3):
         assert {"test/acc", "comm/cumulative_bytes"} <= set(want[epoch])
         for key in ("test/acc", "comm/cumulative_bytes", "train/server_loss", "train/client_loss"):

@@ -143,9 +143,6 @@ def _fit(cls, rounds: int, folder: Path, ckpt_path: str | None = None, **kwargs)
     return model
 
 
-_rows = csv_rounds
-
-
 ALL_DEFENCES = {"nopeek_weight": 0.5, "activation_noise": 0.2, "noise_distribution": "gaussian", "noise_bound": "tanh"}
 
 
@@ -158,12 +155,12 @@ def test_resume_with_every_defence_on_is_exact_and_traffic_is_unchanged(cls, tmp
     transient = full._banks_left_out()
     for (n, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
         assert n.startswith(transient) or torch.equal(a, b), f"{n} differs after resume"
-    want, got = _rows(tmp_path / "full"), _rows(tmp_path / "part")
+    want, got = csv_rounds(tmp_path / "full"), csv_rounds(tmp_path / "part")
     for epoch in (2, 3):
         for key in ("test/acc", "comm/cumulative_bytes", "train/client_loss"):
             assert got[epoch].get(key) == want[epoch].get(key), (epoch, key)
     plain = _fit(cls, 4, tmp_path / "plain", **extra)
-    assert _rows(tmp_path / "plain")[3]["comm/cumulative_bytes"] == want[3]["comm/cumulative_bytes"]
+    assert csv_rounds(tmp_path / "plain")[3]["comm/cumulative_bytes"] == want[3]["comm/cumulative_bytes"]
     assert not torch.equal(plain.client.net[0].weight, full.client.net[0].weight)  # the defences did act
 
 

@@ -559,10 +559,12 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, Ac
         if self.world_size > 1:
             sum_gradients_over_processes([p for p in self.parameters() if p.requires_grad], self.device)
         self.adjust_gradients()
-        with ExitStack() as keep:
-            if slots is not None:  # every bank keeps the slots the step leaves out (client halves, heads, copies)
-                for bank in self.banks():
-                    keep.enter_context(bank.steps_only(opt.optimizer, slots))
+        if slots is None or not self.schedule.partial_steps:  # every slot of the round is in the step
+            (opt.step() if count_step else opt.optimizer.step())
+            return
+        with ExitStack() as keep:  # every bank keeps the slots the step leaves out (client halves, heads, copies)
+            for bank in self.banks():
+                keep.enter_context(bank.steps_only(opt.optimizer, slots))
             (opt.step() if count_step else opt.optimizer.step())
 
     def adjust_gradients(self) -> None:

@@ -1,6 +1,8 @@
 """FSHA, feature-space hijacking (Pasquini, Ateniese and Bernaschi, "Unleashing the Tiger: Inference Attacks on Split
 Learning", CCS 2021): a malicious server that never trains the task. It steers the clients' feature space onto the
 latent space of an autoencoder it trains on public data of the same domain, then inverts the clients' activations.
+The three losses below are the paper's setup-phase objectives in the form the authors' code (``FSHA.py``) computes
+them; the code's WGAN-GP critic is the default (its BCE variant is not built).
 
 The server holds public images ``X_pub`` (``public_size`` test images: the authors' code uses MNIST's test split as
 public and its training split as private) and three networks: a pilot encoder ``f̃`` (the client half's architecture,
@@ -40,6 +42,7 @@ from lightning_sfl.errors import ConfigError, whole_number
 from lightning_sfl.loop import Step
 from lightning_sfl.loop.sampling import round_generator
 from lightning_sfl.privacy.hijacking import feature_discriminator, gradient_penalty
+from lightning_sfl.privacy.metrics import images_from_inputs
 
 __all__ = ["FSHA"]
 
@@ -127,9 +130,8 @@ class FSHA(SplitFedAlgorithm):
     def _pixels(self, x: torch.Tensor) -> torch.Tensor:
         """Normalised inputs back to pixels in ``[0, 1]``."""
         data = self._federation().data
-        mean = torch.tensor(data.pixel_mean, dtype=x.dtype, device=x.device).view(-1, 1, 1)
-        std = torch.tensor(data.pixel_std, dtype=x.dtype, device=x.device).view(-1, 1, 1)
-        return (x * std + mean).clamp(0, 1)
+        mean, std = (torch.tensor(v).view(-1, 1, 1) for v in (data.pixel_mean, data.pixel_std))
+        return images_from_inputs(x, mean, std)
 
     def public_batch(self, step: Step, rows: int) -> torch.Tensor:
         """``rows`` public images (normalised inputs) for step ``step``, drawn from the first ``public_size`` test

@@ -66,7 +66,7 @@ from lightning_sfl.errors import ConfigError, whole_number
 from lightning_sfl.loop import Step, SyncRounds
 from lightning_sfl.loop.warmup import WarmupRounds, WarmupStep
 from lightning_sfl.privacy.inversion import FlatModule, adam_update, inversion_decoder
-from lightning_sfl.privacy.metrics import REGULARISERS, mse_per_image, regulariser, ssim_per_image
+from lightning_sfl.privacy.metrics import REGULARISERS, images_from_inputs, mse_per_image, regulariser, ssim_per_image
 
 __all__ = ["SCALAPE"]
 
@@ -176,7 +176,7 @@ class SCALAPE(SCALA):
 
     def images(self, x: torch.Tensor) -> torch.Tensor:
         """The inputs ``[B, C, H, W]`` de-normalised and clamped to ``[0, 1]`` (what an attacker reconstructs)."""
-        return (x * self.pixel_std.to(x.dtype) + self.pixel_mean.to(x.dtype)).clamp(0, 1)
+        return images_from_inputs(x, self.pixel_mean, self.pixel_std)
 
     def client_extra_loss(self, step: Step, outputs: torch.Tensor, features=None) -> torch.Tensor:
         """Hook 5: ``γ·Σ_k R_k`` (eq. 17) on the activations ``outputs`` ``[B, *act]`` (the decoders first take

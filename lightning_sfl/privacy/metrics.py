@@ -21,10 +21,28 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["REGULARISERS", "mse_per_image", "psnr_per_image", "reconstruction_scores", "regulariser", "ssim_per_image"]
+__all__ = [
+    "REGULARISERS",
+    "images_from_inputs",
+    "mse_per_image",
+    "psnr_per_image",
+    "reconstruction_scores",
+    "regulariser",
+    "ssim_per_image",
+]
 
 #: Forms of ``R`` (see the module docstring).
 REGULARISERS = ("ssim", "mse")
+
+
+def images_from_inputs(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
+    """Normalised model inputs ``[B, C, H, W]`` back to pixels in ``[0, 1]`` (``x·std + mean``, per channel
+    ``[C, 1, 1]``, clamped): what an attacker reconstructs.
+
+    >>> images_from_inputs(torch.tensor([[[[-1.0, 3.0]]]]), torch.tensor([[[0.5]]]), torch.tensor([[[0.25]]])).tolist()
+    [[[[0.25, 1.0]]]]
+    """
+    return (x * std.to(x) + mean.to(x)).clamp(0, 1)
 
 
 def mse_per_image(x_hat: Tensor, x: Tensor) -> Tensor:
