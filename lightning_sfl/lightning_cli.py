@@ -37,6 +37,7 @@ from lightning_sfl.callbacks import (
     PseudoLabelQuality,
     RoundProgressBar,
     SimulatedClock,
+    SplitGuard,
     WandbRoundAxis,
 )
 from lightning_sfl.checkpoint import SPECIAL, check_checkpoint
@@ -195,6 +196,7 @@ class SFLCLI(LightningCLI):
         parser.add_lightning_class_args(PerClassAccuracy, "per_class")
         parser.add_lightning_class_args(PartitionReport, "partition_report")
         parser.add_lightning_class_args(GradientDissimilarity, "dissimilarity")
+        parser.add_lightning_class_args(SplitGuard, "splitguard")
         parser.add_subclass_arguments(  # the system model (SimulatedClock logs its times): --clock.flops_high 1e10
             SystemModel, "clock", default=lazy_instance(WirelessCell), required=False
         )

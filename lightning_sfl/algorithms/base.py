@@ -69,6 +69,7 @@ from lightning_sfl.algorithms.state import MethodState
 from lightning_sfl.errors import ConfigError, whole_number
 from lightning_sfl.loop import Federation, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.loop.selection import ClientSelection, UniformSelection, resolve_selection
+from lightning_sfl.loop.step import PROBE_KIND
 from lightning_sfl.models import add_bottleneck, build_model, split_model
 from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
 from lightning_sfl.system.comm import module_bytes
@@ -445,8 +446,11 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, Ac
         return self.bank(step.x, step.local_sizes, step.slots)
 
     def server_forward(self, a: torch.Tensor, step: Step) -> torch.Tensor:
-        """Hook 2: logits ``[B, N]`` of the server half (or of each client's server copy) on activations ``a``."""
-        return self.server(a) if self.server_bank is None else self.server_bank(a, step.local_sizes, step.slots)
+        """Hook 2: logits ``[B, N]`` of the server half (or of each client's server copy) on activations ``a``; a probe
+        step (``PROBE_KIND``) gets the global server half."""
+        if self.server_bank is None or step.kind == PROBE_KIND:
+            return self.server(a)
+        return self.server_bank(a, step.local_sizes, step.slots)
 
     @property
     def missing_class_floor(self) -> float:

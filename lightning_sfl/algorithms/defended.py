@@ -23,8 +23,10 @@ from typing import ClassVar
 
 import torch
 
+from lightning_sfl.algorithms.iteration import activation_gradients
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.sampling import round_generator
+from lightning_sfl.loop.step import PROBE_KIND, Step
 from lightning_sfl.privacy.defences import add_noise, check_defences, nopeek_loss
 
 __all__ = ["ActivationDefences"]
@@ -37,6 +39,9 @@ class ActivationDefences:
 
     #: False for methods that upload something else than ``h(w_c; X)`` (Semi-SFL's views): defences are refused.
     supports_activation_defences: ClassVar[bool] = True
+    #: False where the server sends the clients no gradient of its loss (SFLLocalLoss: the clients train on heads of
+    #: their own): SplitGuard (:class:`~lightning_sfl.callbacks.splitguard.SplitGuard`) has nothing to probe.
+    server_sends_gradients: ClassVar[bool] = True
 
     def init_defences(
         self, nopeek_weight: float, activation_noise: float, noise_distribution: str, noise_bound: str
@@ -90,6 +95,42 @@ class ActivationDefences:
         if self.nopeek_weight == 0:
             return None
         return self.nopeek_weight * nopeek_loss(step.x, sent, step.owner, len(step.clients))
+
+    @property
+    def splitguard_applies(self) -> bool:
+        """The clients hold labels and the server answers their uploads with gradients: what SplitGuard probes."""
+        return self.has_server_half and self.supports_activation_defences and self.server_sends_gradients
+
+    def server_gradients(self, sent: torch.Tensor, labels: torch.Tensor, client: int, round_index: int) -> torch.Tensor:
+        """The gradient ``G`` ``[n, *act]`` the server answers one client's upload ``sent`` ``[n, *act]`` (labels
+        ``[n]``) with, computed as in training (:meth:`answer_loss`) at the global server half, without
+        any update: what :class:`~lightning_sfl.callbacks.splitguard.SplitGuard` probes. The caller keeps the
+        buffers (BatchNorm) and the random state."""
+        n, device = len(labels), labels.device
+        step = Step(
+            kind=PROBE_KIND,
+            round=round_index,
+            index=0,
+            round_end=False,
+            clients=torch.tensor([client], device=device),
+            sizes=torch.tensor([n], device=device),
+            rows=torch.zeros(n, dtype=torch.long, device=device),
+            y=labels,
+            owner=torch.zeros(n, dtype=torch.long, device=device),
+            local_sizes=torch.tensor([n], device=device),
+            label_counts=torch.bincount(labels, minlength=self.num_classes),
+        )
+        a = sent.detach().requires_grad_(True)
+        return activation_gradients(self.answer_loss(a, step), a, keep_graph=False)
+
+    def answer_loss(self, a: torch.Tensor, step: Step) -> torch.Tensor:
+        """The loss whose gradient w.r.t. the activations ``a`` the server sends the clients: hook 4 (the clients'
+        loss) on hook 2 (the server forward); FSHA answers with its critic instead."""
+        client_loss = self.client_loss(self.server_forward(a, step), step)
+        if client_loss is None:
+            name = type(self).__name__
+            raise ConfigError(f"{name}'s server sends the clients no gradients: SplitGuard cannot probe it")
+        return client_loss
 
     def on_validation_epoch_start(self) -> None:
         """Every evaluation draws its noise afresh from ``(seed, rounds done)``."""

@@ -145,8 +145,11 @@ class FSHA(SplitFedAlgorithm):
     def split_losses(self, acts: torch.Tensor, a: torch.Tensor, step: Step) -> tuple[None, torch.Tensor]:
         """No server loss (the task is not trained); the clients' loss is ``Σ_k mean D(Z_k)`` (step 1)."""
         self.check_all_finite(step, ("activations", acts))
-        scores = self.discriminator(a).squeeze(1)
-        return None, sum_of_client_means(scores, step.owner, step.sizes)
+        return None, self.answer_loss(a, step)
+
+    def answer_loss(self, a: torch.Tensor, step: Step) -> torch.Tensor:
+        """``Σ_k mean_{rows of k} D(Z)``: the critic's score, whatever the labels (what SplitGuard catches)."""
+        return sum_of_client_means(self.discriminator(a).squeeze(1), step.owner, step.sizes)
 
     def on_client_gradients(self, step: Step, a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
         """Steps 2 and 3 on a public batch as large as the step's, after the clients' gradient is taken."""

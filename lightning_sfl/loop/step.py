@@ -15,7 +15,11 @@ import torch
 if TYPE_CHECKING:
     from lightning_sfl.system.comm import CommLedger
 
-__all__ = ["ClientStats", "RoundEnd", "Step"]
+__all__ = ["PROBE_KIND", "ClientStats", "RoundEnd", "Step"]
+
+#: ``Step.kind`` of a probe outside training (SplitGuard's): no handler runs it; the server answers with its global
+#: half (not a client's copy) and nothing is updated.
+PROBE_KIND = "probe"
 
 
 @dataclass(frozen=True)

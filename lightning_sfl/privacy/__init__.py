@@ -5,6 +5,8 @@
 * :mod:`lightning_sfl.privacy.unsplit`: UnSplit, inversion without data or the client's weights;
 * :mod:`lightning_sfl.privacy.hijacking`: FSHA's critic and gradient penalty (the method is
   :class:`~lightning_sfl.algorithms.fsha.FSHA`);
+* :mod:`lightning_sfl.privacy.splitguard`: SplitGuard's score, the clients' detector of a hijacking server (the probe
+  is the callback :class:`~lightning_sfl.callbacks.splitguard.SplitGuard`);
 * :mod:`lightning_sfl.privacy.defences`: NoPeek's distance correlation and noise on the activations (applied to every
   split method by :mod:`lightning_sfl.algorithms.defended`).
 
