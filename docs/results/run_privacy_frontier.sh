@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Reproduces docs/results/privacy_frontier/* (issue 36): the privacy-accuracy frontier of four split methods (SCALA,
+# MiniBatch-SFL, SplitFedV1, SFLLocalLoss) under each activation defence at three strengths, against two attacks, 3 seeds
+# (identical client shards and draws per seed), on digits, MNIST-5k and Fashion-MNIST.
+#
+# Defences (options of every split method; a folder each, <dataset>/<defence>):
+#   none
+#   nopeek<a>       NoPeek, the client adds a * DCOR(X_k, Z_k):           a = 1, 4, 16
+#   laplace<b>      tanh bound + Laplace(0, b) noise on the uploads:      b = 0.1, 0.3, 1
+#   bottleneck<c>   c channels at the cut (Conv2d C -> c, c -> C):        c = 16, 4, 1
+# Attacks on every run's final client half (its uploads as defended):
+#   attack/   the decoder of `lightning-sfl attack` (fitted on (activation, image) pairs of the training split)
+#   unsplit/  UnSplit (`--attack unsplit`: no data, no weights; 32 test images, 20 x 50 Adam steps; clone accuracy)
+# Every run cuts after the first block (s1: both attacks have something to recover; at the configs' s2 cut UnSplit
+# recovers nothing within its budget) and, for two CPU cores:
+#   digits         configs/digits/scala.yaml (20 clients, alpha = 2, 5 a round, T = 5, B = 64, lr 0.05), cnn_small,
+#                  50 rounds; decoder: 20 epochs, 64 channels, batch 32
+#   mnist5k        configs/mnist5k/scala.yaml (the same federation), FedLC's CNN (cnn_fedlc), 50 rounds;
+#                  decoder: 20 epochs, 16 channels, batch 128, lr 3e-3
+#   fashion_mnist  configs/fashion_mnist/scala.yaml (100 clients, alpha = 2, 10 a round, B = 320, lr 0.01), cnn_fedlc,
+#                  100 rounds, tested every 5; decoder: 5000 training images, 20 epochs, 16 channels, batch 128, lr 3e-3
+# then `python docs/results/summarize_frontier.py` writes the tables and the frontier plots.
+#   bash docs/results/run_privacy_frontier.sh                   (from the repository root, with the package installed)
+#   bash docs/results/run_privacy_frontier.sh --reuse           (keep finished trainings; attacks newer than their
+#                                                                checkpoint are kept)
+#   ONLY=digits bash docs/results/run_privacy_frontier.sh --reuse       (the folders whose path starts with digits)
+# Fashion-MNIST needs Debian's dataset-fashion-mnist package, data/FashionMNIST/raw, or --data.download true.
+set -euo pipefail
+OUT=docs/results/privacy_frontier
+METHODS=(scala minibatch_sfl splitfedv1 sfl_local_loss)
+DEFENCES=(
+  "none|"
+  "nopeek1|--model.nopeek_weight=1" "nopeek4|--model.nopeek_weight=4" "nopeek16|--model.nopeek_weight=16"
+  "laplace0.1|--model.activation_noise=0.1 --model.noise_bound=tanh"
+  "laplace0.3|--model.activation_noise=0.3 --model.noise_bound=tanh"
+  "laplace1|--model.activation_noise=1 --model.noise_bound=tanh"
+  "bottleneck16|--model.bottleneck_channels=16" "bottleneck4|--model.bottleneck_channels=4"
+  "bottleneck1|--model.bottleneck_channels=1"
+)
+attack_all() {  # FOLDER DECODER_OPTIONS...
+  folder=$1; shift
+  find "$folder/runs" -path '*/logs/checkpoints/last.ckpt' | sort | xargs -P 2 -I{} sh -c '
+    ckpt=$1; shift
+    run=$(dirname "$(dirname "$(dirname "$ckpt")")"); seed=${run##*seed}
+    [ "$run/attack/metrics.json" -nt "$ckpt" ] || \
+      lightning-sfl attack --ckpt_path "$ckpt" --seed "$seed" --no_wandb --out "$run/attack" "$@" | tail -n 1
+    [ "$run/unsplit/metrics.json" -nt "$ckpt" ] || lightning-sfl attack --attack unsplit --ckpt_path "$ckpt" \
+      --seed "$seed" --targets 32 --no_wandb --out "$run/unsplit" | tail -n 1' _ {} "$@"
+}
+dataset() {  # NAME CONFIG "DECODER OPTIONS" OVERRIDES...
+  name=$1 config=$2 decoder=$3; shift 3
+  for entry in "${DEFENCES[@]}"; do
+    out=$name/${entry%%|*}
+    if [ -n "${ONLY:-}" ] && [[ "$out" != "$ONLY"* ]]; then continue; fi
+    # shellcheck disable=SC2086  # the defence's overrides are a list
+    lightning-sfl compare --config "$config" --methods "${METHODS[@]}" --seeds 0 1 2 --jobs 2 --keep_checkpoints \
+      --out "$OUT/$out" "${EXTRA[@]}" --overrides "$@" ${entry#*|}
+    # shellcheck disable=SC2086  # DECODER is a list of options
+    attack_all "$OUT/$out" $decoder
+  done
+}
+EXTRA=("$@")
+dataset digits configs/digits/scala.yaml "--epochs 20" --model.split_point=s1 --trainer.max_epochs=50
+dataset mnist5k configs/mnist5k/scala.yaml "--epochs 20 --width 16 --batch_size 128 --lr 3e-3" \
+  --model.arch=cnn_fedlc --model.split_point=s1 --trainer.max_epochs=50
+dataset fashion_mnist configs/fashion_mnist/scala.yaml \
+  "--epochs 20 --width 16 --batch_size 128 --lr 3e-3 --train_size 5000" \
+  --model.arch=cnn_fedlc --model.split_point=s1 --trainer.max_epochs=100 --trainer.check_val_every_n_epoch=5
+python docs/results/summarize_frontier.py
