@@ -113,10 +113,10 @@ def test_methods_and_the_data_module_never_reach_through_the_trainer():
 
 
 def test_the_clients_gradients_are_taken_in_one_place():
-    """``autograd.grad`` in one file of the methods (the split iteration), besides SCALA-PE's update of its own
-    simulated decoders."""
+    """``autograd.grad`` in one file of the methods (the split iteration), besides the inversion regulariser's update
+    of the clients' own simulated decoders (SCALA-PE's, a defence of every split method)."""
     files = {p.name for p in _sources("lightning_sfl/algorithms") if "autograd.grad(" in p.read_text()}
-    assert files == {"iteration.py", "scala_pe.py"}, files
+    assert files == {"iteration.py", "inversion_defence.py"}, files
 
 
 def test_benchmarks_do_not_edit_sys_path():

@@ -26,7 +26,7 @@ METHODS = ALGORITHMS
 #: FedMatch: λ_L2 = 1 (the code's 10 goes with lr 1e-3; at this lr the clients' pull of ψ toward σ diverges in round 4).
 FIXED = {
     "fedconcat": {"encoder_rounds": 2},
-    "scala_pe": {"threshold": 0.0, "bottleneck_channels": 0},
+    "scala_pe": {"inversion_threshold": 0.0, "bottleneck_channels": 0},
     "fedmatch": {"l2_weight": 1.0},
 }
 

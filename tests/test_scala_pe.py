@@ -41,10 +41,10 @@ def weights(model) -> torch.Tensor:
 @pytest.mark.parametrize(
     "kwargs,name",
     [
-        ({"threshold": 1.5}, "threshold"),
-        ({"threshold": -0.1}, "threshold"),
-        ({"gamma": -0.3}, "gamma"),
-        ({"regulariser": "psnr"}, "regulariser"),
+        ({"inversion_threshold": 1.5}, "inversion_threshold"),
+        ({"inversion_threshold": -0.1}, "inversion_threshold"),
+        ({"inversion_gamma": -0.3}, "inversion_gamma"),
+        ({"inversion_regulariser": "psnr"}, "inversion_regulariser"),
         ({"inversion_every": 0}, "inversion_every"),
         ({"inversion_optimizer_state": "forever"}, "inversion_optimizer_state"),
         ({"inversion_width": 0}, "inversion_width"),
@@ -63,7 +63,7 @@ def test_with_gamma_zero_it_is_scala_with_the_bottleneck_in_weights_traffic_and_
     """The decoders warm up and train, but with γ = 0 nothing of them reaches the clients: the global model is SCALA's,
     and the warm-up steps add no bytes and no simulated seconds (they train no client half)."""
     metrics = {}
-    for name, cls, kwargs in (("pe", SCALAPE, {"gamma": 0.0}), ("base", SCALA, {"bottleneck_channels": 8})):
+    for name, cls, kwargs in (("pe", SCALAPE, {"inversion_gamma": 0.0}), ("base", SCALA, {"bottleneck_channels": 8})):
         model, trainer = fit(cls, callbacks=[CommunicationBytes(), SimulatedClock()], **kwargs)
         metrics[name] = (model, {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(KEYS)})
     (pe, got), (base, want) = metrics["pe"], metrics["base"]
@@ -110,8 +110,8 @@ def test_decoders_step_every_inversion_every_local_iterations_whatever_the_warm_
 
 
 def test_the_regulariser_changes_training_when_it_is_active():
-    off, _ = fit(SCALAPE, gamma=0.0)
-    on, _ = fit(SCALAPE, gamma=1.0, threshold=0.0)  # hinge at 0: active from the first step
+    off, _ = fit(SCALAPE, inversion_gamma=0.0)
+    on, _ = fit(SCALAPE, inversion_gamma=1.0, inversion_threshold=0.0)  # hinge at 0: active from the first step
     assert not torch.equal(weights(on), weights(off))
 
 
@@ -139,10 +139,10 @@ def test_inversion_every_and_reset_of_the_optimiser_state():
     assert torch.equal(weights(reset), weights(kept))  # no effect on the model while the hinge is 0
 
 
-def test_client_extra_loss_is_gamma_times_the_sum_of_the_clients_hinges():
+def test_the_inversion_term_is_gamma_times_the_sum_of_the_clients_hinges():
     """Hook 5 against a computation from scratch: each client's decoder (its row of the stores, eval mode) decodes its
     activations; R_k = max(mean SSIM − τ, 0) with a written-out SSIM; the gradient reaches the activations only."""
-    model, _ = fit(SCALAPE, rounds=1, gamma=0.7, inversion_every=5)
+    model, _ = fit(SCALAPE, rounds=1, inversion_gamma=0.7, inversion_every=5)
     model.log = lambda *a, **k: None  # outside a training loop
     torch.manual_seed(3)
     step = make_step([1, 6], [3, 2])
@@ -161,10 +161,11 @@ def test_client_extra_loss_is_gamma_times_the_sum_of_the_clients_hinges():
                 offset += value.numel()
         assert offset == model.inversion_buffers.shape[1]
         decoder.load_state_dict(state)
-        means[k] = float(reference_ssim(decoder.eval()(acts[rows].detach()), x[rows]).mean())
+        with torch.no_grad():
+            means[k] = float(reference_ssim(decoder.eval()(acts[rows]), x[rows]).mean())
     model.threshold = tau = (means[1] + means[6]) / 2  # one client above the hinge, one below
     before = model.inversion_params.clone()
-    got = model.client_extra_loss(step, acts)
+    got = model.inversion_term(step, acts)
     assert torch.equal(model.inversion_params, before)
     want = 0.7 * sum(max(m - tau, 0.0) for m in means.values())
     assert want > 0 and float(got.detach()) == pytest.approx(want, abs=1e-5)
@@ -201,7 +202,7 @@ def test_a_two_round_run_of_the_digits_config_trains_and_reaches_wandb(tmp_path)
     assert acc[1] > acc[0], acc  # 0.097 -> 0.181 (30 of 360 test images) where round 2 is below 0.2
     ssim = [row["train/inversion_ssim"] for row in run.rows_with("train/inversion_ssim")]
     assert len(ssim) == 2 and all(0 < v <= 1 for v in ssim)
-    assert run.config["bottleneck_channels"] == 8 and run.config["gamma"] == 0.3
+    assert run.config["bottleneck_channels"] == 8 and run.config["inversion_gamma"] == 0.3
 
 
 def test_the_cifar10_config_is_ressfls_setting():

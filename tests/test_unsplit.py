@@ -16,7 +16,7 @@ from _helpers import csv_rounds, small_digits, trained_checkpoint
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
-from lightning_sfl.algorithms import GAS, SCALA, FedAvg, SemiSFL
+from lightning_sfl.algorithms import GAS, SCALA, FedAvg, SemiSFL, SplitFedV1
 from lightning_sfl.callbacks import CommunicationBytes
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
@@ -146,9 +146,14 @@ def _fit(cls, rounds: int, folder: Path, ckpt_path: str | None = None, **kwargs)
 ALL_DEFENCES = {"nopeek_weight": 0.5, "activation_noise": 0.2, "noise_distribution": "gaussian", "noise_bound": "tanh"}
 
 
-@pytest.mark.parametrize("cls", [SCALA, GAS], ids=["scala", "gas"])
+#: the inversion regulariser (SCALA-PE's, on another method) with a one-epoch warm-up of the decoders
+INVERSION = {"inversion_gamma": 0.5, "inversion_threshold": 0.0, "inversion_warmup_epochs": 1}
+
+
+@pytest.mark.parametrize("cls", [SCALA, GAS, SplitFedV1], ids=["scala", "gas", "splitfedv1_inversion"])
 def test_resume_with_every_defence_on_is_exact_and_traffic_is_unchanged(cls, tmp_path):
     extra = {"covariance": "diag", "concurrency": 3, "flush_every": 3, "aggregate_every": 2} if cls is GAS else {}
+    extra = INVERSION if cls is SplitFedV1 else extra
     full = _fit(cls, 4, tmp_path / "full", **ALL_DEFENCES, **extra)
     _fit(cls, 2, tmp_path / "part", **ALL_DEFENCES, **extra)
     resumed = _fit(cls, 4, tmp_path / "part", str(tmp_path / "part" / "ckpt" / "last.ckpt"), **ALL_DEFENCES, **extra)
@@ -165,7 +170,14 @@ def test_resume_with_every_defence_on_is_exact_and_traffic_is_unchanged(cls, tmp
 
 
 @pytest.mark.parametrize(
-    "option", ["--model.nopeek_weight=0.5", "--model.activation_noise=0.3", "--model.noise_bound=tanh"]
+    "option",
+    [
+        "--model.nopeek_weight=0.5",
+        "--model.activation_noise=0.3",
+        "--model.noise_bound=tanh",
+        "--model.bottleneck_channels=8",
+        "--model.inversion_gamma=0.3",
+    ],
 )
 def test_every_defence_runs_from_a_digits_config(option, tmp_path):
     cmd = [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", str(REPO / "configs/digits/scala.yaml")]
@@ -182,3 +194,9 @@ def test_defences_need_a_plain_split_upload():
         SemiSFL(nopeek_weight=1.0)
     with pytest.raises(ConfigError, match="noise_distribution='poisson' must be one of"):
         SCALA(activation_noise=0.1, noise_distribution="poisson")
+    with pytest.raises(ConfigError, match="inversion_gamma=0.3 needs a split method whose clients upload"):
+        FedAvg(inversion_gamma=0.3)
+    with pytest.raises(ConfigError, match="inversion_gamma=0.3 needs a split method whose clients upload"):
+        SemiSFL(inversion_gamma=0.3)
+    with pytest.raises(ConfigError, match="inversion_gamma=0.3 needs synchronous rounds; GAS runs AsyncEvents"):
+        _ = GAS(inversion_gamma=0.3).schedule

@@ -32,5 +32,5 @@ run digits configs/digits/scala.yaml "scala scala_pe splitfedv1"
 run digits_bottleneck configs/digits/scala.yaml "scala" --model.bottleneck_channels=8
 run mnist5k configs/mnist5k/scala.yaml "scala scala_pe splitfedv1" "${MNIST[@]}"
 run mnist5k_bottleneck configs/mnist5k/scala.yaml "scala" "${MNIST[@]}" --model.bottleneck_channels=8
-run mnist5k_tau0.1 configs/mnist5k/scala.yaml "scala_pe" "${MNIST[@]}" --model.threshold=0.1
+run mnist5k_tau0.1 configs/mnist5k/scala.yaml "scala_pe" "${MNIST[@]}" --model.inversion_threshold=0.1
 python docs/results/summarize_privacy.py

@@ -61,6 +61,7 @@ from lightning_sfl.algorithms.defended import ActivationDefences
 from lightning_sfl.algorithms.evaluation import GlobalModelEvaluation
 from lightning_sfl.algorithms.federated import FederationMember
 from lightning_sfl.algorithms.guards import check_all_finite, check_global_weights
+from lightning_sfl.algorithms.inversion_defence import InversionDefence
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
 from lightning_sfl.algorithms.processes import disable_ddp_reducer, sum_gradients_over_processes, sum_over_processes
@@ -105,7 +106,9 @@ def checked_floor(value: float) -> float:
     return float(value)
 
 
-class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, ActivationDefences, L.LightningModule):
+class SplitFedAlgorithm(
+    FederationMember, GlobalModelEvaluation, MethodState, ActivationDefences, InversionDefence, L.LightningModule
+):
     """Base of every method: builds the split model, runs the schedule's steps, aggregates, evaluates.
 
     Args:
@@ -139,6 +142,19 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, Ac
         noise_distribution: ``laplace`` (Titcombe et al.) or ``gaussian``.
         noise_bound: ``tanh`` bounds the client's output before the noise (Titcombe et al.); ``none``: the cut's own
             activations.
+        inversion_gamma: ``γ`` of SCALA-PE's simulated-inversion regulariser (eq. 17; ResSFL's ``λ``): each client
+            adds ``γ·R_k`` of its own decoder's reconstructions (:mod:`~lightning_sfl.algorithms.inversion_defence`;
+            synchronous split methods); ``0``: off; ``None``: the method's default (0, SCALA-PE 0.3).
+        inversion_threshold: ``τ`` in ``[0, 1]``, the SSIM hinge ``R = max(SSIM − τ, 0)`` (ResSFL: 0.5).
+        inversion_regulariser: ``ssim`` (the hinge) or ``mse`` (``R = −MSE``); also the decoders' objective.
+        inversion_width: channels of the simulated inversion models (the paper: 16).
+        inversion_lr: Adam learning rate of the decoders (ResSFL: ``1e-3``).
+        inversion_every: local iterations between decoder steps (ResSFL's ``interval``: 1, or 5 with many clients).
+        inversion_optimizer_state: ``kept`` (each client's Adam moments persist across rounds, as in ResSFL) or
+            ``reset`` (they restart whenever the client is selected).
+        inversion_warmup_epochs: passes of MSE pre-training of a client's decoder over its shard before its first
+            local iteration (ResSFL: 30); ``0``: none.
+        inversion_warmup_batch_size: rows per warm-up step (ResSFL: 32).
     """
 
     #: False for plain FL methods: the "client half" is the whole model and there is no server half.
@@ -175,6 +191,15 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, Ac
         activation_noise: float = 0.0,
         noise_distribution: str = "laplace",
         noise_bound: str = "none",
+        inversion_gamma: float | None = None,
+        inversion_threshold: float = 0.5,
+        inversion_regulariser: str = "ssim",
+        inversion_width: int = 16,
+        inversion_lr: float = 1e-3,
+        inversion_every: int = 1,
+        inversion_optimizer_state: str = "kept",
+        inversion_warmup_epochs: int = 30,
+        inversion_warmup_batch_size: int = 32,
     ) -> None:
         super().__init__()
         if local_iters < 1:
@@ -209,6 +234,17 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, Ac
         self.server_bank: ClientBank | None = None
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.init_defences(nopeek_weight, activation_noise, noise_distribution, noise_bound)
+        self.init_inversion(
+            inversion_gamma,
+            inversion_threshold,
+            inversion_regulariser,
+            inversion_width,
+            inversion_lr,
+            inversion_every,
+            inversion_optimizer_state,
+            inversion_warmup_epochs,
+            inversion_warmup_batch_size,
+        )
         self.example_input_array = torch.zeros(1, *input_shape)  # the model summary counts FLOPs on it
 
     def build_halves(
@@ -235,7 +271,7 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, Ac
         """The method's schedule (:meth:`configure_schedule`, checked: a handler for every step kind; a schedule whose
         steps leave clients out runs the sequential bank), made on first use; the federation's during a fit."""
         if self._schedule is None:
-            self._schedule = self.checked_schedule(self.configure_schedule())
+            self._schedule = self.checked_schedule(self.inversion_schedule(self.configure_schedule()))
         return self._schedule
 
     def checked_schedule(self, schedule: Schedule) -> Schedule:
@@ -246,13 +282,20 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, Ac
         if schedule.partial_steps:  # a slot left out of a step must not move: SGD skips it on its own modules
             if self.client_bank == "auto":
                 self.client_bank = "sequential"
-        missing = [k for k in schedule.kinds if k not in self.step_handlers]
+        missing = [k for k in schedule.kinds if self.handler_name(k) is None]
         if missing:
             raise ConfigError(
                 f"{type(self).__name__} has no handler for step kind(s) {missing} of {type(schedule).__name__}; "
                 f"it handles: {', '.join(self.step_handlers)}"
             )
         return schedule
+
+    def handler_name(self, kind: str) -> str | None:
+        """The method that runs steps of ``kind``: ``step_handlers``, plus the decoders' warm-up of the inversion
+        regulariser; ``None`` if none does."""
+        if kind == "warmup" and self.inversion_on and kind not in self.step_handlers:
+            return "warm_up_inversion"
+        return self.step_handlers.get(kind)
 
     def global_halves(self) -> dict[str, nn.Module]:
         """The global model as its halves, ``{"client": w_c, "server": w_s}`` (plain FL: the whole model and an empty
@@ -269,6 +312,7 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, Ac
         if stage != "fit":
             return
         skip_redundant_metric_moves()  # Lightning's self.log re-moves every logged metric to its device: skip no-ops
+        self.setup_inversion()
         stats = self._federation().stats
         self.register_buffer("client_sizes", stats.sizes.clone(), persistent=False)
         self.register_buffer("label_dist", stats.label_distribution.to(torch.float32), persistent=False)
@@ -327,12 +371,13 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, Ac
             self._round_iters = step.sizes.new_zeros(len(self.bank))
             self._slot_clients = step.clients.new_full((len(self.bank),), -1)
             self.start_round(step)
+            self.start_inversion_round(step)
         if len(step.clients) and step.trains_client_halves:
             slots = step.slots_tensor
             self._round_samples.index_add_(0, slots, step.sizes)
             self._round_iters.index_add_(0, slots, (step.sizes > 0).to(step.sizes.dtype))
             self._slot_clients[slots] = step.clients
-        result = getattr(self, self.step_handlers[step.kind])(step)
+        result = getattr(self, self.handler_name(step.kind))(step)
         outputs = result if isinstance(result, dict) else None
         losses = result if outputs is None else (outputs.pop("server_loss", None), outputs.pop("client_loss", None))
         if losses is not None and all(loss is not None for loss in losses):

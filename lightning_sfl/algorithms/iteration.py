@@ -57,10 +57,14 @@ def process_share(row_terms: torch.Tensor | None, whole_terms: torch.Tensor | No
 def client_side_terms(
     method: SplitFedAlgorithm, step: Step, outputs: torch.Tensor, features: torch.Tensor | None = None
 ) -> torch.Tensor | None:
-    """Hook 5 as this process backpropagates it: :meth:`client_extra_loss` (rows) plus :meth:`client_regulariser`
-    and NoPeek's term (:meth:`~lightning_sfl.algorithms.defended.ActivationDefences.nopeek_term`; whole, shared by the
-    processes)."""
+    """Hook 5 as this process backpropagates it: :meth:`client_extra_loss` and the inversion regulariser's term
+    (:meth:`~lightning_sfl.algorithms.inversion_defence.InversionDefence.inversion_term`; rows) plus
+    :meth:`client_regulariser` and NoPeek's term (:meth:`~lightning_sfl.algorithms.defended.ActivationDefences.
+    nopeek_term`; whole, shared by the processes)."""
     rows = method.client_extra_loss(step, outputs, features)
+    inversion = method.inversion_term(step, outputs)  # SCALA-PE's regulariser, a defence of every split method
+    if inversion is not None:
+        rows = inversion if rows is None else rows + inversion
     whole = method.client_regulariser(step, outputs, features)
     nopeek = method.nopeek_term(step, outputs) if method.has_server_half else None  # a defence of every split method
     if nopeek is not None:
