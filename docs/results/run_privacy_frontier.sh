@@ -8,6 +8,7 @@
 #   nopeek<a>       NoPeek, the client adds a * DCOR(X_k, Z_k):           a = 1, 4, 16
 #   laplace<b>      tanh bound + Laplace(0, b) noise on the uploads:      b = 0.1, 0.3, 1
 #   bottleneck<c>   c channels at the cut (Conv2d C -> c, c -> C):        c = 16, 4, 1
+#   inversion<g>    SCALA-PE's regulariser, g * max(SSIM - 0.5, 0) of a simulated decoder per client: g = 0.3, 1, 3
 # Attacks on every run's final client half (its uploads as defended):
 #   attack/   the decoder of `lightning-sfl attack` (fitted on (activation, image) pairs of the training split)
 #   unsplit/  UnSplit (`--attack unsplit`: no data, no weights; 32 test images, 20 x 50 Adam steps; clone accuracy)
@@ -36,6 +37,7 @@ DEFENCES=(
   "laplace1|--model.activation_noise=1 --model.noise_bound=tanh"
   "bottleneck16|--model.bottleneck_channels=16" "bottleneck4|--model.bottleneck_channels=4"
   "bottleneck1|--model.bottleneck_channels=1"
+  "inversion0.3|--model.inversion_gamma=0.3" "inversion1|--model.inversion_gamma=1" "inversion3|--model.inversion_gamma=3"
 )
 attack_all() {  # FOLDER DECODER_OPTIONS...
   folder=$1; shift

@@ -43,6 +43,7 @@ DEFENCES = {
     "nopeek": ("NoPeek", "α", ("1", "4", "16")),
     "laplace": ("tanh + Laplace noise", "b", ("0.1", "0.3", "1")),
     "bottleneck": ("bottleneck", "channels", ("16", "4", "1")),
+    "inversion": ("inversion regulariser", "γ", ("0.3", "1", "3")),
 }
 ATTACKS = {"attack": "decoder", "unsplit": "UnSplit"}
 COLUMNS = ("method", "seed", "attack", "mse", "ssim", "psnr", "clone_accuracy", "activation_shape", "test_images")
@@ -171,7 +172,7 @@ def table(points: list[Point]) -> str:
 
 def plot(dataset: str, points: list[Point]) -> Path:
     colours = dict(zip(METHODS, ("tab:red", "tab:blue", "tab:green", "tab:purple")))
-    markers = {"nopeek": "o", "laplace": "s", "bottleneck": "^"}
+    markers = {"nopeek": "o", "laplace": "s", "bottleneck": "^", "inversion": "D"}
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
     for ax, attack in zip(axes, ATTACKS):
         for method in METHODS:
@@ -262,8 +263,8 @@ def frontier_section() -> str:
     return f"""# Privacy-accuracy frontier: four split methods, three defences at three strengths, two attacks
 
 SCALA, MiniBatch-SFL, SplitFedV1 and SFLLocalLoss, each without a defence and with NoPeek (α = 1, 4, 16), a `tanh`
-bound with Laplace noise (b = 0.1, 0.3, 1) or a bottleneck at the cut (16, 4, 1 channels), 3 seeds (identical client
-shards and draws per seed). Every run's final client half is attacked twice, seeing the uploads as defended: the
+bound with Laplace noise (b = 0.1, 0.3, 1), a bottleneck at the cut (16, 4, 1 channels) or SCALA-PE's inversion
+regulariser (γ = 0.3, 1, 3; τ = 0.5), 3 seeds (identical client shards and draws per seed). Every run's final client half is attacked twice, seeing the uploads as defended: the
 decoder of `lightning-sfl attack` (trained on (activation, image) pairs of the training split, scored on the test
 split) and UnSplit (no data, no weights: 32 test images and a clone of the client half optimised together; the
 clone's accuracy with the real server half is its stealing score). MSE and SSIM are per test image on [0, 1],
