@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from summarize_frontier import frontier_summary
 from summarize_papers import papers_section  # this folder, on sys.path when run as a script
 from summarize_privacy import privacy_section
 
@@ -499,6 +500,8 @@ classes — fails when every client holds one class; we keep the method as publi
 {SEMI_TEXT.format(semi_acc=semi_acc, semi_pending=semi_pending, SEMI_NOTES=SEMI_NOTES, **semi_efficiency)}
 
 {privacy_section()}
+
+{frontier_summary()}
 
 {papers_section()}"""
     (HERE / "README.md").write_text(text)

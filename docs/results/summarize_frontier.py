@@ -22,6 +22,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
 from lightning_sfl.compare import read_metrics_csv  # noqa: E402
@@ -111,11 +112,15 @@ def mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else float("nan")
 
 
+def spread(values: list[float]) -> float:
+    """The seeds' standard deviation (0 for fewer than two)."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
 def cell(values: list[float], digits: int) -> str:
     if not values:
         return "—"
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.{digits}f} ± {std:.{digits}f}"
+    return f"{statistics.fmean(values):.{digits}f} ± {spread(values):.{digits}f}"
 
 
 def settings() -> list[tuple[str, str, str]]:
@@ -187,6 +192,7 @@ def plot(dataset: str, points: list[Point]) -> Path:
             if base:
                 ax.plot(mean(base.mse[attack]), mean(base.accuracy), color=colours[method], marker="*", ms=12)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # narrow ranges would print every minor tick
         ax.set_xlabel(f"{ATTACKS[attack]}'s reconstruction MSE (higher: leaks less)")
         ax.grid(alpha=0.3)
         ax.set_title(ATTACKS[attack])
@@ -229,9 +235,18 @@ def readings(points: list[Point]) -> str:
             f"| {METHODS[method]} | {p.label} | {mean(p.accuracy):.2f} | {mean(p.mse['attack']):.4f} "
             f"| {mean(p.mse['unsplit']):.4f} |"
         )
-    if best:
-        winner = max(best.values(), key=lambda p: mean(p.mse["attack"]))
-        lines += ["", f"Leaks least to the decoder at equal accuracy: **{METHODS[winner.method]}** ({winner.label})."]
+    if len(best) > 1:
+        first, second = sorted(best.values(), key=lambda p: mean(p.mse["attack"]), reverse=True)[:2]
+        gap = mean(first.mse["attack"]) - mean(second.mse["attack"])
+        noise = max(spread(first.mse["attack"]), spread(second.mse["attack"]))
+        if gap > noise:
+            verdict = f"**{METHODS[first.method]}** ({first.label}), by {gap:.4f} over {METHODS[second.method]}"
+        else:
+            verdict = (
+                f"no method measurably ({METHODS[first.method]} is ahead by {gap:.4f}, within the seeds' standard "
+                f"deviation {noise:.4f})"
+            )
+        lines += ["", f"Leaks least to the decoder at equal accuracy: {verdict}."]
     ratios = []
     for _, defence, strength in settings():
         pair = [p for p in points if p.defence == defence and p.strength == strength]
@@ -260,15 +275,16 @@ def frontier_section() -> str:
         figure = f"privacy_frontier/{dataset}_frontier.png"
         parts.append(f"## {name}\n\n![frontier, {dataset}]({figure})\n\n{table(points)}\n{readings(points)}")
     body = "\n".join(parts)
-    return f"""# Privacy-accuracy frontier: four split methods, three defences at three strengths, two attacks
+    return f"""# Privacy-accuracy frontier: four split methods, four defences at three strengths, two attacks
 
 SCALA, MiniBatch-SFL, SplitFedV1 and SFLLocalLoss, each without a defence and with NoPeek (α = 1, 4, 16), a `tanh`
 bound with Laplace noise (b = 0.1, 0.3, 1), a bottleneck at the cut (16, 4, 1 channels) or SCALA-PE's inversion
-regulariser (γ = 0.3, 1, 3; τ = 0.5), 3 seeds (identical client shards and draws per seed). Every run's final client half is attacked twice, seeing the uploads as defended: the
-decoder of `lightning-sfl attack` (trained on (activation, image) pairs of the training split, scored on the test
-split) and UnSplit (no data, no weights: 32 test images and a clone of the client half optimised together; the
-clone's accuracy with the real server half is its stealing score). MSE and SSIM are per test image on [0, 1],
-averaged; accuracy is the final test accuracy of the global model; mean ± std over seeds.
+regulariser (γ = 0.3, 1, 3; τ = 0.5), 3 seeds (identical client shards and draws per seed). Every run's final client
+half is attacked twice, seeing the uploads as defended: the decoder of `lightning-sfl attack` (trained on
+(activation, image) pairs of the training split, scored on the test split) and UnSplit (no data, no weights: 32
+test images and a clone of the client half optimised together; the clone's accuracy with the real server half is
+its stealing score). MSE and SSIM are per test image on [0, 1], averaged; accuracy is the final test accuracy of the
+global model; mean ± std over seeds.
 
 Produced by (from the repository root, with the package installed):
 
@@ -279,6 +295,23 @@ bash docs/results/run_privacy_frontier.sh
 Each setting folder (`privacy_frontier/<dataset>/<defence>/`) holds compare's `results.md`, `accuracy.png` and
 `metrics.csv`, and both attacks' scores per run in `attacks.csv`; `python docs/results/summarize_frontier.py` rebuilds
 this text and the plots from them.
+
+{body}"""
+
+
+def frontier_summary() -> str:
+    """The frontier's readings per dataset, with a link to its README, for ``docs/results/README.md``."""
+    parts = []
+    for dataset, name in DATASETS.items():
+        points = dataset_points(dataset)
+        text = readings(points) if points else ""
+        parts.append(f"**{name}.** " + (text if text else "Not run yet.\n"))
+    body = "\n".join(parts)
+    return f"""## Privacy-accuracy frontier (issue 36)
+
+Four split methods × (no defence, NoPeek, tanh + Laplace noise, a bottleneck, SCALA-PE's regulariser, each at three
+strengths) × 3 seeds, attacked by the decoder and by UnSplit: `bash docs/results/run_privacy_frontier.sh`; every
+table and the plots in [privacy_frontier/README.md](privacy_frontier/README.md).
 
 {body}"""
 
