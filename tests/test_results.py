@@ -114,18 +114,9 @@ def test_committed_numbers_are_reproduced_by_the_command(study, setting, method,
 GAS_METHODS = ["gas", "async_sfl", "fedbuff", "ca2fl", "fedavg", "minibatch_sfl", "s2fl"]
 GAS_SETTINGS = {"digits_shards2": 100, "digits_dirichlet0.1": 100, "mnist5k_shards2": 50, "mnist5k_dirichlet0.1": 50}
 SEMI_SETTINGS = {"digits_dirichlet0.1": 20, "digits_iid": 20, "mnist5k_dirichlet0.1": 20, "mnist5k_iid": 20}
-#: MNIST-5k IID was run before FedMatch and Semi-SFL's system model were built; its re-run is pending
-#: (docs/results/README.md says so), so FedMatch is not required there yet.
-SEMI_BEFORE_FEDMATCH = {"mnist5k_iid"}
-
-
-def _semi_methods(setting: str) -> list[str]:
-    return [m for m in SEMI_METHODS if not (setting in SEMI_BEFORE_FEDMATCH and m == "fedmatch")]
-
-
 OWN_STUDIES = [
     *[("gas", s, GAS_METHODS, n, "accuracy_time.png") for s, n in GAS_SETTINGS.items()],
-    *[("semi_sfl", s, _semi_methods(s), n, "pseudo_labels.png") for s, n in SEMI_SETTINGS.items()],
+    *[("semi_sfl", s, SEMI_METHODS, n, "pseudo_labels.png") for s, n in SEMI_SETTINGS.items()],
     ("semi_sfl", "digits_dirichlet0.1_fedmatch_code", ["fedmatch"], 20, "accuracy_time.png"),
 ]
 
@@ -160,7 +151,7 @@ def test_semi_sfl_study_reports_time_and_traffic_to_target(setting):
 
 
 #: Where Semi-SFL ends below supervised-only in a seed (docs/results/README.md says so): setting -> seeds.
-SEMI_BELOW_SUPERVISED = {"mnist5k_dirichlet0.1": {0}}
+SEMI_BELOW_SUPERVISED = {"mnist5k_dirichlet0.1": {0}, "mnist5k_iid": {0, 1}}
 
 
 def test_semi_sfl_ends_above_supervised_only_after_20_rounds_on_digits():
