@@ -71,8 +71,9 @@ class SplitGuard(RoundCallback):
     def on_federation(self, trainer, pl_module, federation: Federation) -> None:
         if self.every_n_rounds and not getattr(pl_module, "splitguard_applies", False):
             raise ConfigError(
-                f"splitguard.every_n_rounds={self.every_n_rounds} needs a split method whose clients hold labels and "
-                f"get the server's gradients; {type(pl_module).__name__} is not one (set 0 to turn SplitGuard off)"
+                f"splitguard.every_n_rounds={self.every_n_rounds} needs a split method whose clients hold labels, "
+                f"upload from the half they download and get the server's gradients; {type(pl_module).__name__} is "
+                "not one (set 0 to turn SplitGuard off)"
             )
         self.federation = federation
 

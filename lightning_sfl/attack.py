@@ -140,6 +140,13 @@ def _data_module(args: argparse.Namespace, ckpt: dict):
     return FederatedDataModule(**{k: v for k, v in data.items() if not k.startswith("_")})
 
 
+#: Hyperparameters renamed since checkpoints were first written: method -> {old name: new} (SCALA-PE's regulariser
+#: became ``inversion_*``, an option of every split method).
+RENAMED_HPARAMS = {
+    "SCALAPE": {"gamma": "inversion_gamma", "threshold": "inversion_threshold", "regulariser": "inversion_regulariser"}
+}
+
+
 def _trained_method(ckpt: dict, path: str):
     """The checkpoint's method rebuilt from its hyperparameters, with the saved global halves loaded (the client half
     ``[B, C, H, W] -> [B, *act]`` and the server half), in eval mode; its name and input shape."""
@@ -154,6 +161,8 @@ def _trained_method(ckpt: dict, path: str):
     if not cls.has_server_half:
         raise ConfigError(f"{cls.__name__} is not a split method (nothing crosses a cut): no activations to invert")
     hparams = {k: v for k, v in (ckpt.get("hyper_parameters") or {}).items() if not k.startswith("_")}
+    renamed = RENAMED_HPARAMS.get(cls.__name__, {})  # checkpoints of earlier versions
+    hparams = {renamed.get(k, k): v for k, v in hparams.items()}
     model = cls(**hparams)
     for half in ("client", "server"):
         prefix = f"{half}.net."

@@ -196,3 +196,20 @@ def test_attack_last_finds_the_latest_fit_of_the_same_config(tmp_path):
     m = json.loads((run_folder / "checkpoints" / "attack" / "metrics.json").read_text())
     assert (tmp_path / m["checkpoint"]).resolve() == (run_folder / "checkpoints" / "last.ckpt").resolve()
     assert m["rounds"] == 1
+
+
+def test_a_scala_pe_checkpoint_of_an_earlier_version_still_loads(tmp_path):
+    """SCALA-PE's ``gamma``/``threshold``/``regulariser`` became ``inversion_*``: a checkpoint that records the old
+    names is rebuilt with the same settings and weights."""
+    from lightning_sfl.attack import _trained_method
+
+    ckpt_path = _checkpoint(SCALAPE, tmp_path / "ckpt", inversion_gamma=0.7, inversion_threshold=0.2,
+                            inversion_warmup_epochs=0)  # fmt: skip
+    ckpt = torch.load(ckpt_path, weights_only=False)
+    hp = ckpt["hyper_parameters"]
+    for old, new in (("gamma", "inversion_gamma"), ("threshold", "inversion_threshold")):
+        hp[old] = hp.pop(new)
+    hp["regulariser"] = hp.pop("inversion_regulariser")
+    model, name, _ = _trained_method(ckpt, str(ckpt_path))
+    assert name == "SCALAPE" and (model.inversion_gamma, model.inversion_threshold) == (0.7, 0.2)
+    assert torch.equal(model.client.net[0].weight, ckpt["state_dict"]["client.net.0.weight"])

@@ -163,7 +163,7 @@ def test_the_inversion_term_is_gamma_times_the_sum_of_the_clients_hinges():
         decoder.load_state_dict(state)
         with torch.no_grad():
             means[k] = float(reference_ssim(decoder.eval()(acts[rows]), x[rows]).mean())
-    model.threshold = tau = (means[1] + means[6]) / 2  # one client above the hinge, one below
+    model.inversion_threshold = tau = (means[1] + means[6]) / 2  # one client above the hinge, one below
     before = model.inversion_params.clone()
     got = model.inversion_term(step, acts)
     assert torch.equal(model.inversion_params, before)

@@ -52,39 +52,36 @@ COLUMNS = ("method", "seed", "attack", "mse", "ssim", "psnr", "clone_accuracy", 
 MARGIN = 2.0
 
 
-def gather_attacks(folder: Path) -> list[dict]:
-    """Both attacks' scores of every run of ``folder`` (from its runs, written to ``attacks.csv``; without runs, the
-    committed ``attacks.csv``)."""
-    found = sorted(p for a in ATTACKS for p in folder.glob(f"runs/*/seed*/{a}/metrics.json"))
-    if not found:
-        if not (folder / "attacks.csv").exists():
-            return []
+def gather_attacks(folder: Path, write: bool = False) -> list[dict]:
+    """Both attacks' scores of every run of ``folder``: the committed ``attacks.csv`` updated with the runs present
+    (a run's ``metrics.json`` replaces its committed row; rows of runs not present are kept); ``write``: save the
+    result to ``attacks.csv``."""
+    rows: dict[tuple, dict] = {}
+    if (folder / "attacks.csv").exists():
         with open(folder / "attacks.csv", newline="") as f:
-            rows = list(csv.DictReader(f))
-        for r in rows:
-            r["seed"] = int(r["seed"])
-            for k in ("mse", "ssim", "psnr"):
-                r[k] = float(r[k])
-        return rows
-    rows = []
-    for path in found:
+            for r in csv.DictReader(f):
+                r["seed"] = int(r["seed"])
+                for k in ("mse", "ssim", "psnr"):
+                    r[k] = float(r[k])
+                rows[r["method"], r["seed"], r["attack"]] = r
+    for path in sorted(p for a in ATTACKS for p in folder.glob(f"runs/*/seed*/{a}/metrics.json")):
         m = json.loads(path.read_text())
-        rows.append(
-            {
-                "method": path.parts[-4],
-                "seed": int(path.parts[-3].removeprefix("seed")),
-                "attack": path.parts[-2],
-                **{k: m[k] for k in ("mse", "ssim", "psnr", "test_images")},
-                "clone_accuracy": m.get("clone_accuracy", ""),
-                "activation_shape": "x".join(map(str, m["activation_shape"])),
-            }
-        )
-    rows.sort(key=lambda r: (r["method"], r["attack"], r["seed"]))
-    with open(folder / "attacks.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    return rows
+        row = {
+            "method": path.parts[-4],
+            "seed": int(path.parts[-3].removeprefix("seed")),
+            "attack": path.parts[-2],
+            **{k: m[k] for k in ("mse", "ssim", "psnr", "test_images")},
+            "clone_accuracy": m.get("clone_accuracy", ""),
+            "activation_shape": "x".join(map(str, m["activation_shape"])),
+        }
+        rows[row["method"], row["seed"], row["attack"]] = row
+    ordered = [rows[k] for k in sorted(rows)]
+    if write and ordered:
+        with open(folder / "attacks.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(ordered)
+    return ordered
 
 
 @dataclass
@@ -138,10 +135,12 @@ def dataset_points(dataset: str) -> list[Point]:
         if not (path / "metrics.csv").exists():
             continue
         runs: dict[str, list[float]] = {}
+        ok = set()  # (method, seed) of the runs that finished: only their attacks count
         for run in read_metrics_csv(path / "metrics.csv"):
             if run.status == "ok":
                 runs.setdefault(run.method, []).append(100 * run.acc_records[-1]["test/acc"])
-        attacks = gather_attacks(path)
+                ok.add((run.method, run.seed))
+        attacks = [a for a in gather_attacks(path) if (a["method"], a["seed"]) in ok]
         for method in METHODS:
             if method not in runs:
                 continue
@@ -279,7 +278,8 @@ def frontier_section() -> str:
 
 SCALA, MiniBatch-SFL, SplitFedV1 and SFLLocalLoss, each without a defence and with NoPeek (α = 1, 4, 16), a `tanh`
 bound with Laplace noise (b = 0.1, 0.3, 1), a bottleneck at the cut (16, 4, 1 channels) or SCALA-PE's inversion
-regulariser (γ = 0.3, 1, 3; τ = 0.5), 3 seeds (identical client shards and draws per seed). Every run's final client
+regulariser (γ = 0.3, 1, 3; τ = 0.5 on digits, 0.1 on the 28×28 datasets, where the clients' decoders stay below
+0.5), 3 seeds (identical client shards and draws per seed). Every run's final client
 half is attacked twice, seeing the uploads as defended: the decoder of `lightning-sfl attack` (trained on
 (activation, image) pairs of the training split, scored on the test split) and UnSplit (no data, no weights: 32
 test images and a clone of the client half optimised together; the clone's accuracy with the real server half is
@@ -304,8 +304,8 @@ def frontier_summary() -> str:
     parts = []
     for dataset, name in DATASETS.items():
         points = dataset_points(dataset)
-        text = readings(points) if points else ""
-        parts.append(f"**{name}.** " + (text if text else "Not run yet.\n"))
+        text = readings(points) if points else "Not run yet.\n"
+        parts.append(f"**{name}.** " + (text or "Partly run (the readings need every method's undefended runs).\n"))
     body = "\n".join(parts)
     return f"""## Privacy-accuracy frontier (issue 36)
 
@@ -317,6 +317,9 @@ table and the plots in [privacy_frontier/README.md](privacy_frontier/README.md).
 
 
 def main() -> None:
+    HERE.mkdir(parents=True, exist_ok=True)
+    for folder in sorted(HERE.glob("*/*/metrics.csv")):
+        gather_attacks(folder.parent, write=True)
     for dataset in DATASETS:
         points = dataset_points(dataset)
         if points:

@@ -167,6 +167,9 @@ class SplitFedAlgorithm(
     _missing_class_floor: float = 0.0  # see missing_class_floor
     #: Channels of the bottleneck at the cut when ``bottleneck_channels`` is ``None`` (0: none).
     default_bottleneck_channels: ClassVar[int] = 0
+    #: True if the clients keep their own client halves across rounds (SplitFedV3): what a client uploads is not
+    #: ``h`` of the global half, so the inversion regulariser and SplitGuard's probe refuse the method.
+    keeps_client_halves: ClassVar[bool] = False
     #: True if :meth:`client_extra_loss` differentiates through the activations after ``G_k`` went back through them
     #: (SCALA-PE's regulariser): the clients' graph is then kept for a second backward pass.
     extra_loss_uses_activations: ClassVar[bool] = False

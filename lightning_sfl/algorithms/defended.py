@@ -99,7 +99,8 @@ class ActivationDefences:
     @property
     def splitguard_applies(self) -> bool:
         """The clients hold labels and the server answers their uploads with gradients: what SplitGuard probes."""
-        return self.has_server_half and self.supports_activation_defences and self.server_sends_gradients
+        supported = self.has_server_half and self.supports_activation_defences and self.server_sends_gradients
+        return supported and not self.keeps_client_halves  # the probe runs the global half
 
     def server_gradients(self, sent: torch.Tensor, labels: torch.Tensor, client: int, round_index: int) -> torch.Tensor:
         """The gradient ``G`` ``[n, *act]`` the server answers one client's upload ``sent`` ``[n, *act]`` (labels

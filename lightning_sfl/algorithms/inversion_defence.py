@@ -75,19 +75,20 @@ class InversionDefence:
             )
         self.inversion_every = whole_number("inversion_every", every)
         width = whole_number("inversion_width", width)
-        self.warmup = (  # (epochs, batch size) of the decoders' warm-up
+        self.inversion_warmup = (  # (epochs, batch size) of the decoders' warm-up
             whole_number("inversion_warmup_epochs", warmup_epochs, low=0),
             whole_number("inversion_warmup_batch_size", warmup_batch_size),
         )
-        self.gamma, self.threshold, self.regulariser = float(gamma), float(threshold), objective
+        self.inversion_gamma, self.inversion_threshold = float(gamma), float(threshold)
+        self.inversion_objective = objective
         self.inversion_lr, self.inversion_optimizer_state = float(lr), optimizer_state
-        self.inversion_on = self.gamma > 0 or self.always_simulates_inversion
+        self.inversion_on = self.inversion_gamma > 0 or self.always_simulates_inversion
         if not self.inversion_on:
             return
-        if not (self.has_server_half and self.supports_activation_defences):
+        if not (self.has_server_half and self.supports_activation_defences) or self.keeps_client_halves:
             raise ConfigError(
-                f"inversion_gamma={gamma} needs a split method whose clients upload h(w_c; X); "
-                f"{type(self).__name__} is not one"
+                f"inversion_gamma={gamma} needs a split method whose clients upload h(w_c; X) of the half they "
+                f"download; {type(self).__name__} is not one"
             )
         self.extra_loss_uses_activations = True  # R_k goes back through the activations after G_k did
         shape = tuple(self.hparams.input_shape)
@@ -105,6 +106,7 @@ class InversionDefence:
         self.add_state("inversion_steps", lambda: torch.zeros(k(), dtype=torch.long))
         self._warmup_adam: dict[int, list] = {}  # client -> [exp_avg, exp_avg_sq, steps] of its warm-up (one round)
         self._iteration = 0
+        self._last_step_index: int | None = None
 
     # ------------------------------------------------------------------ schedule, setup, round start
     def inversion_schedule(self, schedule: Schedule) -> Schedule:
@@ -114,10 +116,10 @@ class InversionDefence:
             return schedule
         if type(schedule) is not SyncRounds:
             raise ConfigError(
-                f"inversion_gamma={self.gamma} needs synchronous rounds; {type(self).__name__} runs "
+                f"inversion_gamma={self.inversion_gamma} needs synchronous rounds; {type(self).__name__} runs "
                 f"{type(schedule).__name__}"
             )
-        epochs, batch_size = self.warmup
+        epochs, batch_size = self.inversion_warmup
         return schedule if epochs == 0 else WarmupRounds(self.local_iters, self.selection, epochs, batch_size)
 
     def setup_inversion(self) -> None:
@@ -137,6 +139,7 @@ class InversionDefence:
             return
         self._warmup_adam.clear()
         self._iteration = 0  # local iterations of the round so far (the decoders step on every inversion_every-th)
+        self._last_step_index = None
         if self.inversion_optimizer_state == "reset":
             for state in (self.inversion_exp_avg, self.inversion_exp_avg_sq, self.inversion_steps):
                 state[step.clients] = 0
@@ -153,7 +156,9 @@ class InversionDefence:
             return None
         x = self.images(step.x)
         chunks = list(zip(step.clients.tolist(), outputs.split(step.sizes.tolist()), x.split(step.sizes.tolist())))
-        self._iteration += 1
+        if step.index != self._last_step_index:  # one count per local iteration (SplitFedV2 calls once per client)
+            self._iteration += 1
+            self._last_step_index = step.index
         if (self._iteration - 1) % self.inversion_every == 0:
             for k, a, xk in chunks:
                 if len(a):
@@ -161,11 +166,11 @@ class InversionDefence:
         decoded = torch.cat(
             [self._decoder(self.inversion_params[k], self.inversion_buffers[k], a, train=False) for k, a, _ in chunks]
         )
-        r = regulariser(decoded, x, step.owner, len(step.clients), self.regulariser, self.threshold)
+        r = regulariser(decoded, x, step.owner, len(step.clients), self.inversion_objective, self.inversion_threshold)
         epoch = {"on_step": False, "on_epoch": True, "batch_size": step.num_rows}
         self.log("train/inversion_ssim", ssim_per_image(decoded.detach(), x).mean(), **epoch)
         self.log("train/inversion_reg", r.detach().sum(), **epoch)
-        return self.gamma * r.sum()
+        return self.inversion_gamma * r.sum()
 
     def warm_up_inversion(self, step: WarmupStep) -> None:
         """Handler of ``"warmup"`` steps: one Adam step (moments of the warm-up's own, as ResSFL's separate
@@ -190,7 +195,7 @@ class InversionDefence:
         images ``x`` ``[B_k, C, H, W]`` from the activations ``a`` ``[B_k, *act]``, with the client's stored moments."""
         self.inversion_steps[k] += 1
         moments = (self.inversion_exp_avg[k], self.inversion_exp_avg_sq[k])
-        self.decoder_step(k, a, x, self.regulariser, *moments, int(self.inversion_steps[k]))
+        self.decoder_step(k, a, x, self.inversion_objective, *moments, int(self.inversion_steps[k]))
 
     def decoder_step(
         self, k: int, a: torch.Tensor, x: torch.Tensor, objective: str, exp_avg, exp_avg_sq, t: int

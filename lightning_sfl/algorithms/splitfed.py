@@ -97,6 +97,7 @@ class SplitFedV3(SplitFedAlgorithm):
     BatchNorm statistics, if any, are averaged like the server copies."""
 
     server_copies = True
+    keeps_client_halves = True
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
