@@ -41,7 +41,7 @@ METHODS = {
 }
 #: defence -> (label, strength's name, strengths in increasing strength); "none" is every defence's zero point
 DEFENCES = {
-    "nopeek": ("NoPeek", "α", ("1", "4", "16")),
+    "nopeek": ("NoPeek", "α", ("10", "100", "1000")),
     "laplace": ("tanh + Laplace noise", "b", ("0.1", "0.3", "1")),
     "bottleneck": ("bottleneck", "channels", ("16", "4", "1")),
     "inversion": ("inversion regulariser", "γ", ("0.3", "1", "3")),
@@ -276,7 +276,7 @@ def frontier_section() -> str:
     body = "\n".join(parts)
     return f"""# Privacy-accuracy frontier: four split methods, four defences at three strengths, two attacks
 
-SCALA, MiniBatch-SFL, SplitFedV1 and SFLLocalLoss, each without a defence and with NoPeek (α = 1, 4, 16), a `tanh`
+SCALA, MiniBatch-SFL, SplitFedV1 and SFLLocalLoss, each without a defence and with NoPeek (α = 10, 100, 1000), a `tanh`
 bound with Laplace noise (b = 0.1, 0.3, 1), a bottleneck at the cut (16, 4, 1 channels) or SCALA-PE's inversion
 regulariser (γ = 0.3, 1, 3; τ = 0.5 on digits, 0.1 on the 28×28 datasets, where the clients' decoders stay below
 0.5), 3 seeds (identical client shards and draws per seed). Every run's final client
