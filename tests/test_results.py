@@ -235,6 +235,45 @@ def test_scala_pe_attacker_error_is_higher_than_scalas_on_the_same_data():
         assert mse["scala_pe"] > mse["scala"], (dataset, mse)
 
 
+#: The privacy-accuracy frontier (docs/results/run_privacy_frontier.sh, issue 36): dataset -> (rounds, the setting
+#: folders committed so far).
+FRONTIER_METHODS = ["scala", "minibatch_sfl", "splitfedv1", "sfl_local_loss"]
+FRONTIER_SETTINGS = [
+    "none",
+    *(f"{d}{s}" for d, strengths in (("nopeek", (10, 100, 1000)), ("laplace", (0.1, 0.3, 1)),
+                                      ("bottleneck", (16, 4, 1)), ("inversion", (0.3, 1, 3))) for s in strengths),
+]  # fmt: skip
+FRONTIER = {"digits": (50, FRONTIER_SETTINGS)}
+
+
+def _frontier_attacks(dataset: str, setting: str) -> dict[tuple[str, int, str], dict[str, float]]:
+    with open(RESULTS / "privacy_frontier" / dataset / setting / "attacks.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    keys = ("mse", "ssim", "psnr")
+    return {(r["method"], int(r["seed"]), r["attack"]): {k: float(r[k]) for k in keys} for r in rows}
+
+
+@pytest.mark.parametrize(
+    "dataset,setting", [(d, s) for d, (_, settings) in FRONTIER.items() for s in settings], ids="/".join
+)
+def test_privacy_frontier_covers_every_method_seed_and_attack(dataset, setting):
+    folder = RESULTS / "privacy_frontier" / dataset / setting
+    for name in ("results.md", "accuracy.png", "metrics.csv", "attacks.csv"):
+        assert (folder / name).exists(), f"privacy_frontier/{dataset}/{setting}/{name} missing"
+    runs = read_metrics_csv(folder / "metrics.csv")
+    expected = {(m, s) for m in FRONTIER_METHODS for s in (0, 1, 2)}
+    assert {(r.method, r.seed) for r in runs} == expected
+    assert all(r.status == "ok" and r.acc_records[-1]["round"] == FRONTIER[dataset][0] for r in runs)
+    attacks = _frontier_attacks(dataset, setting)
+    assert set(attacks) == {(m, s, a) for m, s in expected for a in ("attack", "unsplit")}
+    for a in attacks.values():
+        assert 0 < a["mse"] < 1 and -1 <= a["ssim"] <= 1 and a["psnr"] >= 10 * math.log10(1 / a["mse"]) - 1e-6
+    readme = (RESULTS / "privacy_frontier" / "README.md").read_text()
+    assert "bash docs/results/run_privacy_frontier.sh" in readme and f"{dataset}_frontier.png" in readme
+    assert (RESULTS / "privacy_frontier" / f"{dataset}_frontier.png").exists()
+    assert "run_privacy_frontier.sh" in (RESULTS / "README.md").read_text()
+
+
 @pytest.mark.extended
 def test_committed_attack_is_reproduced_by_its_commands(tmp_path):
     """Seed 1 of SCALA on digits: the study's training (100 rounds, checkpoint kept) and attack give the committed
