@@ -243,7 +243,10 @@ FRONTIER_SETTINGS = [
     *(f"{d}{s}" for d, strengths in (("nopeek", (10, 100, 1000)), ("laplace", (0.1, 0.3, 1)),
                                       ("bottleneck", (16, 4, 1)), ("inversion", (0.3, 1, 3))) for s in strengths),
 ]  # fmt: skip
-FRONTIER = {"digits": (50, FRONTIER_SETTINGS)}
+FRONTIER = {"digits": (50, FRONTIER_SETTINGS), "mnist5k": (50, ["none"])}
+#: Runs that stopped on non-finite values (the README says NoPeek at 1000 makes runs diverge): (dataset, setting) ->
+#: (method, seed) pairs; their last good checkpoint is attacked all the same.
+FRONTIER_DIVERGED = {("digits", "nopeek1000"): {("minibatch_sfl", 1)}}
 
 
 def _frontier_attacks(dataset: str, setting: str) -> dict[tuple[str, int, str], dict[str, float]]:
@@ -253,9 +256,10 @@ def _frontier_attacks(dataset: str, setting: str) -> dict[tuple[str, int, str], 
     return {(r["method"], int(r["seed"]), r["attack"]): {k: float(r[k]) for k in keys} for r in rows}
 
 
-@pytest.mark.parametrize(
-    "dataset,setting", [(d, s) for d, (_, settings) in FRONTIER.items() for s in settings], ids="/".join
-)
+FRONTIER_CASES = [(d, s) for d, (_, settings) in FRONTIER.items() for s in settings]
+
+
+@pytest.mark.parametrize("dataset,setting", FRONTIER_CASES, ids=[f"{d}/{s}" for d, s in FRONTIER_CASES])
 def test_privacy_frontier_covers_every_method_seed_and_attack(dataset, setting):
     folder = RESULTS / "privacy_frontier" / dataset / setting
     for name in ("results.md", "accuracy.png", "metrics.csv", "attacks.csv"):
@@ -263,7 +267,9 @@ def test_privacy_frontier_covers_every_method_seed_and_attack(dataset, setting):
     runs = read_metrics_csv(folder / "metrics.csv")
     expected = {(m, s) for m in FRONTIER_METHODS for s in (0, 1, 2)}
     assert {(r.method, r.seed) for r in runs} == expected
-    assert all(r.status == "ok" and r.acc_records[-1]["round"] == FRONTIER[dataset][0] for r in runs)
+    diverged = {(r.method, r.seed) for r in runs if r.status != "ok"}
+    assert diverged == FRONTIER_DIVERGED.get((dataset, setting), set())
+    assert all(r.acc_records[-1]["round"] == FRONTIER[dataset][0] for r in runs if r.status == "ok")
     attacks = _frontier_attacks(dataset, setting)
     assert set(attacks) == {(m, s, a) for m, s in expected for a in ("attack", "unsplit")}
     for a in attacks.values():
@@ -272,6 +278,22 @@ def test_privacy_frontier_covers_every_method_seed_and_attack(dataset, setting):
     assert "bash docs/results/run_privacy_frontier.sh" in readme and f"{dataset}_frontier.png" in readme
     assert (RESULTS / "privacy_frontier" / f"{dataset}_frontier.png").exists()
     assert "run_privacy_frontier.sh" in (RESULTS / "README.md").read_text()
+
+
+def _frontier_means(dataset: str, setting: str, attack: str = "attack") -> dict[str, float]:
+    rows = _frontier_attacks(dataset, setting)
+    return {m: sum(rows[m, s, attack]["mse"] for s in (0, 1, 2)) / 3 for m in FRONTIER_METHODS}
+
+
+def test_frontier_readings_on_digits():
+    """What the README says of the digits frontier, on the committed attacks: undefended, every method leaks the
+    same to the decoder (within 3 %); the strongest noise triples its error for every method; a one-channel bottleneck
+    raises it by less than 20 %."""
+    none = _frontier_means("digits", "none")
+    assert max(none.values()) / min(none.values()) < 1.03, none
+    noise, narrow = _frontier_means("digits", "laplace1"), _frontier_means("digits", "bottleneck1")
+    for m in FRONTIER_METHODS:
+        assert noise[m] > 2.5 * none[m] and 1.0 < narrow[m] / none[m] < 1.2, (m, noise[m], narrow[m], none[m])
 
 
 @pytest.mark.extended
