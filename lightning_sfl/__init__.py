@@ -12,7 +12,8 @@ The public API, importable from the package itself (loaded on first use, so ``li
 * the loop: ``Federation``, ``Step``, ``Schedule``, ``SyncRounds``, ``ClientStats``, ``RoundEnd``;
 * callbacks (also in ``lightning_sfl.callbacks``): ``CommunicationBytes``, ``PerClassAccuracy``,
   ``GradientDissimilarity``, ``SimulatedClock``, ``PartitionReport``, ``WandbRoundAxis``, ``PseudoLabelQuality``,
-  ``SplitGuard``, ``RoundProgressBar``, and ``RoundCallback``, the base of callbacks that receive the federation and the round events;
+  ``SplitGuard``, ``RoundProgressBar``, and ``RoundCallback``, the base of callbacks that receive the federation and
+  the round events;
 * system models: ``WirelessCell`` (SCALA's and GAS's wireless cell), ``EdgeDevices`` (Semi-SFL's devices and
   links; ``lightning_sfl.system``);
 * the command line: ``SFLCLI`` (the LightningCLI behind ``lightning-sfl fit|validate|test``).
