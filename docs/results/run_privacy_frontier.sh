@@ -29,6 +29,7 @@
 #   bash docs/results/run_privacy_frontier.sh --reuse           (keep finished trainings; attacks newer than their
 #                                                                checkpoint are kept)
 #   ONLY=digits bash docs/results/run_privacy_frontier.sh --reuse       (the folders whose path starts with digits)
+#   JOBS=12 ATTACK_JOBS=12 ONLY=fashion_mnist/nopeek bash ...           (trainings and attacks at once: one GPU)
 # Fashion-MNIST needs Debian's dataset-fashion-mnist package, data/FashionMNIST/raw, or --data.download true.
 set -euo pipefail
 OUT=docs/results/privacy_frontier
@@ -46,7 +47,7 @@ DEFENCES=(
 )
 attack_all() {  # FOLDER DECODER_OPTIONS...
   folder=$1; shift
-  find "$folder/runs" -path '*/logs/checkpoints/last.ckpt' | sort | xargs -P 2 -I{} sh -c '
+  find "$folder/runs" -path '*/logs/checkpoints/last.ckpt' | sort | xargs -P "${ATTACK_JOBS:-2}" -I{} sh -c '
     ckpt=$1; shift
     run=$(dirname "$(dirname "$(dirname "$ckpt")")"); seed=${run##*seed}
     [ "$run/attack/metrics.json" -nt "$ckpt" ] || \
@@ -61,7 +62,7 @@ dataset() {  # NAME CONFIG "DECODER OPTIONS" TAU OVERRIDES...
     if [ -n "${ONLY:-}" ] && [[ "$out" != "$ONLY"* ]]; then continue; fi
     if [[ "$out" == */inversion* ]]; then defence="$defence --model.inversion_threshold=$tau"; fi
     # shellcheck disable=SC2086  # the defence's overrides are a list
-    lightning-sfl compare --config "$config" --methods "${METHODS[@]}" --seeds 0 1 2 --jobs 2 --keep_checkpoints \
+    lightning-sfl compare --config "$config" --methods "${METHODS[@]}" --seeds 0 1 2 --jobs "${JOBS:-2}" --keep_checkpoints \
       --out "$OUT/$out" "${EXTRA[@]}" --overrides "$@" $defence
     # shellcheck disable=SC2086  # DECODER is a list of options
     attack_all "$OUT/$out" $decoder
