@@ -45,6 +45,7 @@ the ranks' code paths identical and ``callback_metrics`` the same on all of them
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +53,7 @@ from torch import nn
 from torch.func import functional_call
 
 from lightning_sfl.callbacks.round_callback import RoundCallback
-from lightning_sfl.errors import ConfigError
+from lightning_sfl.errors import whole_number
 from lightning_sfl.loop import Federation, Step
 from lightning_sfl.system.dissimilarity import layer_dissimilarity, partition_totals
 
@@ -131,6 +132,9 @@ class GradientDissimilarity(RoundCallback):
     Cost: one forward+backward pass over ``Σ_{k∈C^i} |D_k|`` samples per measured round (see the module docstring).
     """
 
+    #: The command line's group of its options (``--dissimilarity.every_n_rounds``), named in its errors.
+    cli_group: ClassVar[str] = "dissimilarity"
+
     def __init__(
         self,
         every_n_rounds: int = 10,
@@ -138,16 +142,12 @@ class GradientDissimilarity(RoundCallback):
         seed: int = 0,
         chunk_size: int | None = None,
     ) -> None:
-        if every_n_rounds < 0:
-            raise ConfigError(f"every_n_rounds={every_n_rounds} must be >= 0 (0 turns the measurement off)")
-        if max_samples_per_client is not None and max_samples_per_client < 1:
-            raise ValueError(f"max_samples_per_client={max_samples_per_client} must be >= 1 (or None)")
-        if chunk_size is not None and chunk_size < 1:
-            raise ValueError(f"chunk_size={chunk_size} must be >= 1 (or None)")
-        self.every_n_rounds = every_n_rounds
-        self.max_samples_per_client = max_samples_per_client
+        group = self.cli_group
+        self.every_n_rounds = whole_number(f"{group}.every_n_rounds", every_n_rounds, low=0)  # 0: off
+        self.max_samples_per_client = None if max_samples_per_client is None else whole_number(
+            f"{group}.max_samples_per_client", max_samples_per_client)  # fmt: skip
         self.seed = seed
-        self.chunk_size = chunk_size
+        self.chunk_size = None if chunk_size is None else whole_number(f"{group}.chunk_size", chunk_size)
         self.federation: Federation | None = None  # the fit's (on_federation)
 
     def should_measure(self, round_idx: int) -> bool:

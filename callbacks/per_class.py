@@ -31,7 +31,7 @@ setting.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -39,6 +39,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from lightning_sfl.errors import whole_number
 from lightning_sfl.wandb.payloads import log_built, per_class_payload
 
 
@@ -67,10 +68,11 @@ class PerClassAccuracy(L.Callback):
         every_n_rounds: report in rounds ``n, 2n, 3n, …`` (rounds counted from 1) and in the last round.
     """
 
+    #: The command line's group of its options (``--per_class.every_n_rounds``), named in its errors.
+    cli_group: ClassVar[str] = "per_class"
+
     def __init__(self, every_n_rounds: int = 1) -> None:
-        if int(every_n_rounds) != every_n_rounds or every_n_rounds < 1:
-            raise ValueError(f"every_n_rounds={every_n_rounds} must be a whole number >= 1")
-        self.every_n_rounds = int(every_n_rounds)
+        self.every_n_rounds = whole_number(f"{self.cli_group}.every_n_rounds", every_n_rounds)
         self.accuracy: MulticlassAccuracy | None = None
         self.confusion: MulticlassConfusionMatrix | None = None
         self._active = False

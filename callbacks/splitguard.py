@@ -27,6 +27,7 @@ probed client and measured round.
 from __future__ import annotations
 
 import copy
+from typing import ClassVar
 
 import torch
 
@@ -51,6 +52,9 @@ class SplitGuard(RoundCallback):
             client)``.
     """
 
+    #: The command line's group of its options (``--splitguard.every_n_rounds``), named in its errors.
+    cli_group: ClassVar[str] = "splitguard"
+
     def __init__(
         self,
         every_n_rounds: int = 0,
@@ -60,11 +64,12 @@ class SplitGuard(RoundCallback):
         max_clients: int | None = None,
         seed: int = 0,
     ) -> None:
-        self.every_n_rounds = whole_number("every_n_rounds", every_n_rounds, low=0)
-        self.fake_batches = whole_number("fake_batches", fake_batches)
-        self.regular_batches = whole_number("regular_batches", regular_batches, low=2)
-        self.batch_size = whole_number("batch_size", batch_size)
-        self.max_clients = None if max_clients is None else whole_number("max_clients", max_clients)
+        group = self.cli_group
+        self.every_n_rounds = whole_number(f"{group}.every_n_rounds", every_n_rounds, low=0)
+        self.fake_batches = whole_number(f"{group}.fake_batches", fake_batches)
+        self.regular_batches = whole_number(f"{group}.regular_batches", regular_batches, low=2)
+        self.batch_size = whole_number(f"{group}.batch_size", batch_size)
+        self.max_clients = None if max_clients is None else whole_number(f"{group}.max_clients", max_clients)
         self.seed = int(seed)
         self.federation: Federation | None = None
 

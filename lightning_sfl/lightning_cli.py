@@ -193,10 +193,10 @@ class SFLCLI(LightningCLI):
         parser.link_arguments("data.input_shape", "model.init_args.input_shape", apply_on="instantiate")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(CommunicationBytes, "comm")
-        parser.add_lightning_class_args(PerClassAccuracy, "per_class")
+        parser.add_lightning_class_args(PerClassAccuracy, PerClassAccuracy.cli_group)
         parser.add_lightning_class_args(PartitionReport, "partition_report")
-        parser.add_lightning_class_args(GradientDissimilarity, "dissimilarity")
-        parser.add_lightning_class_args(SplitGuard, "splitguard")
+        parser.add_lightning_class_args(GradientDissimilarity, GradientDissimilarity.cli_group)
+        parser.add_lightning_class_args(SplitGuard, SplitGuard.cli_group)
         parser.add_subclass_arguments(  # the system model (SimulatedClock logs its times): --clock.flops_high 1e10
             SystemModel, "clock", default=lazy_instance(WirelessCell), required=False
         )

@@ -63,6 +63,13 @@ BAD: list[tuple[list[str], str]] = [
     (["--data.alpha=11"], "alpha=11 must be a whole number of classes per client in [1, 10]"),
     (["--data.num_clients=5000", "--data.participation=0.001"], "num_clients=5000 is larger than the number"),
     (["--data.batch_size=4"], "batch_size=4 is smaller than the 5 clients per round"),
+    # callbacks' options: named with their group (several callbacks have an every_n_rounds)
+    (["--per_class.every_n_rounds=0"], "per_class.every_n_rounds=0 must be a whole number >= 1"),
+    (["--dissimilarity.every_n_rounds=-1"], "dissimilarity.every_n_rounds=-1 must be a whole number >= 0"),
+    (["--dissimilarity.max_samples_per_client=0"], "dissimilarity.max_samples_per_client=0 must be a whole number"),
+    (["--dissimilarity.chunk_size=0"], "dissimilarity.chunk_size=0 must be a whole number >= 1"),
+    (["--splitguard.every_n_rounds=-2"], "splitguard.every_n_rounds=-2 must be a whole number >= 0"),
+    (["--splitguard.regular_batches=1"], "splitguard.regular_batches=1 must be a whole number >= 2"),
     (["--model=semi_sfl"], "SemiSFL needs a labelled server set: set --data.labelled_per_class"),  # federation's
     (["--clock.barrier=never"], "barrier='never' must be one of: round, iteration"),  # the system model's
     # what this machine cannot run, and output folders that cannot be one

@@ -170,6 +170,7 @@ def _fit(model, dm, callbacks, logger=False, max_epochs=3) -> L.Trainer:
     trainer = L.Trainer(
         logger=logger,
         max_epochs=max_epochs,
+        log_every_n_steps=1,  # a round is one step: as the CLI's trainer
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=False,
