@@ -106,4 +106,6 @@ def test_local_epochs_on_the_stacked_bank_equal_the_sequential_bank():
     kwargs = dict(momentum=0.9, weight_decay=1e-3)
     _, sequential = _fit(FedProx, 2, client_bank="sequential", **kwargs, **EPOCHS)
     _, stacked = _fit(FedProx, 2, client_bank="stacked", **kwargs, **EPOCHS)
-    torch.testing.assert_close(flat_params(stacked.client.net), flat_params(sequential.client.net), rtol=0, atol=1e-5)
+    # float32 kernels of the two banks sum in different orders (2e-5 seen after 2 rounds); a slot that moved when it
+    # should not would be off by a learning-rate step (~1e-2)
+    torch.testing.assert_close(flat_params(stacked.client.net), flat_params(sequential.client.net), rtol=0, atol=1e-4)

@@ -58,19 +58,23 @@ TEST_IMAGES = {"digits": 360, "mnist5k": 1000}
 #: How many test images a re-run may classify differently per round. The committed runs were trained on one CPU and CI
 #: re-runs them on whichever it gets: torch's CPU kernels differ per instruction set (AVX2, AVX-512; measured: an
 #: AMD EPYC with AVX2 against the machine that produced the studies), and their last-bit differences flip one
-#: prediction within 5-10 rounds. On the same CPU the re-runs are exact.
+#: prediction within 5-10 rounds. On the same CPU the re-runs are exact. With 10,000 test images (Fashion-MNIST) a
+#: round may flip 0.2 % of them: GAS's first round on an Intel Xeon flipped 9 of the committed run's predictions.
 FLIPPED_IMAGES = 3
+FLIPPED_FRACTION = 0.002
 
 
 def assert_same_trajectory(got: list[float], want: list[float], dataset: str | int) -> None:
-    """``got`` and ``want`` (test accuracy per round) agree to :data:`FLIPPED_IMAGES` test images in every round, and
+    """``got`` and ``want`` (test accuracy per round) agree to :data:`FLIPPED_IMAGES` test images (or
+    :data:`FLIPPED_FRACTION` of them, whichever is more) in every round, and
     both are accuracies over ``TEST_IMAGES[dataset]`` images (or ``dataset`` images; whole numbers of images)."""
     n = dataset if isinstance(dataset, int) else TEST_IMAGES[dataset]
     assert len(got) == len(want)
     for acc in (*got, *want):
         assert abs(acc * n - round(acc * n)) < 1e-3, (acc, n)
     flips = [round(abs(g - w) * n) for g, w in zip(got, want, strict=True)]
-    assert max(flips) <= FLIPPED_IMAGES, f"test images classified differently per round: {flips}"
+    allowed = max(FLIPPED_IMAGES, round(FLIPPED_FRACTION * n))
+    assert max(flips) <= allowed, f"test images classified differently per round: {flips} (allowed: {allowed})"
 
 
 @pytest.mark.parametrize("study,setting", CELLS, ids=[f"{s}/{c}" for s, c in CELLS])
