@@ -104,8 +104,7 @@ def test_decoder_maps_activations_to_images_in_the_unit_interval(act, image, ups
     decoder = inversion_decoder(act, image, 16)
     transposed = [m for m in decoder if isinstance(m, torch.nn.ConvTranspose2d)]
     assert len(transposed) == ups and decoder[0].out_channels == 16
-    out = decoder(torch.randn(3, *act))
-    out = out.detach()
+    out = decoder(torch.randn(3, *act)).detach()
     assert out.shape == (3, *image) and 0 <= float(out.min()) and float(out.max()) <= 1
     assert inversion_decoder((8, 3, 3), (1, 28, 28), 16)(torch.randn(2, 8, 3, 3)).shape == (2, 1, 28, 28)
 

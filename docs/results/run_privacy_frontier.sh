@@ -17,8 +17,8 @@
 #   unsplit/  UnSplit (`--attack unsplit`: no data, no weights; 32 test images, 20 x 50 Adam steps; clone accuracy)
 # Every run cuts after the first block (s1: both attacks have something to recover; at the configs' s2 cut UnSplit
 # recovers nothing within its budget) and, for two CPU cores:
-#   digits         configs/digits/scala.yaml (20 clients, alpha = 2, 5 a round, T = 5, B = 64), cnn_small, lr 0.02 (at the
-#                  config's 0.05 a bottleneck at this cut diverged in 12 of 24 runs, SplitFedV1 and SFLLocalLoss in
+#   digits         configs/digits/scala.yaml (20 clients, alpha = 2, 5 a round, T = 5, B = 64), cnn_small, lr 0.02 (at
+#                  the config's 0.05 a bottleneck at this cut diverged in 12 of 24 runs, SplitFedV1 and SFLLocalLoss in
 #                  every seed, within 3 rounds), 50 rounds; decoder: 20 epochs, 64 channels, batch 32
 #   mnist5k        configs/mnist5k/scala.yaml (the same federation), FedLC's CNN (cnn_fedlc), 50 rounds;
 #                  decoder: 2000 training images, 20 epochs, 16 channels, batch 128, lr 3e-3
@@ -62,8 +62,8 @@ dataset() {  # NAME CONFIG "DECODER OPTIONS" TAU OVERRIDES...
     if [ -n "${ONLY:-}" ] && [[ "$out" != "$ONLY"* ]]; then continue; fi
     if [[ "$out" == */inversion* ]]; then defence="$defence --model.inversion_threshold=$tau"; fi
     # shellcheck disable=SC2086  # the defence's overrides are a list
-    lightning-sfl compare --config "$config" --methods "${METHODS[@]}" --seeds 0 1 2 --jobs "${JOBS:-2}" --keep_checkpoints \
-      --out "$OUT/$out" "${EXTRA[@]}" --overrides "$@" $defence
+    lightning-sfl compare --config "$config" --methods "${METHODS[@]}" --seeds 0 1 2 --jobs "${JOBS:-2}" \
+      --keep_checkpoints --out "$OUT/$out" "${EXTRA[@]}" --overrides "$@" $defence
     # shellcheck disable=SC2086  # DECODER is a list of options
     attack_all "$OUT/$out" $decoder
   done

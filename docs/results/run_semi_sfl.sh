@@ -28,8 +28,8 @@ run() {  # NAME CONFIG TARGETS OVERRIDES...
   out=$1 config=$2 targets=$3; shift 3
   if [ -n "${ONLY:-}" ] && [ "$ONLY" != "$out" ]; then return; fi
   # shellcheck disable=SC2086
-  lightning-sfl compare --config "$config" --methods "${METHODS[@]}" --seeds 0 1 2 --jobs "${JOBS:-2}" --target_acc $targets \
-    --out "docs/results/semi_sfl/$out" "${EXTRA[@]}" --overrides --trainer.max_epochs=20 "$@"
+  lightning-sfl compare --config "$config" --methods "${METHODS[@]}" --seeds 0 1 2 --jobs "${JOBS:-2}" \
+    --target_acc $targets --out "docs/results/semi_sfl/$out" "${EXTRA[@]}" --overrides --trainer.max_epochs=20 "$@"
 }
 EXTRA=("$@")
 DIRICHLET=(--data.partition=dirichlet --data.beta=0.1)
