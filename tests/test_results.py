@@ -530,6 +530,7 @@ def _fashion_mnist_files() -> bool:
     return (REPO / "data" / "FashionMNIST" / "raw").is_dir() or DEBIAN_FASHION_MNIST.is_dir()
 
 
+@pytest.mark.extended  # CI on a fresh machine has no Fashion-MNIST: it runs with -m extended where the files are
 @pytest.mark.skipif(not _fashion_mnist_files(), reason="needs Fashion-MNIST (Debian's dataset-fashion-mnist)")
 @pytest.mark.parametrize(
     "study,setting,method,rounds",
