@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent / "privacy_frontier"
 DATASETS = {
     "digits": "digits (8×8; cnn_small cut after its first conv, activations 32×8×8; lr 0.02, 50 rounds)",
     "mnist5k": "MNIST-5k (28×28; FedLC's CNN cut after its first block, 10×12×12; 50 rounds)",
-    "fashion_mnist": "Fashion-MNIST (28×28; FedLC's CNN, 10×12×12; 100 clients, 100 rounds)",
+    "fashion_mnist": "Fashion-MNIST (28×28; FedLC's CNN, 10×12×12; 100 clients, 50 rounds)",
 }
 METHODS = {
     "scala": "SCALA",
