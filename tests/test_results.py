@@ -118,7 +118,8 @@ def test_committed_numbers_are_reproduced_by_the_command(study, setting, method,
 GAS_METHODS = ["gas", "async_sfl", "fedbuff", "ca2fl", "fedavg", "minibatch_sfl", "s2fl"]
 GAS_SETTINGS = {"digits_shards2": 100, "digits_dirichlet0.1": 100, "mnist5k_shards2": 50, "mnist5k_dirichlet0.1": 50}
 SEMI_SETTINGS = {
-    "digits_dirichlet0.1": 20, "digits_iid": 20, "mnist5k_dirichlet0.1": 20, "mnist5k_iid": 20, "fashion_mnist_iid": 40
+    "digits_dirichlet0.1": 20, "digits_iid": 20, "mnist5k_dirichlet0.1": 20, "mnist5k_iid": 20, "fashion_mnist_iid": 40,
+    "fashion_mnist_dirichlet0.1": 40,
 }  # fmt: skip
 OWN_STUDIES = [
     *[("gas", s, GAS_METHODS, n, "accuracy_time.png") for s, n in GAS_SETTINGS.items()],
@@ -142,7 +143,8 @@ def test_gas_and_semi_sfl_studies_cover_every_method_and_seed(study, setting, me
 
 #: Settings whose results.md must show time and traffic to target: setting -> the targets run_semi_sfl.sh gives.
 SEMI_TARGETS = {
-    "digits_dirichlet0.1": ("0.9", "0.95"), "digits_iid": ("0.9", "0.95"), "fashion_mnist_iid": ("0.75", "0.8")
+    "digits_dirichlet0.1": ("0.9", "0.95"), "digits_iid": ("0.9", "0.95"), "fashion_mnist_iid": ("0.75", "0.8"),
+    "fashion_mnist_dirichlet0.1": ("0.75", "0.8"),
 }  # fmt: skip
 
 
