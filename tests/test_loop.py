@@ -224,7 +224,8 @@ def test_declared_state_is_built_at_fit_saved_and_restored(tmp_path):
     assert torch.equal(saved["state_dict"]["participations"], model.participations)
     assert not any(k.startswith("client_banks.") for k in saved["state_dict"])  # synchronous slots: rebuilt
     fresh = _Counting(local_iters=1, lr=0.05)  # outside fit: made from the checkpoint's tensor
-    quiet_trainer(1).validate(fresh, _dm(), ckpt_path=str(tmp_path / "last.ckpt"), verbose=False)
+    checkpointing = {"enable_checkpointing": True, "callbacks": [ModelCheckpoint(tmp_path, save_last=True)]}
+    quiet_trainer(1, **checkpointing).validate(fresh, _dm(), ckpt_path=str(tmp_path / "last.ckpt"), verbose=False)
     assert torch.equal(fresh.participations, model.participations)
     quiet_trainer(1).fit(model, _dm())  # a second fit on the same module continues from its state
     assert model.participations.sum() == 3 * 4 + 4

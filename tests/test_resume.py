@@ -45,6 +45,7 @@ def _fit(name: str, rounds: int, folder: Path, ckpt_path: str | None = None):
         callbacks=[ModelCheckpoint(dirpath=folder / "ckpt", save_last=True), CommunicationBytes()],
         enable_progress_bar=False,
         enable_model_summary=False,
+        log_every_n_steps=1,  # as the CLI's trainer: a round has fewer steps than Lightning's default 50
     )
     trainer.fit(model, _dm(**data_kwargs(name)), ckpt_path=ckpt_path)
     return model, trainer
