@@ -27,7 +27,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def fit(cls, rounds: int = 2, callbacks=(), **kwargs):
+    """``cls`` fitted ``rounds`` rounds on :func:`small_digits`; SCALA-PE's decoders warm up 2 passes over a shard
+    instead of ResSFL's 30 unless ``inversion_warmup_epochs`` is given (the tests of the warm-up give it)."""
     torch.manual_seed(0)
+    if cls is SCALAPE:
+        kwargs = {"inversion_warmup_epochs": 2, **kwargs}
     model = cls(**{"local_iters": 2, "lr": 0.05, **kwargs})
     trainer = quiet_trainer(rounds, callbacks=list(callbacks))
     trainer.fit(model, small_digits())
