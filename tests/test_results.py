@@ -258,7 +258,11 @@ FRONTIER_SETTINGS = [
     *(f"{d}{s}" for d, strengths in (("nopeek", (10, 100, 1000)), ("laplace", (0.1, 0.3, 1)),
                                       ("bottleneck", (16, 4, 1)), ("inversion", (0.3, 1, 3))) for s in strengths),
 ]  # fmt: skip
-FRONTIER = {"digits": (50, FRONTIER_SETTINGS), "mnist5k": (50, FRONTIER_SETTINGS)}
+FRONTIER = {
+    "digits": (50, FRONTIER_SETTINGS),
+    "mnist5k": (50, FRONTIER_SETTINGS),
+    "fashion_mnist": (50, ["none", "bottleneck16"]),
+}
 #: Runs that stopped on non-finite values (the README says NoPeek at 1000 makes runs diverge, and at 100 too on
 #: MNIST-5k): (dataset, setting) -> (method, seed) pairs; their last good checkpoint is attacked all the same.
 FRONTIER_DIVERGED = {
