@@ -50,6 +50,11 @@ def flat_params(module):
 ASYNC_SMALL = {"concurrency": 4, "flush_every": 4, "aggregate_every": 4}
 
 
+#: SCALA-PE's decoders warm up 2 passes over their client's shard instead of ResSFL's 30, in the tests whose subject is
+#: not the warm-up (the same per-client loop; at 30 passes these were the slowest tests of the suite).
+SHORT_WARMUP = {"inversion_warmup_epochs": 2}
+
+
 def method_kwargs(name: str) -> dict:
     """Extra constructor arguments of registered method ``name`` in the registry-driven tests."""
     from lightning_sfl.algorithms import REGISTRY

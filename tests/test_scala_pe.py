@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _helpers import make_step, quiet_trainer, small_digits
+from _helpers import SHORT_WARMUP, make_step, quiet_trainer, small_digits
 from test_privacy import reference_ssim
 
 from lightning_sfl.algorithms import SCALA, SCALAPE
@@ -27,11 +27,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def fit(cls, rounds: int = 2, callbacks=(), **kwargs):
-    """``cls`` fitted ``rounds`` rounds on :func:`small_digits`; SCALA-PE's decoders warm up 2 passes over a shard
-    instead of ResSFL's 30 unless ``inversion_warmup_epochs`` is given (the tests of the warm-up give it)."""
+    """``cls`` fitted ``rounds`` rounds on :func:`small_digits`; SCALA-PE with :data:`SHORT_WARMUP` unless
+    ``inversion_warmup_epochs`` is given (the tests of the warm-up give it)."""
     torch.manual_seed(0)
     if cls is SCALAPE:
-        kwargs = {"inversion_warmup_epochs": 2, **kwargs}
+        kwargs = {**SHORT_WARMUP, **kwargs}
     model = cls(**{"local_iters": 2, "lr": 0.05, **kwargs})
     trainer = quiet_trainer(rounds, callbacks=list(callbacks))
     trainer.fit(model, small_digits())
