@@ -261,7 +261,7 @@ FRONTIER_SETTINGS = [
 FRONTIER = {
     "digits": (50, FRONTIER_SETTINGS),
     "mnist5k": (50, FRONTIER_SETTINGS),
-    "fashion_mnist": (50, ["none", "nopeek10", "nopeek100", "nopeek1000", "laplace0.1", "bottleneck16", "bottleneck4", "bottleneck1"]),
+    "fashion_mnist": (50, ["none", "nopeek10", "nopeek100", "nopeek1000", "laplace0.1", "laplace0.3", "bottleneck16", "bottleneck4", "bottleneck1"]),
 }
 #: Runs that stopped on non-finite values (the README says NoPeek at 1000 makes runs diverge, and at 100 too on
 #: MNIST-5k): (dataset, setting) -> (method, seed) pairs; their last good checkpoint is attacked all the same.
