@@ -261,10 +261,11 @@ FRONTIER_SETTINGS = [
 FRONTIER = {
     "digits": (50, FRONTIER_SETTINGS),
     "mnist5k": (50, FRONTIER_SETTINGS),
-    "fashion_mnist": (50, ["none", "nopeek10", "nopeek100", "nopeek1000", "laplace0.1", "laplace0.3", "bottleneck16", "bottleneck4", "bottleneck1"]),
+    "fashion_mnist": (50, [s for s in FRONTIER_SETTINGS if not s.startswith("inversion")]),  # the regulariser: not yet
 }
 #: Runs that stopped on non-finite values (the README says NoPeek at 1000 makes runs diverge, and at 100 too on
-#: MNIST-5k): (dataset, setting) -> (method, seed) pairs; their last good checkpoint is attacked all the same.
+#: MNIST-5k and Fashion-MNIST): (dataset, setting) -> (method, seed) pairs; their last good checkpoint is attacked all
+#: the same.
 FRONTIER_DIVERGED = {
     ("digits", "nopeek1000"): {("minibatch_sfl", 1)},
     ("mnist5k", "nopeek100"): {("splitfedv1", 0)},
@@ -356,8 +357,10 @@ def test_frontier_readings_on_mnist5k():
 
 def test_frontier_readings_on_fashion_mnist():
     """What the README says of the Fashion-MNIST folders run so far: undefended, every method leaks the same to the
-    decoder (within 6 %); NoPeek at α = 10 raises its error by more than a quarter for every method; a 4-channel
-    bottleneck raises it by less than a fifth, while UnSplit's error more than doubles."""
+    decoder (within 6 %); NoPeek at α = 10 raises its error by more than a quarter for every method, and at α = 1000
+    leaves no method above 40 % accuracy on the mean over its completed seeds; Laplace noise at b = 1 more than
+    doubles it for every method at a cost of more than 8 points; a 4-channel bottleneck raises it by less than a
+    fifth, while UnSplit's error more than doubles."""
     none, nopeek = _frontier_means("fashion_mnist", "none"), _frontier_means("fashion_mnist", "nopeek10")
     assert max(none.values()) / min(none.values()) < 1.06, none
     narrow = _frontier_means("fashion_mnist", "bottleneck4")
@@ -365,6 +368,12 @@ def test_frontier_readings_on_fashion_mnist():
     for m in FRONTIER_METHODS:
         assert nopeek[m] > 1.25 * none[m] and 1.0 < narrow[m] / none[m] < 1.2, (m, nopeek[m], narrow[m], none[m])
         assert narrow_unsplit[m] > 2 * unsplit[m], (m, narrow_unsplit[m], unsplit[m])
+    assert max(_frontier_accuracy("fashion_mnist", "nopeek1000").values()) < 0.4
+    noise = _frontier_means("fashion_mnist", "laplace1")
+    accuracy = _frontier_accuracy("fashion_mnist", "none")
+    noisy_accuracy = _frontier_accuracy("fashion_mnist", "laplace1")
+    for m in FRONTIER_METHODS:
+        assert noise[m] > 2 * none[m] and noisy_accuracy[m] < accuracy[m] - 0.08, (m, noise[m], noisy_accuracy[m])
 
 
 @pytest.mark.extended
