@@ -91,10 +91,14 @@ class ActivationDefences:
 
     def nopeek_term(self, step, sent: torch.Tensor) -> torch.Tensor | None:
         """``α · Σ_k DCOR(X_k, Z̃_k)`` over the step's clients (``sent``: the activations as uploaded); ``None`` when
-        NoPeek is off."""
+        NoPeek is off. Logs ``train/nopeek_dcor``, the mean ``DCOR(X_k, Z̃_k)`` over the step's clients (averaged over
+        the processes by Lightning under DDP), per round: what the term drives down."""
         if self.nopeek_weight == 0:
             return None
-        return self.nopeek_weight * nopeek_loss(step.x, sent, step.owner, len(step.clients))
+        dcor = nopeek_loss(step.x, sent, step.owner, len(step.clients))
+        mean = dcor.detach() / len(step.clients)
+        self.log("train/nopeek_dcor", mean, on_step=False, on_epoch=True, batch_size=step.num_rows, sync_dist=True)
+        return self.nopeek_weight * dcor
 
     @property
     def splitguard_applies(self) -> bool:
