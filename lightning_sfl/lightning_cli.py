@@ -271,7 +271,10 @@ class SFLCLI(LightningCLI):
         if not loggers:  # Lightning would write the resolved config to default_root_dir, shared by every run
             self.save_config_kwargs["config_filename"] = str((self.run_folder / "config.yaml").resolve())
         if self.subcommand == "fit" and resumed is not None:
-            self._continue(config, resumed, wandb_loggers)
+            continuing = [lg for lg in loggers if str(getattr(lg, "class_path", "")).endswith("ContinuingCSVLogger")]
+            csv_logs = [Path(lg.init_args.save_dir) / str(lg.init_args.get("name") or "") / "metrics.csv"
+                        for lg in continuing]  # fmt: skip
+            self._continue(config, resumed, wandb_loggers, csv_logs)
         elif self.subcommand == "fit" and config.get("ckpt_path") and str(config.get("ckpt_path")) not in SPECIAL:
             check_rounds_to_resume(check_checkpoint(config.ckpt_path), config.get("trainer", {}).get("max_epochs"))
         if self.subcommand in ("validate", "test") and config.get("ckpt_path") == "last":
@@ -383,17 +386,18 @@ class SFLCLI(LightningCLI):
             print(f"run folder: {_shown(self.run_folder)}", flush=True)
 
     @staticmethod
-    def _continue(config, last: Path, wandb_loggers: list) -> None:
+    def _continue(config, last: Path, wandb_loggers: list, csv_logs: list[Path]) -> None:
         """``fit --ckpt_path last`` (how a cluster job re-runs its command) continues the latest run of the same
         configuration: its ``last.ckpt`` (checked; fewer rounds than it holds is a one-line error), its W&B run (the id
-        the checkpoint records) and its CSV log (the rows of rounds after the checkpoint dropped)."""
+        the checkpoint records) and its CSV logs ``csv_logs`` (the rows of rounds after the checkpoint dropped)."""
         loaded = check_checkpoint(last)  # loaded safely, one-line errors
         check_rounds_to_resume(loaded, config.get("trainer", {}).get("max_epochs"))
         # Lightning warns that the checkpoint folder is not empty: it holds this run's own checkpoints, continued on
         # purpose (a folder held by one process, never shared across runs). Only that exact folder is left unsaid.
         folder = re.escape(os.path.realpath(last.parent))
         warnings.filterwarnings("ignore", message=f"Checkpoint directory {folder} exists and is not empty")
-        trim_rounds(last.parent.parent / "csv" / "metrics.csv", int(loaded.get("epoch", -1)) + 1)
+        for path in csv_logs:
+            trim_rounds(path, int(loaded.get("epoch", -1)) + 1)
         run_id = (loaded.get("lightning_sfl") or {}).get("wandb_id")
         for lg in wandb_loggers:
             if run_id and not lg.init_args.get("id") and not lg.init_args.get("version"):

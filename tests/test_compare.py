@@ -4,9 +4,15 @@ end-to-end comparison on digits (files, table, identical shards per seed, in-pro
 from __future__ import annotations
 
 import csv
+import json
 import math
+import os
 import re
 import shlex
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -529,6 +535,46 @@ def test_reuse_runs_only_missing_runs_and_reports_all(tmp_path, capsys):
     assert "reusing 1 finished runs" in out
     assert (tmp_path / "metrics.csv").read_text() == first
     assert "--reuse" not in (tmp_path / "results.md").read_text()  # it does not change results
+
+
+def _logged_round_end(metrics_csv: Path, rounds: int) -> bool:
+    """``metrics_csv`` (being written) holds the end-of-round training row of round ``rounds``."""
+    try:
+        with open(metrics_csv, newline="") as f:
+            rows = list(csv.DictReader(f))
+        return any(r.get("train/client_loss") and r.get("epoch") and float(r["epoch"]) >= rounds - 1 for r in rows)
+    except (OSError, ValueError, csv.Error):  # not there yet, or a line half written
+        return False
+
+
+def test_reuse_continues_a_killed_run_from_its_last_checkpoint_exactly(tmp_path, capsys):
+    """A comparison killed (SIGKILL to its process group) in its run's third round: ``--reuse`` continues the run
+    from its last checkpoint (``fit --ckpt_path last``, its CSV log continued) and every round's metrics equal an
+    uninterrupted comparison's. (The kill lands after round 2's end-of-round row: Lightning writes a round's checkpoint
+    just before it logs the round's training metrics, and a kill between the two loses that row.)"""
+    args = ["--config", CONFIG, "--methods", "scala", "--seeds", "0", "--overrides", "--trainer.max_epochs=40"]
+    killed = ["--out", str(tmp_path / "killed")]
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", "compare", *args[:6], *killed, *args[6:]]
+    run = tmp_path / "killed" / "runs" / "scala" / "seed0"
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not _logged_round_end(run / "logs" / "metrics.csv", 2) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    holder = json.loads((run / ".lock").read_text())["pid"]  # the fit's worker, killed with the group: wait for it
+    while time.monotonic() < deadline and Path(f"/proc/{holder}").exists():
+        time.sleep(0.02)
+    assert (run / "logs" / "checkpoints" / "last.ckpt").is_file() and not (run / "done").exists()
+    written = (run / "run_config.yaml").stat().st_mtime_ns
+    compare.main([*args[:6], "--out", str(tmp_path / "killed"), "--reuse", *args[6:]])
+    assert "continuing 1 unfinished ones from their last checkpoint" in capsys.readouterr().out
+    assert (run / "run_config.yaml").stat().st_mtime_ns == written  # the folder was kept, not made anew
+    compare.main([*args[:6], "--out", str(tmp_path / "whole"), *args[6:]])
+    assert (run / "done").exists()
+    assert (tmp_path / "killed" / "metrics.csv").read_text() == (tmp_path / "whole" / "metrics.csv").read_text()
 
 
 def test_a_bad_setting_is_one_line_before_any_folder(tmp_path, capsys):

@@ -19,7 +19,8 @@ Outputs in ``--out``: ``metrics.csv`` (per-round metrics of every run), ``result
 ``lightning-sfl fit`` command), ``log.txt`` (its output) and ``logs/`` (Lightning's
 ``metrics.csv`` and resolved ``config.yaml``; checkpoints are deleted unless ``--keep_checkpoints``).
 
-``--reuse`` skips runs whose folder holds a finished run of the same config; ``--add`` adds ``--methods`` to the
+``--reuse`` skips runs whose folder holds a finished run of the same config and command, and continues an
+unfinished one from its last checkpoint (``fit --ckpt_path last``); ``--add`` adds ``--methods`` to the
 comparison already in ``--out`` (produced by the same command but for its methods): the other methods' runs are
 read back from its ``metrics.csv``, not run again, and the report (whose command lists every method) covers all.
 Runs are independent trials seeded by their seed (in warm workers of :class:`~lightning_sfl.trials.TrialPool` by

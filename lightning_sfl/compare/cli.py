@@ -71,7 +71,9 @@ def run_compare(args: argparse.Namespace) -> list[MethodSummary]:
         raise SystemExit(2) from None
     out.mkdir(parents=True, exist_ok=True)
     if args.reuse:
-        print(f"[compare] reusing {sum(s.reuse for s in plan.runs)} finished runs with unchanged config and command")
+        reused, resumed = sum(s.reuse for s in plan.runs), sum(s.resume for s in plan.runs)
+        print(f"[compare] reusing {reused} finished runs with unchanged config and command; continuing {resumed} "
+              "unfinished ones from their last checkpoint")  # fmt: skip
     if kept_methods:
         print(f"[compare] keeping the runs of {plural(len(kept_methods), 'method')} already in {out}")
     runs = f"{plural(len(args.methods), 'method')} × {plural(len(args.seeds), 'seed')}"

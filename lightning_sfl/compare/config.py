@@ -149,6 +149,9 @@ class RunSpec:
     fit_args: list[str]
     #: the run already finished earlier with exactly this config and command (``--reuse``): not run again
     reuse: bool = False
+    #: the run started earlier with exactly this config and command and did not finish (``--reuse``): continued from
+    #: its last checkpoint (``fit --ckpt_path last``: its CSV log continued, the rounds after the checkpoint dropped)
+    resume: bool = False
 
 
 @dataclass
@@ -183,10 +186,9 @@ def fit_args(run_config: Path, seed: int, run_dir: Path) -> list[str]:
         str(run_config),
         f"--seed_everything={seed}",
         f"--data.seed={seed}",
-        "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+        "--trainer.logger=lightning_sfl.run_folder.ContinuingCSVLogger",  # <run_dir>/logs/metrics.csv, continued
         f"--trainer.logger.save_dir={run_dir}",
-        "--trainer.logger.name=",
-        f"--trainer.logger.version={LOG_SUBDIR}",
+        f"--trainer.logger.name={LOG_SUBDIR}",
         f"--trainer.default_root_dir={run_dir}",
         "--run_name=",  # the trial's folder is the run folder
         f"--checkpoint.dirpath={run_dir / LOG_SUBDIR / 'checkpoints'}",
@@ -200,14 +202,18 @@ DONE_MARKER = "done"
 
 def _write_run_dir(spec: RunSpec, run_config: Path, config: dict, header: str, reuse: bool = False) -> None:
     """A fresh run folder with the run's config (``run_config.yaml``) and ``fit`` command (``command.txt``);
-    with ``reuse``, a folder of a finished run with the same config and command is kept (``spec.reuse``)."""
+    with ``reuse``, a folder of the same config and command is kept: a finished run's (``spec.reuse``), or an
+    unfinished one's with a checkpoint, to be continued from it (``spec.resume``)."""
     text = header + yaml.safe_dump(config, sort_keys=False)
     command = "lightning-sfl " + shlex.join(spec.fit_args) + "\n"
-    if reuse and (spec.run_dir / DONE_MARKER).exists() and run_config.exists():
-        same = run_config.read_text() == text and (spec.run_dir / "command.txt").read_text() == command
-        if same:
-            spec.reuse = True
-            return
+    if reuse and run_config.is_file() and (spec.run_dir / "command.txt").is_file():
+        if run_config.read_text() == text and (spec.run_dir / "command.txt").read_text() == command:
+            if (spec.run_dir / DONE_MARKER).exists():
+                spec.reuse = True
+                return
+            if (spec.run_dir / LOG_SUBDIR / "checkpoints" / "last.ckpt").is_file():
+                spec.resume = True
+                return
     if spec.run_dir.exists():
         shutil.rmtree(spec.run_dir)
     spec.run_dir.mkdir(parents=True)

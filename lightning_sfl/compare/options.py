@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--reuse",
         action="store_true",
         help="do not run again the runs of --out that finished with the same config and command "
-        "(delete a run's folder to redo it); the report covers all runs",
+        "(delete a run's folder to redo it), continue those that did not finish from their last checkpoint; "
+        "the report covers all runs",
     )
     parser.add_argument(
         "--add",

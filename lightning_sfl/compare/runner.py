@@ -32,9 +32,11 @@ def _collect(spec: RunSpec, error: str | None, seconds: float, keep_checkpoints:
 
 
 def trial_of(spec: RunSpec, jobs: int = 1) -> Trial:
-    """The ``lightning-sfl fit`` of ``spec`` as a trial: run in this folder, output in the run's ``log.txt``; one
-    torch thread when several trials share the cores (``jobs > 1``)."""
-    args = [*spec.fit_args, *(["--torch_threads=1"] if jobs > 1 else [])]
+    """The ``lightning-sfl fit`` of ``spec`` as a trial: run in this folder, output in the run's ``log.txt``; from its
+    last checkpoint if it is continued (``spec.resume``); one torch thread when several trials share the cores
+    (``jobs > 1``)."""
+    args = [*spec.fit_args, *(["--ckpt_path=last"] if spec.resume else [])]
+    args += ["--torch_threads=1"] if jobs > 1 else []
     return Trial(args, cwd=Path.cwd(), log=spec.run_dir / "log.txt")
 
 
