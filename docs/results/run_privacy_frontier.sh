@@ -31,7 +31,8 @@
 #                  runs) finished none of them in 500 s: give them a GPU each or few at a time.
 # then `python docs/results/summarize_frontier.py` writes the tables and the frontier plots.
 #   bash docs/results/run_privacy_frontier.sh                   (from the repository root, with the package installed)
-#   bash docs/results/run_privacy_frontier.sh --reuse           (keep finished trainings; attacks newer than their
+#   bash docs/results/run_privacy_frontier.sh --reuse           (keep finished trainings, continue unfinished ones
+#                                                                from their last checkpoint; attacks newer than their
 #                                                                checkpoint are kept)
 #   ONLY=digits bash docs/results/run_privacy_frontier.sh --reuse       (the folders whose path starts with digits)
 #   JOBS=12 ATTACK_JOBS=12 ONLY=fashion_mnist/nopeek bash ...           (trainings and attacks at once: one GPU)
