@@ -508,10 +508,10 @@ class _ParseOnly(SFLCLI):
         pass
 
 
-def resolved_config(args: list[str]) -> dict:
+def resolved_config(args: list[str], instantiate: bool = False) -> dict:
     """The configuration ``lightning-sfl fit ARGS`` would run, as jsonargparse resolves it (what ``--print_config``
     prints: configs merged in order, a new ``--model`` class keeps only the ``init_args`` it accepts), as a plain
-    dict without the ``fit`` level. Nothing is instantiated.
+    dict without the ``fit`` level. Nothing is instantiated unless ``instantiate`` (see :func:`check_by_instantiating`).
     A bad setting raises :class:`~lightning_sfl.errors.ConfigError` with the parser's message in one line."""
     import yaml
 
@@ -519,7 +519,25 @@ def resolved_config(args: list[str]) -> dict:
         cli = _ParseOnly(args=resolve_algorithm_names(list(args)), run=False)
     except argparse.ArgumentError as exc:
         raise ConfigError(parser_error_line(str(exc))) from None
+    if instantiate:
+        check_by_instantiating(cli)
     return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False)) or {}
+
+
+def check_by_instantiating(cli: SFLCLI) -> None:
+    """Build what ``fit`` would build from ``cli.config`` but the trainer and its loggers: the data module (its dataset
+    is loaded, for the links), the model and the callbacks, so that a value only their constructors check (e.g.
+    ``--model.nopeek_weight=-1``) or a missing dataset is a :class:`~lightning_sfl.errors.ConfigError` now, before a
+    caller writes anything. Errors that are not the user's propagate as they are."""
+    config = cli.config.clone()
+    config.trainer.logger = None  # a logger may start something (W&B's process): not needed to check settings
+    try:
+        cli.parser.instantiate_classes(config)
+    except Exception as exc:
+        cause = reported_cause(exc)
+        if cause is None:
+            raise
+        raise ConfigError(str(cause)) from None
 
 
 def last_checkpoint_of_fit(args: list[str]) -> Path:

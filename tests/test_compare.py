@@ -577,13 +577,25 @@ def test_reuse_continues_a_killed_run_from_its_last_checkpoint_exactly(tmp_path,
     assert (tmp_path / "killed" / "metrics.csv").read_text() == (tmp_path / "whole" / "metrics.csv").read_text()
 
 
-def test_a_bad_setting_is_one_line_before_any_folder(tmp_path, capsys):
-    out = tmp_path / "out"
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["--data.alpha=two"], "error: --data.alpha"),  # the parser's check
+        (["--model.nopeek_weight=-1"], "error: nopeek_weight=-1.0 must be"),  # only the method's constructor checks it
+        (["--data.dataset=cifar10", "--data.root={empty}"], "error: "),  # no dataset files: found when data loads
+    ],
+    ids=["parser", "constructor", "dataset"],
+)
+def test_a_bad_setting_is_one_line_before_any_folder(tmp_path, capsys, overrides, expected):
+    out, empty = tmp_path / "out", tmp_path / "empty"
+    empty.mkdir()
+    overrides = [o.format(empty=empty) for o in overrides]
     with pytest.raises(SystemExit) as exc:
-        compare.main(["--config", CONFIG, "--methods", "scala", "--out", str(out), "--overrides", "--data.alpha=two"])
-    assert exc.value.code == 2 and not out.exists()
+        compare.main(["--config", CONFIG, "--methods", "splitfedv1", "scala", "--out", str(out), "--overrides",
+                      *overrides])  # fmt: skip
+    assert exc.value.code == 2 and not out.exists() and not any(empty.iterdir())
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: --data.alpha") and "Traceback" not in err[0]
+    assert len(err) == 1 and err[0].startswith(expected) and "Traceback" not in err[0], err
 
 
 def test_add_runs_only_the_new_method_and_reports_the_whole_comparison(tmp_path, capsys):

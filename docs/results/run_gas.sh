@@ -8,7 +8,7 @@
 # wait for every client at every local iteration (--clock.barrier iteration), so that accuracy can be read against
 # the simulated time (accuracy_time.png) as in the paper's Fig. 3. One global iteration ("round") = one aggregation.
 #   bash docs/results/run_gas.sh                    (from the repository root, with the package installed)
-#   bash docs/results/run_gas.sh --reuse            (keep runs that already finished with the same config)
+#   bash docs/results/run_gas.sh --reuse            (keep finished runs, continue unfinished ones: same config)
 #   ONLY=digits_shards2 bash docs/results/run_gas.sh --reuse    (one setting)
 set -euo pipefail
 METHODS=(gas async_sfl fedbuff ca2fl fedavg minibatch_sfl s2fl)

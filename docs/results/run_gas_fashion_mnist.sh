@@ -12,7 +12,7 @@
 # Paper-scale (GPU): lightning-sfl fit --config configs/fashion_mnist/gas.yaml. Needs Fashion-MNIST: Debian's
 # dataset-fashion-mnist package, data/FashionMNIST/raw, or --data.download true.
 #   bash docs/results/run_gas_fashion_mnist.sh              (from the repository root, with the package installed)
-#   bash docs/results/run_gas_fashion_mnist.sh --reuse      (keep runs that already finished with the same config)
+#   bash docs/results/run_gas_fashion_mnist.sh --reuse      (keep finished runs, continue unfinished ones: same config)
 #   ONLY=fashion_mnist_shards2 bash docs/results/run_gas_fashion_mnist.sh --reuse    (one setting)
 #   ONLY=fashion_mnist_shards2_equal_speed bash docs/results/run_gas_fashion_mnist.sh   (the experiments below; also
 #   fashion_mnist_shards2_fedbuff_average and fashion_mnist_shards2_ca2fl_gas_code)

@@ -7,7 +7,7 @@
 # (configs/leaf_synthetic/fedavg.yaml). Each seed draws its own data (--data.seed = the run's seed). About 15 minutes
 # on two cores for the 105 runs, 2 more for the FedLC experiment, 5 for the ceiling.
 #   bash docs/results/run_leaf_synthetic.sh             (from the repository root, with the package installed)
-#   bash docs/results/run_leaf_synthetic.sh --reuse     (keep runs that already finished with the same config)
+#   bash docs/results/run_leaf_synthetic.sh --reuse     (keep finished runs, continue unfinished ones: same config)
 #   ONLY=synthetic_1_1 bash docs/results/run_leaf_synthetic.sh --reuse      (one setting)
 set -euo pipefail
 METHODS=(fedavg fedprox scaffold fednova fedadam fedrs fedlc)

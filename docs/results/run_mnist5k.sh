@@ -6,7 +6,7 @@
 # which FedAvg and most methods stop with non-finite logits in round 2 here (docs/results/mnist5k/attempt_lr0.05_*,
 # made by this script at commit edbfac9 without --model.lr); then docs/results/README.md.
 #   bash docs/results/run_mnist5k.sh              (from the repository root, with the package installed)
-#   bash docs/results/run_mnist5k.sh --reuse      (keep runs that already finished with the same config)
+#   bash docs/results/run_mnist5k.sh --reuse      (keep finished runs, continue unfinished ones: same config)
 #   ONLY=quantity_a2_k20 bash docs/results/run_mnist5k.sh --reuse    (one setting)
 set -euo pipefail
 run() {

@@ -10,7 +10,7 @@
 # Variants that change a method's settings run as settings of their own (a folder each): SCALA with the bottleneck
 # alone (no regulariser), and on MNIST-5k SCALA-PE with the hinge threshold tau lowered to where it engages.
 #   bash docs/results/run_privacy.sh                  (from the repository root, with the package installed)
-#   bash docs/results/run_privacy.sh --reuse          (keep trainings that finished with the same config; attacks
+#   bash docs/results/run_privacy.sh --reuse          (keep finished trainings, continue unfinished ones; attacks
 #                                                      whose metrics.json is newer than their checkpoint are kept)
 #   ONLY=digits bash docs/results/run_privacy.sh --reuse        (the settings whose name starts with digits)
 set -euo pipefail

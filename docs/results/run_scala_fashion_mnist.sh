@@ -11,7 +11,7 @@
 #   - ROUNDS global rounds instead of the paper's 500 (default 200), test accuracy on the 10,000 test images every 5
 #     rounds instead of every round (measured, paired on two cores: evaluating every round costs 1.6-2.1x the time).
 #   bash docs/results/run_scala_fashion_mnist.sh            (from the repository root, with the package installed)
-#   bash docs/results/run_scala_fashion_mnist.sh --reuse    (keep runs that already finished with the same config)
+#   bash docs/results/run_scala_fashion_mnist.sh --reuse    (keep finished runs, continue unfinished ones: same config)
 #   ONLY=quantity_a2 bash docs/results/run_scala_fashion_mnist.sh --reuse    (one setting)
 #   ONLY=quantity_a2_500rounds bash docs/results/run_scala_fashion_mnist.sh    (SCALA, SplitFedV2, FedDyn, 500 rounds)
 #   ONLY=quantity_a2_lr0.05 bash docs/results/run_scala_fashion_mnist.sh       (SCALA, SplitFedV2 at lr 0.05)

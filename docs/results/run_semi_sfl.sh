@@ -14,7 +14,7 @@
 # digits_dirichlet0.1_fedmatch_code: FedMatch with its authors' optimiser and loss weights (configs/digits/
 # fedmatch.yaml: plain SGD, lr 1e-3, λ_s = 10) instead of the shared one.
 #   bash docs/results/run_semi_sfl.sh                    (from the repository root, with the package installed)
-#   bash docs/results/run_semi_sfl.sh --reuse            (keep runs that already finished with the same config)
+#   bash docs/results/run_semi_sfl.sh --reuse            (keep finished runs, continue unfinished ones: same config)
 #   ONLY=digits_dirichlet0.1 bash docs/results/run_semi_sfl.sh --reuse    (one setting)
 #   JOBS=18 ONLY=fashion_mnist_iid bash docs/results/run_semi_sfl.sh     (18 runs at once: one GPU)
 # fashion_mnist_*: configs/fashion_mnist/semi_sfl.yaml (the paper's SVHN setting on Fashion-MNIST: 1,000 labels on the
