@@ -222,10 +222,13 @@ class SFLCLI(LightningCLI):
     def _instantiate_trainer(self, config: dict, callbacks: list) -> L.Trainer:
         """Check the data first: the dataset is loaded and the partition built before the trainer exists, so a
         missing dataset or an impossible partition is a one-line error and the run creates nothing (no folder,
-        checkpoint or W&B run). Then the round-level progress bar, unless progress bars are off or the user
+        checkpoint or W&B run); so is a setting the method's schedule refuses (GAS with ``inversion_gamma``, Semi-SFL
+        without a labelled set). Then the round-level progress bar, unless progress bars are off or the user
         configured one."""
         if self.datamodule is not None:
             self.datamodule.check()
+        if self.model is not None and self.datamodule is not None:  # a setting the schedule refuses: before the trainer
+            self.model.schedule.check(self.datamodule.client_stats)
         user = config.get("callbacks") or []
         user = user if isinstance(user, list) else [user]
         if config.get("enable_progress_bar", True) is not False and not any(isinstance(c, ProgressBar) for c in user):
@@ -526,13 +529,15 @@ def resolved_config(args: list[str], instantiate: bool = False) -> dict:
 
 def check_by_instantiating(cli: SFLCLI) -> None:
     """Build what ``fit`` would build from ``cli.config`` but the trainer and its loggers: the data module (its dataset
-    is loaded, for the links), the model and the callbacks, so that a value only their constructors check (e.g.
-    ``--model.nopeek_weight=-1``) or a missing dataset is a :class:`~lightning_sfl.errors.ConfigError` now, before a
-    caller writes anything. Errors that are not the user's propagate as they are."""
+    is loaded, for the links), the model (and its schedule) and the callbacks, so that a value only their
+    constructors check (e.g. ``--model.nopeek_weight=-1``) or a missing dataset is a
+    :class:`~lightning_sfl.errors.ConfigError` now, before a caller writes anything. Errors that are not the user's
+    propagate as they are."""
     config = cli.config.clone()
     config.trainer.logger = None  # a logger may start something (W&B's process): not needed to check settings
     try:
-        cli.parser.instantiate_classes(config)
+        built = cli.parser.instantiate_classes(config)
+        built.model.schedule.check(built.data.client_stats)  # what the schedule refuses (GAS with inversion_gamma)
     except Exception as exc:
         cause = reported_cause(exc)
         if cause is None:

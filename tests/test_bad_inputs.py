@@ -70,8 +70,10 @@ BAD: list[tuple[list[str], str]] = [
     (["--dissimilarity.chunk_size=0"], "dissimilarity.chunk_size=0 must be a whole number >= 1"),
     (["--splitguard.every_n_rounds=-2"], "splitguard.every_n_rounds=-2 must be a whole number >= 0"),
     (["--splitguard.regular_batches=1"], "splitguard.regular_batches=1 must be a whole number >= 2"),
-    (["--model=semi_sfl"], "SemiSFL needs a labelled server set: set --data.labelled_per_class"),  # federation's
+    (["--model=semi_sfl"], "needs a labelled server set: set --data.labelled_per_class"),  # the schedule's
     (["--clock.barrier=never"], "barrier='never' must be one of: round, iteration"),  # the system model's
+    (["--model=gas", "--model.inversion_gamma=0.3"], "inversion_gamma=0.3 needs synchronous rounds"),  # the schedule's
+    (["--model=gas", "--model.concurrency=500"], "concurrency=500 must be <= the number of clients"),  # with the data
     # what this machine cannot run, and output folders that cannot be one
     (["--trainer.accelerator=gpu"], "trainer: No supported gpu backend found!"),
     (["--trainer.strategy=fsdp"], "trainer: The strategy `fsdp` requires a GPU accelerator"),
@@ -178,13 +180,16 @@ def _in_one_process(folders: list[Path], cases: list[tuple[list[str], str]]) -> 
 
 
 #: Cases also run through the real console script, each in its own process: a parser error, a data error, a checkpoint
-#: error, an error of the federation (method and data together) and of the system model.
+#: error, an error of the method's schedule with the data (Semi-SFL without a labelled set), of the system model and of
+#: the method's schedule alone.
+#: Their output is checked for Lightning's device lines too: each error comes before the trainer exists.
 CONSOLE = (
     ["--data.num_clients=abc"],
     ["--data.dataset=cifar10"],
     ["--ckpt_path=truncated.ckpt"],
     ["--model=semi_sfl"],
     ["--clock.barrier=never"],
+    ["--model=gas", "--model.inversion_gamma=0.3"],
 )
 
 
@@ -210,6 +215,8 @@ def test_every_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(tmp_path):
     for (folder, (args, expected)), proc in zip(console, procs):
         left = sorted(p.name for p in folder.iterdir())
         failures += _problems(args, expected, proc.returncode, proc.stderr, left, before[folder])
+        if "GPU available" in proc.stdout + proc.stderr:
+            failures.append(f"{' '.join(args)}: Lightning's device lines before the error\n{proc.stderr[-600:]}")
     assert not failures, "\n\n".join(failures)
 
 

@@ -89,3 +89,6 @@ def test_phases_errors_are_one_line():
         _phases(k_u=0)
     with pytest.raises(ConfigError, match="needs a labelled server set"):
         FederatedDataModule(dataset="digits").plan(0, _phases())
+    with pytest.raises(ConfigError, match="needs a labelled server set"):  # checked before a run (the CLI calls it)
+        _phases().check(FederatedDataModule(dataset="digits").client_stats)
+    _phases().check(FederatedDataModule(dataset="digits", labelled_per_class=2).client_stats)

@@ -76,9 +76,14 @@ class Phases(SyncRounds):
     def steps_per_round(self) -> None:
         return None  # K_s changes during training
 
-    def plan_round(self, round_idx: int, stats: ClientStats) -> list[Step]:
+    def check(self, stats: ClientStats) -> None:
+        """The server's labelled set must hold a sample."""
+        super().check(stats)
         if stats.labelled is None or len(stats.labelled) == 0:
             raise ConfigError("Semi-SFL needs a labelled server set: set --data.labelled_per_class to a number >= 1")
+
+    def plan_round(self, round_idx: int, stats: ClientStats) -> list[Step]:
+        self.check(stats)
         k_s, k_u = self.supervised.steps, self.local_iters
         g = round_generator(stats.seed, round_idx, stream=2)
         batch = min(self.labelled_batch_size, len(stats.labelled))

@@ -68,6 +68,11 @@ class Schedule:
         """How many client slots (copies of the client half) the method needs: default ``S``."""
         return stats.clients_per_round
 
+    def check(self, stats: ClientStats) -> None:
+        """Refuse, with a one-line :class:`~lightning_sfl.errors.ConfigError`, clients this schedule cannot run (the
+        CLI calls it before the trainer exists). Default: the slots it needs (:meth:`num_slots`) can be given."""
+        self.num_slots(stats)
+
     def bind_system(self, system: SystemModel, stats: ClientStats) -> None:
         """Take what the schedule needs of the federation's system model before its first round (an asynchronous
         schedule: every client's seconds per event). Default: nothing."""
