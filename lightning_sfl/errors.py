@@ -54,6 +54,25 @@ def whole_number(name: str, value, low: int = 1) -> int:
     return int(value)
 
 
+#: The largest seed numpy, scikit-learn and Lightning's ``seed_everything`` accept (seeds are in ``[0, 2**32 - 1]``).
+MAX_SEED = 2**32 - 1
+
+
+def seed_number(name: str, value) -> int:
+    """``value`` as an ``int`` if it is a seed numpy accepts (a whole number in ``[0, 2**32 - 1]``), else a one-line
+    :class:`ConfigError` naming ``name``.
+
+    >>> seed_number("data.seed", -1)
+    Traceback (most recent call last):
+    ...
+    lightning_sfl.errors.ConfigError: data.seed=-1 must be a whole number in [0, 4294967295]
+    """
+    whole = not isinstance(value, bool) and isinstance(value, int | float) and int(value) == value
+    if not (whole and 0 <= value <= MAX_SEED):
+        raise ConfigError(f"{name}={value!r} must be a whole number in [0, {MAX_SEED}]")
+    return int(value)
+
+
 def check_output_folder(name: str, folder: str | os.PathLike | None) -> None:
     """A one-line :class:`ConfigError` unless ``folder`` (option ``name``) can be a folder to
     write in: not a file, and its nearest existing folder writable. Nothing is created.

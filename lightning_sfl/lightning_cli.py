@@ -49,6 +49,7 @@ from lightning_sfl.errors import (
     check_output_folder,
     parser_error_line,
     reported_cause,
+    seed_number,
 )
 from lightning_sfl.loop import Federation
 from lightning_sfl.run_folder import (
@@ -161,6 +162,13 @@ class SFLCLI(LightningCLI):
             super()._add_subcommands(parser, **kwargs)
         finally:
             del self.subcommands
+
+    def _set_seed(self) -> None:
+        """``seed_everything`` checked before Lightning seeds with it (``true``: a random seed; ``false``: none)."""
+        seed = self.config.get(self.subcommand, self.config).get("seed_everything")
+        if seed not in (True, False, None):
+            seed_number("seed_everything", seed)
+        super()._set_seed()
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:

@@ -48,6 +48,8 @@ BAD: list[tuple[list[str], str]] = [
     (["--data.beta=-1"], "beta=-1.0 must be > 0"),
     (["--data.participation=0"], "participation=0.0 must be in (0, 1]"),
     (["--data.participation=1.5"], "participation=1.5 must be in (0, 1]"),
+    (["--data.seed=-1"], "seed=-1 must be a whole number in [0, 4294967295]"),  # numpy's seeds
+    (["--seed_everything=4294967296"], "seed_everything=4294967296 must be a whole number in [0, 4294967295]"),
     (["--model.lr=0"], "lr=0.0 must be > 0"),
     # unknown names
     (["--data.dataset=mnist"], "dataset='mnist' is not one of: digits"),

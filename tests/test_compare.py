@@ -660,13 +660,14 @@ def test_an_out_made_by_another_comparison_is_refused_unless_add_or_reuse(tmp_pa
 
 
 def test_argument_errors_are_one_line_like_fits(tmp_path, capsys):
-    """An unknown method, an abbreviated option or an ``--out`` that is a file: one ``error:`` line (no usage dump),
-    exit code 2, nothing written."""
+    """An unknown method, an abbreviated option, an ``--out`` that is a file or a negative seed: one ``error:`` line
+    (no usage dump), exit code 2, nothing written."""
     (tmp_path / "a_file").write_text("")
     cases = [
         (["--methods", "scala", "nosuch"], "error: unknown method 'nosuch'"),
         (["--method", "scala"], "error: unrecognized arguments: --method scala"),
         (["--out", str(tmp_path / "a_file")], "is a file, not a folder"),
+        (["--seeds", "0", "-1"], "error: --seeds -1 must be in [0, 4294967295]"),
     ]
     for extra, expected in cases:
         out = ["--out", str(tmp_path / "o")] if "--out" not in extra else []

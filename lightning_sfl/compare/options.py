@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_sfl.errors import OneLineArgumentParser, check_output_folder
+from lightning_sfl.errors import MAX_SEED, OneLineArgumentParser, check_output_folder
 from lightning_sfl.trials.options import LAUNCHER_OPTIONS, add_launcher_arguments, launcher_of, slurm_parameters
 
 from .config import check_overrides, resolve_method
@@ -126,6 +126,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.methods = list(names(family=SYNCHRONOUS))
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs} must be >= 1")
+    for seed in args.seeds:
+        if not 0 <= seed <= MAX_SEED:
+            parser.error(f"--seeds {seed} must be in [0, {MAX_SEED}] (numpy's seeds)")
     for target in args.target_acc or []:
         if not 0 < target <= 1:
             parser.error(f"--target_acc {target:g} must be a fraction in (0, 1]")

@@ -31,7 +31,7 @@ import torch
 
 from lightning_sfl.data.datasets import DATASETS, DatasetSplits, load_dataset
 from lightning_sfl.data.partition import PARTITIONS, label_distribution, labelled_split, partition
-from lightning_sfl.errors import ConfigError
+from lightning_sfl.errors import ConfigError, seed_number
 from lightning_sfl.loop.sampling import clients_per_round
 from lightning_sfl.loop.step import ClientStats, Step
 
@@ -174,6 +174,7 @@ class FederatedDataModule(L.LightningDataModule):
             raise ConfigError(f"labelled_per_class={labelled_per_class!r} must be a whole number >= 0")
         if test_batch_size < 1:
             raise ConfigError(f"test_batch_size={test_batch_size} must be >= 1")
+        seed_number("seed", seed)
         if (partition == "natural") != (dataset == "leaf_synthetic"):
             raise ConfigError(
                 f"partition={partition!r} with dataset={dataset!r}: partition='natural' (the dataset's own clients) "
