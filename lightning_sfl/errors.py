@@ -118,7 +118,21 @@ def reported_cause(exc: BaseException) -> BaseException | None:
 
 
 def parser_error_line(text: str) -> str:
-    """jsonargparse's (multi-line) message in one line: ``--data.num_clients: Expected a int. Got value: abc``."""
+    """jsonargparse's (multi-line) message in one line: ``--data.num_clients: Expected a int. Got value: abc``; an
+    option the chosen class does not take names the class and how to list its options.
+
+    >>> parser_error_line('Parser key "model":\\n  Does not validate ...\\n    - Problem with given class_path '
+    ...                   "'lightning_sfl.algorithms.SCALA':\\n        Option 'nosuch' is not accepted\\n ...")
+    '--model.nosuch: not an option of SCALA (its options: lightning-sfl fit --model.help SCALA)'
+    """
+    unknown = re.search(r"Problem with given class_path '([\w.]+)':\s*Option '([\w.]+)' is not accepted", text)
+    group = re.match(r'Parser key "([^"]+)":', text)
+    if unknown and group:
+        cls = unknown.group(1).rpartition(".")[2]
+        return (
+            f"--{group.group(1)}.{unknown.group(2)}: not an option of {cls} (its options: lightning-sfl fit "
+            f"--{group.group(1)}.help {cls})"
+        )
     keys = re.findall(r'Parser key "([^"]+)":', text)
     key = ".".join(dict.fromkeys(keys)) if keys else None  # --model: ... Parser key "lr": -> --model.lr
     rest = re.split(r'Parser key "[^"]+":', text)[-1] if keys else text

@@ -100,6 +100,36 @@ def check_rounds_to_resume(checkpoint: dict, max_epochs: int | None) -> None:
         )
 
 
+def check_trainer_settings(trainer: dict) -> None:
+    """Trainer settings a run of this library cannot take, as a one-line :class:`ConfigError` before anything is
+    built: a round count below 1, validation every 0 rounds or steps, a step limit of 0, and what Lightning's manual
+    optimisation refuses once the run has started (every method steps its own optimisers, client by client)."""
+    rounds = trainer.get("max_epochs")
+    if rounds is not None and rounds < 1:
+        raise ConfigError(f"trainer.max_epochs={rounds} must be >= 1 (the number of global rounds)")
+    every = trainer.get("check_val_every_n_epoch")
+    if every is not None and every < 1:
+        raise ConfigError(f"trainer.check_val_every_n_epoch={every} must be >= 1 (test every that many rounds) or null")
+    interval = trainer.get("val_check_interval")
+    if interval is not None and interval <= 0:
+        raise ConfigError(f"trainer.val_check_interval={interval} must be > 0 (a fraction of a round, or steps)")
+    steps = trainer.get("max_steps")
+    if steps is not None and steps != -1 and steps < 1:
+        raise ConfigError(f"trainer.max_steps={steps} must be >= 1 or -1 (no limit)")
+    accumulate = trainer.get("accumulate_grad_batches")
+    if accumulate is not None and accumulate != 1:
+        raise ConfigError(
+            f"trainer.accumulate_grad_batches={accumulate} must be 1: every method steps its own optimisers (manual "
+            "optimisation); a larger client minibatch is --data.batch_size"
+        )
+    clip = trainer.get("gradient_clip_val")
+    if clip is not None and clip != 0:
+        raise ConfigError(
+            f"trainer.gradient_clip_val={clip} must be null or 0: every method steps its own optimisers (manual "
+            "optimisation), which Lightning does not clip"
+        )
+
+
 class SFLCLI(LightningCLI):
     """LightningCLI with the algorithm as a subclass of :class:`SplitFedAlgorithm` and data-driven links."""
 
@@ -257,9 +287,7 @@ class SFLCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config)
         key = run_key(config)
-        rounds = config.get("trainer", {}).get("max_epochs")
-        if rounds is not None and rounds < 1:
-            raise ConfigError(f"trainer.max_epochs={rounds} must be >= 1 (the number of global rounds)")
+        check_trainer_settings(config.get("trainer", {}))
         for name, folder in (
             ("trainer.default_root_dir", config.get("trainer", {}).get("default_root_dir")),
             ("checkpoint.dirpath", (config.get("checkpoint") or {}).get("dirpath")),
@@ -606,6 +634,9 @@ def run(args: list[str] | None = None) -> None:
             SFLCLI(args=resolve_algorithm_names(list(args)))
     except argparse.ArgumentError as exc:  # the parser's own messages, without its usage dump
         print(f"error: {parser_error_line(str(exc))}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except MisconfigurationException as exc:  # a setting Lightning refuses as its classes are built (a callback's)
+        print(f"error: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}", file=sys.stderr)
         raise SystemExit(2) from None
     except RunInterrupted as exc:
         if int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:

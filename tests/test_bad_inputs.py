@@ -42,6 +42,10 @@ BAD: list[tuple[list[str], str]] = [
     (["--model.local_iters=0"], "local_iters=0 must be >= 1"),
     (["--trainer.max_epochs=0"], "trainer.max_epochs=0 must be >= 1"),
     (["--trainer.max_epochs=-1"], "trainer.max_epochs=-1 must be >= 1"),
+    (["--trainer.check_val_every_n_epoch=0"], "trainer.check_val_every_n_epoch=0 must be >= 1"),
+    (["--trainer.val_check_interval=0"], "trainer.val_check_interval=0 must be > 0"),
+    (["--trainer.max_steps=0"], "trainer.max_steps=0 must be >= 1 or -1"),
+    (["--data.image_size=0"], "image_size=0 must be a whole number of pixels >= 1"),
     (["--data.alpha=0"], "alpha=0 must be >= 1"),
     (["--data.shards_per_client=0"], "shards_per_client=0 must be >= 1"),
     (["--data.beta=0"], "beta=0.0 must be > 0"),
@@ -78,6 +82,10 @@ BAD: list[tuple[list[str], str]] = [
     (["--model=gas", "--model.concurrency=500"], "concurrency=500 must be <= the number of clients"),  # with the data
     # what this machine cannot run, and output folders that cannot be one
     (["--trainer.accelerator=gpu"], "trainer: No supported gpu backend found!"),
+    (["--trainer.accumulate_grad_batches=2"], "trainer.accumulate_grad_batches=2 must be 1"),  # manual optimisation
+    (["--trainer.gradient_clip_val=1"], "trainer.gradient_clip_val=1.0 must be null or 0"),
+    (["--checkpoint.every_n_epochs=-1"], "every_n_epochs=-1. Must be >= 0"),  # Lightning's own check, one line
+    (["--model.nosuch=1"], "--model.nosuch: not an option of SCALA (its options: lightning-sfl fit --model.help"),
     (["--trainer.strategy=fsdp"], "trainer: The strategy `fsdp` requires a GPU accelerator"),
     (["--trainer.strategy=deepspeed"], "trainer: To use the `DeepSpeedStrategy`, you must have DeepSpeed installed"),
     (["--trainer.default_root_dir=fedavg.ckpt"], "trainer.default_root_dir='fedavg.ckpt' is a file, not a folder"),

@@ -175,6 +175,8 @@ class FederatedDataModule(L.LightningDataModule):
         if test_batch_size < 1:
             raise ConfigError(f"test_batch_size={test_batch_size} must be >= 1")
         seed_number("seed", seed)
+        if int(image_size) != image_size or image_size < 1:
+            raise ConfigError(f"image_size={image_size!r} must be a whole number of pixels >= 1")
         if (partition == "natural") != (dataset == "leaf_synthetic"):
             raise ConfigError(
                 f"partition={partition!r} with dataset={dataset!r}: partition='natural' (the dataset's own clients) "
