@@ -242,7 +242,7 @@ def run_attack(args: argparse.Namespace) -> dict:
     import torch
 
     from lightning_sfl.checkpoint import check_checkpoint
-    from lightning_sfl.errors import ConfigError
+    from lightning_sfl.errors import ConfigError, check_output_folder
     from lightning_sfl.privacy.metrics import reconstruction_scores
 
     check_args(args)
@@ -254,6 +254,7 @@ def run_attack(args: argparse.Namespace) -> dict:
         torch.set_num_threads(args.threads)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     ckpt = check_checkpoint(args.ckpt_path)
+    check_output_folder("--out", _output_folder(args))  # before the attack's minutes of work, not after them
     model, method, input_shape = _trained_method(ckpt, args.ckpt_path)
     splits = _data_module(args, ckpt).splits
     if input_shape and tuple(splits.input_shape) != input_shape:

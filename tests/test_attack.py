@@ -110,6 +110,9 @@ def test_attack_without_a_usable_checkpoint_is_a_one_line_error(tmp_path):
     out = _attack("--ckpt_path", str(ckpt), "--no_wandb", cwd=tmp_path)
     assert out.returncode == 2
     assert out.stderr == "error: SplitFedV1's cut is not convolutional ([C, H, W] activations): no images to invert\n"
+    (tmp_path / "a_file").write_text("")  # an --out that cannot be a folder: refused before the decoder trains
+    out = _attack("--ckpt_path", str(ckpt), "--no_wandb", "--out", str(tmp_path / "a_file"), cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr == f"error: --out='{tmp_path / 'a_file'}' is a file, not a folder\n"
 
 
 def test_attack_scores_a_split_checkpoint_and_logs_it_to_wandb(tmp_path):
