@@ -644,6 +644,9 @@ def run(args: list[str] | None = None) -> None:
         raise SystemExit(exc.exit_code) from None
     except Exception as exc:
         cause = reported_cause(exc)
+        if cause is None and str(exc).startswith("Early stopping conditioned on metric"):  # a user's EarlyStopping
+            print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)  # watching a metric the run does not log
+            raise SystemExit(2) from None
         if cause is None:
             raise
         print(f"error: {cause}", file=sys.stderr)

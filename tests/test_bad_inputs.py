@@ -230,6 +230,17 @@ def test_every_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(tmp_path):
     assert not failures, "\n\n".join(failures)
 
 
+def test_an_early_stopping_on_a_metric_the_run_does_not_log_is_one_line(tmp_path):
+    """Lightning's EarlyStopping raises at the first test when its metric is not logged: a mistake found only once
+    the run has started, still one line and exit code 2, naming the metric and the ones the run logs."""
+    stopper = ["--trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping", "--trainer.callbacks.monitor=test/ac"]
+    proc = _console(tmp_path, ["--trainer.logger=false", "--trainer.check_val_every_n_epoch=1", *stopper])
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert len(errors) == 1 and errors[0].startswith("error: Early stopping conditioned on metric `test/ac`")
+    assert "`test/acc`" in errors[0]  # what it could watch
+
+
 @pytest.mark.parametrize("args", GOOD, ids=lambda a: " ".join(a))
 def test_valid_unusual_settings_simply_work(args, tmp_path):
     proc = _console(tmp_path, args)
