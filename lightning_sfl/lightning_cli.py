@@ -130,6 +130,29 @@ def check_trainer_settings(trainer: dict) -> None:
         )
 
 
+def check_config_files(argv) -> None:
+    """Each ``--config FILE`` of ``argv`` that is a file must hold a YAML mapping of settings: an empty file, a list
+    or broken YAML is a one-line :class:`ConfigError` naming the file (jsonargparse would say "Unexpected config")."""
+    import yaml
+
+    if not isinstance(argv, list | tuple):
+        return
+    argv = [str(a) for a in argv]
+    files = [b for a, b in zip(argv, argv[1:]) if a == "--config"] + [a[9:] for a in argv if a.startswith("--config=")]
+    for name in files:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            continue  # not a file: jsonargparse's own message (missing file, or settings given inline)
+        try:
+            content = yaml.safe_load(path.read_text())
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            problem = " ".join(str(exc).split())
+            raise ConfigError(f"--config {name}: not valid YAML ({problem})") from None
+        if not isinstance(content, dict):
+            found = "an empty file" if content is None else f"a YAML {type(content).__name__}"
+            raise ConfigError(f"--config {name}: expected a YAML mapping of settings (model:, data:, …), found {found}")
+
+
 class SFLCLI(LightningCLI):
     """LightningCLI with the algorithm as a subclass of :class:`SplitFedAlgorithm` and data-driven links."""
 
@@ -160,6 +183,7 @@ class SFLCLI(LightningCLI):
                     self.run_folder.parent.rmdir()  # (the default_root_dir this run created)
 
     def _init(self, args, run: bool) -> None:
+        check_config_files(args if args is not None else sys.argv[1:])
         super().__init__(
             model_class=SplitFedAlgorithm,
             subclass_mode_model=True,

@@ -102,6 +102,10 @@ BAD: list[tuple[list[str], str]] = [
     (["--ckpt_path=foreign.ckpt"], "not a lightning_sfl checkpoint"),
     (["--ckpt_path=fedavg.ckpt"], "was written by lightning_sfl.algorithms.FedAvg, not lightning_sfl.algorithms.SCALA"),
     (["--data.dataset=cifar10"], "cifar10 not found"),
+    # config files that hold no settings
+    (["--config=empty.yaml"], "--config empty.yaml: expected a YAML mapping of settings (model:, data:, …), found an"),
+    (["--config", "list.yaml"], "--config list.yaml: expected a YAML mapping of settings (model:, data:, …), found a"),
+    (["--config", "broken.yaml"], "--config broken.yaml: not valid YAML (while parsing a flow node"),
 ]
 
 GOOD: list[list[str]] = [
@@ -122,7 +126,10 @@ def _console(folder: Path, args: list[str]) -> subprocess.CompletedProcess:
 
 
 def _checkpoints(folder: Path) -> None:
-    """The checkpoint files the checkpoint cases point at (and nothing else in the folder)."""
+    """The checkpoint and config files the checkpoint and config cases point at (and nothing else in the folder)."""
+    (folder / "empty.yaml").write_text("")
+    (folder / "list.yaml").write_text("- model\n- data\n")
+    (folder / "broken.yaml").write_text("model: {lr: [\n")
     good = {"state_dict": {"client.net.0.weight": torch.zeros(1)}, "lightning_sfl": {}}
     torch.save({**good, "lightning_sfl": {"algorithm": "lightning_sfl.algorithms.FedAvg"}}, folder / "fedavg.ckpt")
     torch.save({"state_dict": {"fc.weight": torch.zeros(1)}}, folder / "foreign.ckpt")
