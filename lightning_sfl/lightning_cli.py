@@ -130,6 +130,21 @@ def check_trainer_settings(trainer: dict) -> None:
         )
 
 
+def user_error_line(exc: BaseException) -> tuple[str, int] | None:
+    """The one ``error:`` line and exit code of an error a user's setting caused, else ``None``: ours
+    (:func:`~lightning_sfl.errors.reported_cause`; 1 for NaN/Inf, else 2), a setting Lightning refuses as its classes
+    are built (``MisconfigurationException``, e.g. a callback's), a user's EarlyStopping watching a metric the run does
+    not log (Lightning's ``RuntimeError`` at the first test)."""
+    cause = reported_cause(exc)
+    if cause is not None:
+        return str(cause), 1 if isinstance(cause, NonFiniteError) else 2
+    if isinstance(exc, MisconfigurationException):
+        return (str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__), 2
+    if str(exc).startswith("Early stopping conditioned on metric"):
+        return " ".join(str(exc).split()), 2
+    return None
+
+
 def check_config_files(argv) -> None:
     """Each ``--config FILE`` of ``argv`` that is a file must hold a YAML mapping of settings: an empty file, a list
     or broken YAML is a one-line :class:`ConfigError` naming the file (jsonargparse would say "Unexpected config")."""
@@ -138,7 +153,8 @@ def check_config_files(argv) -> None:
     if not isinstance(argv, list | tuple):
         return
     argv = [str(a) for a in argv]
-    files = [b for a, b in zip(argv, argv[1:]) if a == "--config"] + [a[9:] for a in argv if a.startswith("--config=")]
+    files = [b for a, b in zip(argv, argv[1:]) if a == "--config"]
+    files += [a.removeprefix("--config=") for a in argv if a.startswith("--config=")]
     for name in files:
         path = Path(name).expanduser()
         if not path.is_file():
@@ -599,10 +615,10 @@ def check_by_instantiating(cli: SFLCLI) -> None:
         built = cli.parser.instantiate_classes(config)
         built.model.schedule.check(built.data.client_stats)  # what the schedule refuses (GAS with inversion_gamma)
     except Exception as exc:
-        cause = reported_cause(exc)
-        if cause is None:
+        found = user_error_line(exc)
+        if found is None:
             raise
-        raise ConfigError(str(cause)) from None
+        raise ConfigError(found[0]) from None
 
 
 def last_checkpoint_of_fit(args: list[str]) -> Path:
@@ -659,19 +675,13 @@ def run(args: list[str] | None = None) -> None:
     except argparse.ArgumentError as exc:  # the parser's own messages, without its usage dump
         print(f"error: {parser_error_line(str(exc))}", file=sys.stderr)
         raise SystemExit(2) from None
-    except MisconfigurationException as exc:  # a setting Lightning refuses as its classes are built (a callback's)
-        print(f"error: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}", file=sys.stderr)
-        raise SystemExit(2) from None
     except RunInterrupted as exc:
         if int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:
             print(str(exc), file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
     except Exception as exc:
-        cause = reported_cause(exc)
-        if cause is None and str(exc).startswith("Early stopping conditioned on metric"):  # a user's EarlyStopping
-            print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)  # watching a metric the run does not log
-            raise SystemExit(2) from None
-        if cause is None:
+        found = user_error_line(exc)
+        if found is None:
             raise
-        print(f"error: {cause}", file=sys.stderr)
-        raise SystemExit(1 if isinstance(cause, NonFiniteError) else 2) from None
+        print(f"error: {found[0]}", file=sys.stderr)
+        raise SystemExit(found[1]) from None
