@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from _helpers import small_digits, trained_checkpoint
+from cli_in_one_process import run_in_one_process
 
 from lightning_sfl.algorithms import SCALA, SCALAPE, FedAvg, SplitFedV1
 from lightning_sfl.attack import check_args, grid_indices, parse_args, save_grid, train_attacker
@@ -98,21 +99,24 @@ def test_bad_settings_are_one_line_errors_naming_the_option(args, message):
 
 
 def test_attack_without_a_usable_checkpoint_is_a_one_line_error(tmp_path):
-    for args in ([], ["--config", str(REPO / "configs/digits/scala_pe.yaml")], ["--ckpt_path", "missing.ckpt"]):
-        out = _attack(*args, cwd=tmp_path)
-        assert out.returncode == 2 and out.stderr.count("\n") == 1 and out.stderr.startswith("error: "), out.stderr
-    assert "--ckpt_path" in _attack(cwd=tmp_path).stderr
-    ckpt = _checkpoint(FedAvg, tmp_path / "fedavg")
-    out = _attack("--ckpt_path", str(ckpt), "--config", str(REPO / "configs/digits/fedavg.yaml"), cwd=tmp_path)
-    assert out.returncode == 2
-    assert out.stderr == "error: FedAvg is not a split method (nothing crosses a cut): no activations to invert\n"
-    ckpt = _checkpoint(SplitFedV1, tmp_path / "flat", split_point="s5")  # the cut after the first linear layer
-    out = _attack("--ckpt_path", str(ckpt), "--no_wandb", cwd=tmp_path)
-    assert out.returncode == 2
-    assert out.stderr == "error: SplitFedV1's cut is not convolutional ([C, H, W] activations): no images to invert\n"
+    """Each command through the entry point, all in one process."""
+    fedavg = _checkpoint(FedAvg, tmp_path / "fedavg")
+    flat = _checkpoint(SplitFedV1, tmp_path / "flat", split_point="s5")  # the cut after the first linear layer
     (tmp_path / "a_file").write_text("")  # an --out that cannot be a folder: refused before the decoder trains
-    out = _attack("--ckpt_path", str(ckpt), "--no_wandb", "--out", str(tmp_path / "a_file"), cwd=tmp_path)
-    assert out.returncode == 2 and out.stderr == f"error: --out='{tmp_path / 'a_file'}' is a file, not a folder\n"
+    commands = [[], ["--config", str(REPO / "configs/digits/scala_pe.yaml")], ["--ckpt_path", "missing.ckpt"]]
+    commands += [["--ckpt_path", str(fedavg), "--config", str(REPO / "configs/digits/fedavg.yaml")]]
+    commands += [["--ckpt_path", str(flat), "--no_wandb"]]
+    commands += [["--ckpt_path", str(flat), "--no_wandb", "--out", str(tmp_path / "a_file")]]
+    runs = run_in_one_process([(tmp_path, ["attack", *args]) for args in commands])
+    for out in runs[:3]:
+        assert out.code == 2 and out.stderr.count("\n") == 1 and out.stderr.startswith("error: "), out.stderr
+    assert "--ckpt_path" in runs[0].stderr
+    assert runs[3].code == 2
+    assert runs[3].stderr == "error: FedAvg is not a split method (nothing crosses a cut): no activations to invert\n"
+    assert runs[4].code == 2 and runs[4].stderr == (
+        "error: SplitFedV1's cut is not convolutional ([C, H, W] activations): no images to invert\n"
+    )
+    assert runs[5].code == 2 and runs[5].stderr == f"error: --out='{tmp_path / 'a_file'}' is a file, not a folder\n"
 
 
 def test_attack_scores_a_split_checkpoint_and_logs_it_to_wandb(tmp_path):
@@ -185,17 +189,17 @@ def test_the_picture_labels_its_rows_scores_each_image_and_names_method_and_roun
 
 def test_attack_last_finds_the_latest_fit_of_the_same_config(tmp_path):
     """``attack --config C --ckpt_path last`` attacks the last checkpoint of the latest ``fit --config C``; with no
-    such fit it is one line."""
+    such fit it is one line. The commands run through the entry point one after another in one process."""
     config = str(REPO / "configs/digits/scala_pe.yaml")
-    none = _attack("--config", config, "--ckpt_path", "last", cwd=tmp_path)
-    assert none.returncode == 2 and none.stderr.startswith("error: ckpt_path='last': no fit of this configuration")
-    fit = [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", config, "--trainer.max_epochs=1"]
-    fit += ["--trainer.enable_progress_bar=false", "--trainer.logger=false"]
-    assert subprocess.run(fit, cwd=tmp_path, capture_output=True, timeout=600).returncode == 0
+    fit = ["fit", "--config", config, "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false"]
+    attack = ["attack", "--config", config, "--ckpt_path", "last"]
+    attack_one = [*attack, "--epochs", "1", "--train_size", "100", "--no_wandb"]
+    commands = [attack, [*fit, "--trainer.logger=false"], attack_one]
+    none, fitted, out = run_in_one_process([(tmp_path, argv) for argv in commands])
+    assert none.code == 2 and none.stderr.startswith("error: ckpt_path='last': no fit of this configuration")
+    assert fitted.code == 0, fitted.stderr[-2000:]
     (run_folder,) = (tmp_path / "runs").iterdir()
-    out = _attack("--config", config, "--ckpt_path", "last", "--epochs", "1", "--train_size", "100", "--no_wandb",
-                  cwd=tmp_path)  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    assert out.code == 0, out.stderr
     m = json.loads((run_folder / "checkpoints" / "attack" / "metrics.json").read_text())
     assert (tmp_path / m["checkpoint"]).resolve() == (run_folder / "checkpoints" / "last.ckpt").resolve()
     assert m["rounds"] == 1

@@ -2,21 +2,19 @@
 traceback, and nothing left behind (no run folder, checkpoint or W&B run). Valid but unusual settings simply work.
 
 The bad inputs run one after another in one Python process (``lightning_sfl.cli.main``, each in a folder of its own,
-stderr captured), so that Lightning is imported once; a few of them (:data:`CONSOLE`) also through the real console
+its output captured), so that Lightning is imported once; two of them (:data:`CONSOLE`) also through the real console
 script, each in a process of its own."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import textwrap
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
+from cli_in_one_process import Run, run_in_one_process
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "configs" / "digits" / "scala.yaml")
@@ -138,76 +136,41 @@ def _checkpoints(folder: Path) -> None:
     (folder / "full.ckpt").unlink()
 
 
-def _problems(args, expected, code, stderr, left, before) -> list[str]:
-    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+def _problems(args, expected, run: Run, left, before) -> list[str]:
+    """What is wrong with the run of a bad input: its exit code, error lines, a traceback, files left behind, or
+    Lightning's device lines (each error must come before the trainer exists)."""
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     problems = []
-    if code != 2:
-        problems.append(f"exit {code}")
+    if run.code != 2:
+        problems.append(f"exit {run.code}")
     if len(errors) != 1 or expected not in errors[0]:
         problems.append(f"error lines {errors}")
-    if "Traceback" in stderr:
+    if "Traceback" in run.stderr:
         problems.append("traceback")
     if left != before:
         problems.append(f"left behind {sorted(set(left) - set(before))}")
-    return [f"{' '.join(args)}: {'; '.join(problems)}\n{stderr[-600:]}"] if problems else []
+    if "GPU available" in run.stdout + run.stderr:
+        problems.append("Lightning's device lines before the error")
+    return [f"{' '.join(args)}: {'; '.join(problems)}\n{run.stderr[-600:]}"] if problems else []
 
 
-#: Each case's ``fit`` in one process: the real ``main`` (what the console script runs), stderr captured, the exit code
-#: and any exception escaping it recorded.
-IN_ONE_PROCESS = textwrap.dedent(
-    """
-    import contextlib, io, json, os, sys, traceback
-    from lightning_sfl.cli import main
-    results = []
-    for folder, args in json.loads(sys.stdin.read()):
-        os.chdir(folder)
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err):
-            try:
-                main(args)
-                code = 0
-            except SystemExit as exc:
-                code = exc.code
-            except BaseException:
-                code = None
-                traceback.print_exc()
-        results.append({"code": code, "stderr": err.getvalue()})
-    print(json.dumps(results))
-    """
-)
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
 def _in_one_process(folders: list[Path], cases: list[tuple[list[str], str]]) -> list[str]:
-    """Each ``(argv, expected error)`` of ``cases`` run by :data:`IN_ONE_PROCESS` in its folder; the problems found
-    (exit code, error lines, traceback, files left behind at any depth)."""
-
-    def files(folder: Path) -> list[str]:
-        return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
-
-    before = {f: files(f) for f in folders}
-    payload = json.dumps([[str(f), argv] for f, (argv, _) in zip(folders, cases)])
-    proc = subprocess.run([sys.executable, "-c", IN_ONE_PROCESS], input=payload, capture_output=True, text=True,
-                          env=_env())  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    """Each ``(argv, expected error)`` of ``cases`` run in its folder, all in one process; the problems found (exit
+    code, error lines, traceback, files left behind at any depth, device lines)."""
+    before = {f: _files(f) for f in folders}
+    runs = run_in_one_process([(f, argv) for f, (argv, _) in zip(folders, cases)], env=_env())
     problems = []
-    for folder, (argv, expected), r in zip(folders, cases, results):
-        problems += _problems(argv, expected, r["code"], r["stderr"], files(folder), before[folder])
+    for folder, (argv, expected), run in zip(folders, cases, runs):
+        problems += _problems(argv, expected, run, _files(folder), before[folder])
     return problems
 
 
-#: Cases also run through the real console script, each in its own process: a parser error, a data error, a checkpoint
-#: error, an error of the method's schedule with the data (Semi-SFL without a labelled set), of the system model and of
-#: the method's schedule alone.
-#: Their output is checked for Lightning's device lines too: each error comes before the trainer exists.
-CONSOLE = (
-    ["--data.num_clients=abc"],
-    ["--data.dataset=cifar10"],
-    ["--ckpt_path=truncated.ckpt"],
-    ["--model=semi_sfl"],
-    ["--clock.barrier=never"],
-    ["--model=gas", "--model.inversion_gamma=0.3"],
-)
+#: Cases also run through the real console script, each in its own process: a parser error and a checkpoint error.
+CONSOLE = (["--data.num_clients=abc"], ["--ckpt_path=truncated.ckpt"])
 
 
 def test_every_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(tmp_path):
@@ -221,38 +184,35 @@ def test_every_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(tmp_path):
     fit = ["fit", "--config", CONFIG, "--trainer.max_epochs=1"]
     failures = _in_one_process(folders, [([*fit, *args], expected) for args, expected in BAD])
     assert not failures, "\n\n".join(failures)
-    console = [(tmp_path / f"console{i}", case) for i, case in enumerate(c for c in BAD if c[0] in CONSOLE)]
-    assert len(console) == len(CONSOLE)
-    for folder, _ in console:
-        folder.mkdir()
-        _checkpoints(folder)
-    before = {f: sorted(p.name for p in f.iterdir()) for f, _ in console}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        procs = list(pool.map(lambda fa: _console(fa[0], fa[1][0]), console))
-    for (folder, (args, expected)), proc in zip(console, procs):
-        left = sorted(p.name for p in folder.iterdir())
-        failures += _problems(args, expected, proc.returncode, proc.stderr, left, before[folder])
-        if "GPU available" in proc.stdout + proc.stderr:
-            failures.append(f"{' '.join(args)}: Lightning's device lines before the error\n{proc.stderr[-600:]}")
+
+
+@pytest.mark.parametrize("args", CONSOLE, ids=lambda a: " ".join(a))
+def test_the_console_script_gives_the_same_line(args, tmp_path):
+    _checkpoints(tmp_path)
+    before = _files(tmp_path)
+    proc = _console(tmp_path, args)
+    expected = next(e for a, e in BAD if a == args)
+    failures = _problems(args, expected, Run(proc.returncode, proc.stdout, proc.stderr), _files(tmp_path), before)
     assert not failures, "\n\n".join(failures)
 
 
-def test_an_early_stopping_on_a_metric_the_run_does_not_log_is_one_line(tmp_path):
-    """Lightning's EarlyStopping raises at the first test when its metric is not logged: a mistake found only once
-    the run has started, still one line and exit code 2, naming the metric and the ones the run logs."""
+def test_valid_unusual_settings_simply_work_and_an_early_stopping_on_a_metric_not_logged_is_one_line(tmp_path):
+    """Each of :data:`GOOD` trains and tests. Lightning's EarlyStopping raises at the first test when its metric is
+    not logged: a mistake found only once the run has started, still one line and exit code 2, naming the metric and
+    the ones the run logs."""
     stopper = ["--trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping", "--trainer.callbacks.monitor=test/ac"]
-    proc = _console(tmp_path, ["--trainer.logger=false", "--trainer.check_val_every_n_epoch=1", *stopper])
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    early = ["--trainer.logger=false", "--trainer.check_val_every_n_epoch=1", *stopper]
+    fit = ["fit", "--config", CONFIG, "--trainer.max_epochs=1"]
+    folders = [tmp_path / f"case{i}" for i in range(len(GOOD) + 1)]
+    for folder in folders:
+        folder.mkdir()
+    *good, stopped = run_in_one_process(list(zip(folders, [[*fit, *a] for a in [*GOOD, early]])), env=_env())
+    for args, run in zip(GOOD, good):
+        assert run.code == 0 and "final test accuracy:" in run.stdout, f"{args}: {run.stderr[-2000:]}"
+    errors = [line for line in stopped.stderr.splitlines() if line.startswith("error:")]
+    assert stopped.code == 2 and "Traceback" not in stopped.stderr, stopped.stderr[-2000:]
     assert len(errors) == 1 and errors[0].startswith("error: Early stopping conditioned on metric `test/ac`")
     assert "`test/acc`" in errors[0]  # what it could watch
-
-
-@pytest.mark.parametrize("args", GOOD, ids=lambda a: " ".join(a))
-def test_valid_unusual_settings_simply_work(args, tmp_path):
-    proc = _console(tmp_path, args)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "final test accuracy:" in proc.stdout
 
 
 #: The other commands' mistakes (``compare``, ``sweep``, ``attack``, ``validate``): the same one line, exit code 2,

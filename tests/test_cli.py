@@ -307,35 +307,31 @@ def test_double_precision_trains_with_the_model_summary_on(run_dir):
 
 def test_validate_and_test_find_the_last_checkpoint_of_the_same_command(tmp_path):
     """``fit`` with the default loggers, then ``validate``/``test --ckpt_path last`` of the same config: round 3 and
-    fit's final accuracy (not an untrained model); without a fit first, one ``error:`` line and exit 2."""
+    fit's final accuracy (not an untrained model); without a fit first, one ``error:`` line and exit 2. The commands
+    run through the entry point in one process, as a user runs them one after another."""
     import os
-    import subprocess
-    import sys
+
+    from cli_in_one_process import run_in_one_process
 
     env = {**os.environ, "WANDB_MODE": "offline"}
     base = ["--config", str(REPO / "configs/digits/scala.yaml"), "--trainer.enable_progress_bar=false"]
-
-    def cli(*args, cwd=tmp_path):
-        cmd = [sys.executable, "-m", "lightning_sfl.cli", *args]
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
-
     (tmp_path / "empty").mkdir()
-    none = cli("validate", *base, "--ckpt_path=last", cwd=tmp_path / "empty")
-    assert none.returncode == 2 and none.stderr.strip().splitlines()[-1].startswith("error: ckpt_path='last': no")
-    fit = cli("fit", *base, "--trainer.max_epochs=3")
-    assert fit.returncode == 0, fit.stderr[-2000:]
+    commands = [["validate", *base, "--ckpt_path=last"], ["fit", *base, "--trainer.max_epochs=3"]]
+    commands += [[sub, *base, "--ckpt_path=last"] for sub in ("validate", "test")]
+    none, fit, *evaluated = run_in_one_process(list(zip([tmp_path / "empty", *[tmp_path] * 3], commands)), env=env)
+    assert none.code == 2 and none.stderr.strip().splitlines()[-1].startswith("error: ckpt_path='last': no")
+    assert fit.code == 0, fit.stderr[-2000:]
     final = float(re.search(r"final test accuracy: ([0-9.]+) after 3 rounds", fit.stdout).group(1))
     logs, last = re.search(r"run saved: logs in (.+); last checkpoint (\S+)$", fit.stdout.strip()).groups()
     assert all((tmp_path / d).is_dir() for d in logs.split(", ")) and (tmp_path / last).is_file()  # where the run went
-    for sub in ("validate", "test"):
-        out = cli(sub, *base, "--ckpt_path=last")
-        assert out.returncode == 0, out.stderr[-2000:]
+    for out in evaluated:
+        assert out.code == 0, out.stderr[-2000:]
         assert float(re.search(r"test/acc[\s│]+([0-9.]+)", out.stdout).group(1)) == pytest.approx(final, abs=1e-4)
         assert float(re.search(r"\bround[\s│]+([0-9.]+)", out.stdout).group(1)) == 3.0
     # resuming it with fewer rounds than it holds: one line, exit 2, no new log or W&B run
     before = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "runs").rglob("*") if p.is_dir())
-    fewer = cli("fit", *base, "--trainer.max_epochs=2", "--ckpt_path=last")
-    assert fewer.returncode == 2 and fewer.stderr.strip().splitlines()[-1] == (
+    [fewer] = run_in_one_process([(tmp_path, ["fit", *base, "--trainer.max_epochs=2", "--ckpt_path=last"])], env=env)
+    assert fewer.code == 2 and fewer.stderr.strip().splitlines()[-1] == (
         "error: trainer.max_epochs=2 is fewer than the 3 rounds the checkpoint holds: give --trainer.max_epochs 4 or "
         "more to continue it"
     )
