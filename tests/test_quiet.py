@@ -1,7 +1,8 @@
 """A normal run prints no warnings: ``lightning-sfl fit`` of the main job, ``validate --ckpt_path last`` of it, an
 ``attack`` on its checkpoint, a ``compare`` and a 2-process DDP fit, with Python's warnings on (the tests' own
 ``PYTHONWARNINGS`` left out), W&B offline, every default logger and callback; on a machine that looks like it has 16
-cores (Lightning suggests data-loader workers from the core count, which a 2-core machine never reaches)."""
+cores (Lightning suggests data-loader workers from the core count, which a 2-core machine never reaches). The commands
+but the DDP fit run through the entry point one after another in one process per test."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+from cli_in_one_process import Run, run_in_one_process
 
 REPO = Path(__file__).resolve().parents[1]
 #: What a warning looks like on stderr: Python's ``file:line: XWarning``/``Deprecat…``, Lightning's ``file.py:line:
@@ -30,34 +33,39 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def test_a_default_fit_and_its_validate_print_no_warning(tmp_path):
-    env = _env(tmp_path)
-    config = ["--config", str(REPO / "configs/digits/scala.yaml")]
-    for args in (["fit", *config, "--trainer.max_epochs=2"], ["validate", *config, "--ckpt_path=last"]):
-        cmd = [sys.executable, "-m", "lightning_sfl.cli", *args]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "final test accuracy:" in proc.stdout or "test/acc" in proc.stdout
-        noise = [line for line in (proc.stdout + proc.stderr).splitlines() if WARNING.search(line)]
+def _noise(runs: list[Run], commands: list[list[str]]) -> None:
+    for args, run in zip(commands, runs):
+        assert run.code == 0, run.stderr[-3000:]
+        noise = [line for line in (run.stdout + run.stderr).splitlines() if WARNING.search(line)]
         assert not noise, (args[0], noise)
 
 
+def test_a_default_fit_and_its_validate_print_no_warning(tmp_path):
+    """Both commands through the entry point, one after the other in one process: a warning either would print
+    appears in one of them (Python shows a warning once per place in a process)."""
+    config = ["--config", str(REPO / "configs/digits/scala.yaml")]
+    commands = [["fit", *config, "--trainer.max_epochs=2"], ["validate", *config, "--ckpt_path=last"]]
+    runs = run_in_one_process([(tmp_path, args) for args in commands], env=_env(tmp_path))
+    _noise(runs, commands)
+    assert "final test accuracy:" in runs[0].stdout and "test/acc" in runs[1].stdout
+
+
 def _quiet(args: list[str], cwd: Path, **env_extra: str) -> None:
+    """``args`` through the console script in a process of its own (DDP starts its workers from it)."""
     env = _env(cwd, **env_extra)
     proc = subprocess.run([sys.executable, "-m", "lightning_sfl.cli", *args], capture_output=True, text=True, env=env,
                           cwd=cwd)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    noise = [line for line in (proc.stdout + proc.stderr).splitlines() if WARNING.search(line)]
-    assert not noise, (args[0], noise)
+    _noise([Run(proc.returncode, proc.stdout, proc.stderr)], [args])
 
 
 def test_an_attack_a_compare_and_a_two_process_fit_print_no_warning(tmp_path):
     import socket
 
     config = ["--config", str(REPO / "configs/digits/scala.yaml")]
-    _quiet(["fit", *config, "--trainer.max_epochs=1", "--checkpoint.dirpath=ckpt"], tmp_path)
-    _quiet(["attack", *config, "--ckpt_path=ckpt/last.ckpt", "--epochs=1", "--out=attack"], tmp_path)
-    _quiet(["compare", *config, "--methods", "fedavg", "--out=compared", "--", "--trainer.max_epochs=1"], tmp_path)
+    commands = [["fit", *config, "--trainer.max_epochs=1", "--checkpoint.dirpath=ckpt"]]
+    commands += [["attack", *config, "--ckpt_path=ckpt/last.ckpt", "--epochs=1", "--out=attack"]]
+    commands += [["compare", *config, "--methods", "fedavg", "--out=compared", "--", "--trainer.max_epochs=1"]]
+    _noise(run_in_one_process([(tmp_path, args) for args in commands], env=_env(tmp_path)), commands)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = str(sock.getsockname()[1])

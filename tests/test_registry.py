@@ -88,24 +88,25 @@ def _run(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_a_new_method_is_one_file_and_one_config(copy_with_a_new_method):
     """With nothing else edited, the new file's method is in ``ALGORITHMS``, exported, a CLI name, one of compare's
-    defaults, trains from its config through the CLI, and every registry-driven test runs it."""
+    defaults, trains from its config through the CLI (its entry point, in the same process), and every
+    registry-driven test runs it."""
     root = copy_with_a_new_method
+    fit = ["fit", "--model", "toy_sfl", "--config", "configs/digits/toy_sfl.yaml", "--trainer.max_epochs=1"]
+    fit += ["--trainer.logger=false", "--trainer.enable_progress_bar=false", "--dissimilarity.every_n_rounds=0"]
     check = textwrap.dedent(
         """
         import lightning_sfl
         from lightning_sfl.algorithms import ALGORITHMS
+        from lightning_sfl.cli import main
         from lightning_sfl.compare.options import parse_args
         assert lightning_sfl.__file__.startswith(ROOT), lightning_sfl.__file__
         assert ALGORITHMS["toy_sfl"] is lightning_sfl.ToySFL and "ToySFL" in lightning_sfl.__all__
         assert "toy_sfl" in parse_args(["--config", "c.yaml", "--out", "o"]).methods
+        main(FIT)
         """
-    ).replace("ROOT", repr(str(root)))
+    )
+    check = check.replace("ROOT", repr(str(root))).replace("FIT", repr(fit))
     out = _run(root, "-c", check)
-    assert out.returncode == 0, out.stderr[-2000:]
-    fit = ["-m", "lightning_sfl.cli", "fit", "--model", "toy_sfl", "--config", "configs/digits/toy_sfl.yaml"]
-    fit += ["--trainer.max_epochs=1", "--trainer.logger=false", "--trainer.enable_progress_bar=false"]
-    fit += ["--dissimilarity.every_n_rounds=0"]
-    out = _run(root, *fit)
     assert out.returncode == 0 and "final test accuracy: " in out.stdout, out.stderr[-2000:]
     files = ["test_algorithms.py", "test_resume.py", "test_cli.py"]  # smoke, stacked = sequential, resume, config
     out = _run(root, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *(f"tests/{f}" for f in files))
