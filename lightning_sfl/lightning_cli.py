@@ -102,8 +102,9 @@ def check_rounds_to_resume(checkpoint: dict, max_epochs: int | None) -> None:
 
 def check_trainer_settings(trainer: dict) -> None:
     """Trainer settings a run of this library cannot take, as a one-line :class:`ConfigError` before anything is
-    built: a round count below 1, validation every 0 rounds or steps, a step limit of 0, and what Lightning's manual
-    optimisation refuses once the run has started (every method steps its own optimisers, client by client)."""
+    built: a round count below 1, validation every 0 rounds or steps, a step limit of 0, a cut round (part of its
+    steps, without the aggregation), no test batches, and what Lightning's manual optimisation refuses once the run
+    has started (every method steps its own optimisers, client by client)."""
     rounds = trainer.get("max_epochs")
     if rounds is not None and rounds < 1:
         raise ConfigError(f"trainer.max_epochs={rounds} must be >= 1 (the number of global rounds)")
@@ -122,6 +123,15 @@ def check_trainer_settings(trainer: dict) -> None:
             f"trainer.accumulate_grad_batches={accumulate} must be 1: every method steps its own optimisers (manual "
             "optimisation); a larger client minibatch is --data.batch_size"
         )
+    limit = trainer.get("limit_train_batches")
+    if limit is not None and not (isinstance(limit, float) and limit == 1.0):
+        raise ConfigError(
+            f"trainer.limit_train_batches={limit} must be null or 1.0: a round is its clients' whole plan of steps, "
+            "which ends with the aggregation (fewer rounds: --trainer.max_epochs; fewer steps: --model.local_iters)"
+        )
+    for name in ("limit_val_batches", "limit_test_batches"):
+        if trainer.get(name) == 0:
+            raise ConfigError(f"trainer.{name}={trainer[name]} must be > 0 or null: the test accuracy is taken on them")
     clip = trainer.get("gradient_clip_val")
     if clip is not None and clip != 0:
         raise ConfigError(

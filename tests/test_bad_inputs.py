@@ -32,6 +32,8 @@ BAD: list[tuple[list[str], str]] = [
     (["--model.local_iters=x"], "--model.local_iters"),
     (["--model.lr=fast"], "--model.lr"),
     (["--model.momentum=x"], "--model.momentum"),
+    (["--model.momentum=1.5"], "momentum=1.5 must be in [0, 1)"),
+    (["--model.weight_decay=-0.1"], "weight_decay=-0.1 must be >= 0"),
     (["--trainer.max_epochs=x"], "--trainer.max_epochs"),
     # zero and negative counts
     (["--data.num_clients=0"], "num_clients=0 must be >= 1"),
@@ -43,6 +45,11 @@ BAD: list[tuple[list[str], str]] = [
     (["--trainer.check_val_every_n_epoch=0"], "trainer.check_val_every_n_epoch=0 must be >= 1"),
     (["--trainer.val_check_interval=0"], "trainer.val_check_interval=0 must be > 0"),
     (["--trainer.max_steps=0"], "trainer.max_steps=0 must be >= 1 or -1"),
+    (["--trainer.limit_train_batches=0"], "trainer.limit_train_batches=0.0 must be null or 1.0: a round is its"),
+    (["--trainer.limit_train_batches=0.5"], "trainer.limit_train_batches=0.5 must be null or 1.0"),
+    (["--trainer.limit_train_batches=3"], "trainer.limit_train_batches=3.0 must be null or 1.0"),
+    (["--trainer.limit_val_batches=0"], "trainer.limit_val_batches=0.0 must be > 0 or null"),
+    (["--trainer.limit_test_batches=0.0"], "trainer.limit_test_batches=0.0 must be > 0 or null"),
     (["--data.image_size=0"], "image_size=0 must be a whole number of pixels >= 1"),
     (["--data.alpha=0"], "alpha=0 must be >= 1"),
     (["--data.shards_per_client=0"], "shards_per_client=0 must be >= 1"),
@@ -111,6 +118,7 @@ GOOD: list[list[str]] = [
     ["--trainer.logger=false"],
     ["--trainer.logger=lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir=csv_only"],
     ["--trainer.max_epochs=1"],
+    ["--trainer.limit_train_batches=1"],
 ]
 
 

@@ -116,8 +116,8 @@ class SplitFedAlgorithm(
         split_point: cut point ``s1``…``s5`` (shallow to deep); the client holds the layers before it.
         local_iters: ``T``, local iterations per global round.
         lr: ``η``, SGD learning rate of clients and server.
-        momentum: SGD momentum (the papers use plain SGD: 0).
-        weight_decay: SGD weight decay.
+        momentum: SGD momentum, in [0, 1) (the papers use plain SGD: 0).
+        weight_decay: SGD weight decay, >= 0.
         num_classes: ``N`` (linked from the data module by the CLI).
         input_shape: ``(C, H, W)`` of one sample (linked from the data module by the CLI).
         client_selection: the policy choosing the clients of a round (``lightning_sfl.loop.selection``): an object,
@@ -209,8 +209,10 @@ class SplitFedAlgorithm(
             raise ConfigError(f"local_iters={local_iters} must be >= 1")
         if not lr > 0:
             raise ConfigError(f"lr={lr} must be > 0")
-        if momentum < 0 or weight_decay < 0:
-            raise ConfigError(f"momentum={momentum} and weight_decay={weight_decay} must be >= 0")
+        if not 0 <= momentum < 1:  # at 1 and above the momentum buffer never forgets: SGD diverges
+            raise ConfigError(f"momentum={momentum} must be in [0, 1)")
+        if weight_decay < 0:
+            raise ConfigError(f"weight_decay={weight_decay} must be >= 0")
         if client_bank not in BANK_KINDS:
             raise ConfigError(f"client_bank={client_bank!r} is not one of: {', '.join(BANK_KINDS)}")
         if not isinstance(nesterov, bool) or (nesterov and momentum == 0):
