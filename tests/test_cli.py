@@ -198,7 +198,7 @@ def test_every_algorithm_runs_from_its_config_with_loggers(name, run_dir):
 @pytest.mark.parametrize(
     "name,policy", [("cs_sfl", "ClassBalancedSelection"), ("fedcbs", "FedCBSSelection"), ("scala", "UniformSelection")]
 )
-def test_methods_keep_their_client_selection_through_the_cli(name, policy):
+def test_methods_keep_their_client_selection_through_the_cli(name, policy, run_dir):
     """A subclass's own selection default must survive LightningCLI's signature resolution."""
     cli = SFLCLI(
         args=["--config", str(REPO / "configs" / "digits" / f"{name}.yaml"), "--trainer.logger=false"], run=False
@@ -216,7 +216,7 @@ def test_methods_keep_their_client_selection_through_the_cli(name, policy):
     assert type(override.model.selection).__name__ == "UniformSelection"
 
 
-def test_client_selection_is_a_class_with_its_own_arguments_on_the_cli(tmp_path):
+def test_client_selection_is_a_class_with_its_own_arguments_on_the_cli(run_dir, tmp_path):
     base = ["--config", str(REPO / "configs" / "digits" / "fedavg.yaml"), "--trainer.logger=false"]
     cli = SFLCLI(
         args=[
