@@ -102,9 +102,9 @@ def check_rounds_to_resume(checkpoint: dict, max_epochs: int | None) -> None:
 
 def check_trainer_settings(trainer: dict) -> None:
     """Trainer settings a run of this library cannot take, as a one-line :class:`ConfigError` before anything is
-    built: a round count below 1, validation every 0 rounds or steps, a step limit of 0, a cut round (part of its
-    steps, without the aggregation), no test batches, and what Lightning's manual optimisation refuses once the run
-    has started (every method steps its own optimisers, client by client)."""
+    built: a round count below 1, validation every 0 rounds or inside a round, a step limit of 0, a cut round (part
+    of its steps, without the aggregation), no test batches, and what Lightning's manual optimisation refuses once the
+    run has started (every method steps its own optimisers, client by client)."""
     rounds = trainer.get("max_epochs")
     if rounds is not None and rounds < 1:
         raise ConfigError(f"trainer.max_epochs={rounds} must be >= 1 (the number of global rounds)")
@@ -112,8 +112,11 @@ def check_trainer_settings(trainer: dict) -> None:
     if every is not None and every < 1:
         raise ConfigError(f"trainer.check_val_every_n_epoch={every} must be >= 1 (test every that many rounds) or null")
     interval = trainer.get("val_check_interval")
-    if interval is not None and interval <= 0:
-        raise ConfigError(f"trainer.val_check_interval={interval} must be > 0 (a fraction of a round, or steps)")
+    if interval is not None and not (isinstance(interval, float) and interval == 1.0):
+        raise ConfigError(
+            f"trainer.val_check_interval={interval} must be null or 1.0: a test inside a round sees clients not yet "
+            "aggregated and changes the run (test every N rounds: --trainer.check_val_every_n_epoch N)"
+        )
     steps = trainer.get("max_steps")
     if steps is not None and steps != -1 and steps < 1:
         raise ConfigError(f"trainer.max_steps={steps} must be >= 1 or -1 (no limit)")
@@ -123,6 +126,9 @@ def check_trainer_settings(trainer: dict) -> None:
             f"trainer.accumulate_grad_batches={accumulate} must be 1: every method steps its own optimisers (manual "
             "optimisation); a larger client minibatch is --data.batch_size"
         )
+    overfit = trainer.get("overfit_batches")
+    if overfit:
+        raise ConfigError(f"trainer.overfit_batches={overfit} must be 0: a round is its clients' whole plan of steps")
     limit = trainer.get("limit_train_batches")
     if limit is not None and not (isinstance(limit, float) and limit == 1.0):
         raise ConfigError(
