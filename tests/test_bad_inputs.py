@@ -109,6 +109,7 @@ BAD: list[tuple[list[str], str]] = [
     (["--ckpt_path=truncated.ckpt"], "cannot be loaded safely"),
     (["--ckpt_path=foreign.ckpt"], "not a lightning_sfl checkpoint"),
     (["--ckpt_path=fedavg.ckpt"], "was written by lightning_sfl.algorithms.FedAvg, not lightning_sfl.algorithms.SCALA"),
+    (["--data.batch_size=100000"], "batch_size=100000 is larger than the 1437 training rows of all 20 clients"),
     (["--data.dataset=cifar10"], "cifar10 not found"),
     # config files that hold no settings
     (["--config=empty.yaml"], "--config empty.yaml: expected a YAML mapping of settings (model:, data:, …), found an"),

@@ -368,9 +368,15 @@ class FederatedDataModule(L.LightningDataModule):
         self.check()
 
     def check(self) -> None:
-        """Load the data and build the partition: a missing dataset or an impossible partition (α above the number
-        of classes, more clients than samples) fails here, before a run creates anything."""
-        _ = self.client_indices
+        """Load the data and build the partition: a missing dataset, an impossible partition (α above the number of
+        classes, more clients than samples) or a batch larger than all the clients' rows fails here, before a run
+        creates anything."""
+        rows = int(self.client_sizes.sum())
+        if self.batch_size > rows:
+            raise ConfigError(
+                f"batch_size={self.batch_size} is larger than the {rows} training rows of all {self.num_clients} "
+                "clients together (B is the rows of one local iteration, summed over the selected clients)"
+            )
 
     def train_dataloader(self) -> _RoundStream:
         """The steps of each round, planned in this process (an iterable, not a DataLoader: see :class:`_RoundStream`;
