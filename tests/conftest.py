@@ -1,7 +1,8 @@
 """Shared test settings: one torch thread (small models on a shared 2-core CPU run fastest that way) and W&B
-offline so no test can reach a server."""
+offline so no test can reach a server; a test session that leaves a run's output in the repository's folder fails."""
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,6 +10,22 @@ import torch
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 torch.set_num_threads(1)
+
+REPO = Path(__file__).resolve().parents[1]
+#: What a run writes into its working directory: a test that runs one in the repository's folder leaves it there.
+RUN_OUTPUTS = ("runs", "wandb", "lightning_logs")
+_OUTPUTS_BEFORE = {name for name in RUN_OUTPUTS if (REPO / name).exists()}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the session (in the main process, after every worker) if a test wrote a run into the repository's folder:
+    tests run commands in their own folders (``run_dir``, ``cwd=tmp_path``)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    left = [name for name in RUN_OUTPUTS if (REPO / name).exists() and name not in _OUTPUTS_BEFORE]
+    if left:
+        print(f"\nerror: the tests left {', '.join(left)} in {REPO}: a test ran a command in the repository's folder")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture

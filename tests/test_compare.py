@@ -439,7 +439,7 @@ def test_each_method_gets_only_the_init_args_its_class_accepts(compared):
     assert "dropped: `model.init_args.concat_activations`" in (out / "results.md").read_text()
 
 
-def test_identical_shards_and_draws_per_seed_across_methods(compared):
+def test_identical_shards_and_draws_per_seed_across_methods(compared, run_dir):
     out, methods = compared
     per_seed = {}
     for seed in (0, 1):
