@@ -44,11 +44,9 @@ from lightning_sfl.checkpoint import SPECIAL, check_checkpoint
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import (
     ConfigError,
-    NonFiniteError,
     RunInterrupted,
     check_output_folder,
     parser_error_line,
-    reported_cause,
     seed_number,
 )
 from lightning_sfl.loop import Federation
@@ -63,6 +61,12 @@ from lightning_sfl.run_folder import (
     run_key,
     seeds_group,
     trim_rounds,
+)
+from lightning_sfl.settings_checks import (
+    check_config_files,
+    check_rounds_to_resume,
+    check_trainer_settings,
+    user_error_line,
 )
 from lightning_sfl.system.devices import EdgeDevices  # noqa: F401 (--clock EdgeDevices)
 from lightning_sfl.system.timing import SystemModel
@@ -79,110 +83,6 @@ TRAINER_DEFAULTS = {
 
 #: The LightningCLI subcommands offered (the console script adds ``compare``).
 SUBCOMMANDS = ("fit", "validate", "test")
-
-
-def check_rounds_to_resume(checkpoint: dict, max_epochs: int | None) -> None:
-    """Resuming ``checkpoint`` must continue: ``trainer.max_epochs`` (the rounds in all) may not be fewer than the
-    rounds it already holds (one-line :class:`~lightning_sfl.errors.ConfigError`; Lightning would fail deep in the fit).
-
-    >>> check_rounds_to_resume({"epoch": 99}, 200)
-    >>> try:
-    ...     check_rounds_to_resume({"epoch": 99}, 2)
-    ... except ConfigError as err:
-    ...     print(err)
-    trainer.max_epochs=2 is fewer than the 100 rounds the checkpoint holds: give --trainer.max_epochs 101 or more to ...
-    """
-    done = int(checkpoint.get("epoch", -1)) + 1
-    if max_epochs is not None and 0 <= max_epochs < done:
-        raise ConfigError(
-            f"trainer.max_epochs={max_epochs} is fewer than the {done} rounds the checkpoint holds: give "
-            f"--trainer.max_epochs {done + 1} or more to continue it"
-        )
-
-
-def check_trainer_settings(trainer: dict) -> None:
-    """Trainer settings a run of this library cannot take, as a one-line :class:`ConfigError` before anything is
-    built: a round count below 1, validation every 0 rounds or inside a round, a step limit of 0, a cut round (part
-    of its steps, without the aggregation), no test batches, and what Lightning's manual optimisation refuses once the
-    run has started (every method steps its own optimisers, client by client)."""
-    rounds = trainer.get("max_epochs")
-    if rounds is not None and rounds < 1:
-        raise ConfigError(f"trainer.max_epochs={rounds} must be >= 1 (the number of global rounds)")
-    every = trainer.get("check_val_every_n_epoch")
-    if every is not None and every < 1:
-        raise ConfigError(f"trainer.check_val_every_n_epoch={every} must be >= 1 (test every that many rounds) or null")
-    interval = trainer.get("val_check_interval")
-    if interval is not None and not (isinstance(interval, float) and interval == 1.0):
-        raise ConfigError(
-            f"trainer.val_check_interval={interval} must be null or 1.0: a test inside a round sees clients not yet "
-            "aggregated and changes the run (test every N rounds: --trainer.check_val_every_n_epoch N)"
-        )
-    steps = trainer.get("max_steps")
-    if steps is not None and steps != -1 and steps < 1:
-        raise ConfigError(f"trainer.max_steps={steps} must be >= 1 or -1 (no limit)")
-    accumulate = trainer.get("accumulate_grad_batches")
-    if accumulate is not None and accumulate != 1:
-        raise ConfigError(
-            f"trainer.accumulate_grad_batches={accumulate} must be 1: every method steps its own optimisers (manual "
-            "optimisation); a larger client minibatch is --data.batch_size"
-        )
-    overfit = trainer.get("overfit_batches")
-    if overfit:
-        raise ConfigError(f"trainer.overfit_batches={overfit} must be 0: a round is its clients' whole plan of steps")
-    limit = trainer.get("limit_train_batches")
-    if limit is not None and not (isinstance(limit, float) and limit == 1.0):
-        raise ConfigError(
-            f"trainer.limit_train_batches={limit} must be null or 1.0: a round is its clients' whole plan of steps, "
-            "which ends with the aggregation (fewer rounds: --trainer.max_epochs; fewer steps: --model.local_iters)"
-        )
-    for name in ("limit_val_batches", "limit_test_batches"):
-        if trainer.get(name) == 0:
-            raise ConfigError(f"trainer.{name}={trainer[name]} must be > 0 or null: the test accuracy is taken on them")
-    clip = trainer.get("gradient_clip_val")
-    if clip is not None and clip != 0:
-        raise ConfigError(
-            f"trainer.gradient_clip_val={clip} must be null or 0: every method steps its own optimisers (manual "
-            "optimisation), which Lightning does not clip"
-        )
-
-
-def user_error_line(exc: BaseException) -> tuple[str, int] | None:
-    """The one ``error:`` line and exit code of an error a user's setting caused, else ``None``: ours
-    (:func:`~lightning_sfl.errors.reported_cause`; 1 for NaN/Inf, else 2), a setting Lightning refuses as its classes
-    are built (``MisconfigurationException``, e.g. a callback's), a user's EarlyStopping watching a metric the run does
-    not log (Lightning's ``RuntimeError`` at the first test)."""
-    cause = reported_cause(exc)
-    if cause is not None:
-        return str(cause), 1 if isinstance(cause, NonFiniteError) else 2
-    if isinstance(exc, MisconfigurationException):
-        return (str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__), 2
-    if str(exc).startswith("Early stopping conditioned on metric"):
-        return " ".join(str(exc).split()), 2
-    return None
-
-
-def check_config_files(argv) -> None:
-    """Each ``--config FILE`` of ``argv`` that is a file must hold a YAML mapping of settings: an empty file, a list
-    or broken YAML is a one-line :class:`ConfigError` naming the file (jsonargparse would say "Unexpected config")."""
-    import yaml
-
-    if not isinstance(argv, list | tuple):
-        return
-    argv = [str(a) for a in argv]
-    files = [b for a, b in zip(argv, argv[1:]) if a == "--config"]
-    files += [a.removeprefix("--config=") for a in argv if a.startswith("--config=")]
-    for name in files:
-        path = Path(name).expanduser()
-        if not path.is_file():
-            continue  # not a file: jsonargparse's own message (missing file, or settings given inline)
-        try:
-            content = yaml.safe_load(path.read_text())
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            problem = " ".join(str(exc).split())
-            raise ConfigError(f"--config {name}: not valid YAML ({problem})") from None
-        if not isinstance(content, dict):
-            found = "an empty file" if content is None else f"a YAML {type(content).__name__}"
-            raise ConfigError(f"--config {name}: expected a YAML mapping of settings (model:, data:, …), found {found}")
 
 
 class SFLCLI(LightningCLI):

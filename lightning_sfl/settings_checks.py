@@ -1,0 +1,108 @@
+"""Checks of a command's settings that run before anything is built or written: trainer settings a run of this
+library cannot take (:data:`TRAINER_RULES`), ``--config`` files that hold no settings, a resume with fewer rounds than
+its checkpoint holds, and which errors are a user's (:func:`user_error_line`: one ``error:`` line, no traceback)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+from lightning_sfl.errors import ConfigError, NonFiniteError, reported_cause
+
+__all__ = ["TRAINER_RULES", "check_config_files", "check_rounds_to_resume", "check_trainer_settings", "user_error_line"]
+
+
+def check_rounds_to_resume(checkpoint: dict, max_epochs: int | None) -> None:
+    """Resuming ``checkpoint`` must continue: ``trainer.max_epochs`` (the rounds in all) may not be fewer than the
+    rounds it already holds (one-line :class:`~lightning_sfl.errors.ConfigError`; Lightning would fail deep in the fit).
+
+    >>> check_rounds_to_resume({"epoch": 99}, 200)
+    >>> try:
+    ...     check_rounds_to_resume({"epoch": 99}, 2)
+    ... except ConfigError as err:
+    ...     print(err)
+    trainer.max_epochs=2 is fewer than the 100 rounds the checkpoint holds: give --trainer.max_epochs 101 or more to ...
+    """
+    done = int(checkpoint.get("epoch", -1)) + 1
+    if max_epochs is not None and 0 <= max_epochs < done:
+        raise ConfigError(
+            f"trainer.max_epochs={max_epochs} is fewer than the {done} rounds the checkpoint holds: give "
+            f"--trainer.max_epochs {done + 1} or more to continue it"
+        )
+
+
+def _not_one_point_zero(value) -> bool:
+    return value is not None and not (isinstance(value, float) and value == 1.0)
+
+
+_MANUAL = "every method steps its own optimisers (manual optimisation)"
+#: ``(trainer setting, whether a value is refused, what it must be and why)``: what a run of this library cannot take.
+TRAINER_RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("max_epochs", lambda v: v is not None and v < 1, "must be >= 1 (the number of global rounds)"),
+    ("check_val_every_n_epoch", lambda v: v is not None and v < 1,
+     "must be >= 1 (test every that many rounds) or null"),
+    ("val_check_interval", _not_one_point_zero, "must be null or 1.0: a test inside a round sees clients not yet "
+     "aggregated and changes the run (test every N rounds: --trainer.check_val_every_n_epoch N)"),
+    ("max_steps", lambda v: v is not None and v != -1 and v < 1, "must be >= 1 or -1 (no limit)"),
+    ("overfit_batches", bool, "must be 0: a round is its clients' whole plan of steps"),
+    ("limit_train_batches", _not_one_point_zero, "must be null or 1.0: a round is its clients' whole plan of steps, "
+     "which ends with the aggregation (fewer rounds: --trainer.max_epochs; fewer steps: --model.local_iters)"),
+    ("limit_val_batches", lambda v: v == 0, "must be > 0 or null: the test accuracy is taken on them"),
+    ("limit_test_batches", lambda v: v == 0, "must be > 0 or null: the test accuracy is taken on them"),
+    ("accumulate_grad_batches", lambda v: v is not None and v != 1,
+     f"must be 1: {_MANUAL}; a larger client minibatch is --data.batch_size"),
+    ("gradient_clip_val", lambda v: v is not None and v != 0,
+     f"must be null or 0: {_MANUAL}, which Lightning does not clip"),
+)  # fmt: skip
+
+
+def check_trainer_settings(trainer: dict) -> None:
+    """Trainer settings a run of this library cannot take (:data:`TRAINER_RULES`), as a one-line
+    :class:`ConfigError` before anything is built: a round count below 1, validation every 0 rounds or inside a round,
+    a step limit of 0, a cut round (part of its steps, without the aggregation), no test batches, and what Lightning's
+    manual optimisation refuses once the run has started (every method steps its own optimisers, client by client)."""
+    for name, refused, requirement in TRAINER_RULES:
+        if refused(trainer.get(name)):
+            raise ConfigError(f"trainer.{name}={trainer[name]} {requirement}")
+
+
+def user_error_line(exc: BaseException) -> tuple[str, int] | None:
+    """The one ``error:`` line and exit code of an error a user's setting caused, else ``None``: ours
+    (:func:`~lightning_sfl.errors.reported_cause`; 1 for NaN/Inf, else 2), a setting Lightning refuses as its classes
+    are built (``MisconfigurationException``, e.g. a callback's), a user's EarlyStopping watching a metric the run does
+    not log (Lightning's ``RuntimeError`` at the first test)."""
+    cause = reported_cause(exc)
+    if cause is not None:
+        return str(cause), 1 if isinstance(cause, NonFiniteError) else 2
+    if isinstance(exc, MisconfigurationException):
+        return (str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__), 2
+    if str(exc).startswith("Early stopping conditioned on metric"):
+        return " ".join(str(exc).split()), 2
+    return None
+
+
+def check_config_files(argv) -> None:
+    """Each ``--config FILE`` of ``argv`` that is a file must hold a YAML mapping of settings: an empty file, a list
+    or broken YAML is a one-line :class:`ConfigError` naming the file (jsonargparse would say "Unexpected config")."""
+    import yaml
+
+    if not isinstance(argv, list | tuple):
+        return
+    argv = [str(a) for a in argv]
+    files = [b for a, b in zip(argv, argv[1:]) if a == "--config"]
+    files += [a.removeprefix("--config=") for a in argv if a.startswith("--config=")]
+    for name in files:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            continue  # not a file: jsonargparse's own message (missing file, or settings given inline)
+        try:
+            content = yaml.safe_load(path.read_text())
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            problem = " ".join(str(exc).split())
+            raise ConfigError(f"--config {name}: not valid YAML ({problem})") from None
+        if not isinstance(content, dict):
+            found = "an empty file" if content is None else f"a YAML {type(content).__name__}"
+            raise ConfigError(f"--config {name}: expected a YAML mapping of settings (model:, data:, …), found {found}")
