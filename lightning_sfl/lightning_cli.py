@@ -67,6 +67,7 @@ from lightning_sfl.settings_checks import (
     check_rounds_to_resume,
     check_trainer_settings,
     user_error_line,
+    with_config_file,
 )
 from lightning_sfl.system.devices import EdgeDevices  # noqa: F401 (--clock EdgeDevices)
 from lightning_sfl.system.timing import SystemModel
@@ -513,7 +514,7 @@ def resolved_config(args: list[str], instantiate: bool = False) -> dict:
     try:
         cli = _ParseOnly(args=resolve_algorithm_names(list(args)), run=False)
     except argparse.ArgumentError as exc:
-        raise ConfigError(parser_error_line(str(exc))) from None
+        raise ConfigError(with_config_file(parser_error_line(str(exc)), list(args))) from None
     if instantiate:
         check_by_instantiating(cli)
     return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False)) or {}
@@ -589,7 +590,8 @@ def run(args: list[str] | None = None) -> None:
         else:
             SFLCLI(args=resolve_algorithm_names(list(args)))
     except argparse.ArgumentError as exc:  # the parser's own messages, without its usage dump
-        print(f"error: {parser_error_line(str(exc))}", file=sys.stderr)
+        line = with_config_file(parser_error_line(str(exc)), sys.argv[1:] if args is None else list(args))
+        print(f"error: {line}", file=sys.stderr)
         raise SystemExit(2) from None
     except RunInterrupted as exc:
         if int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:

@@ -4,6 +4,7 @@ its checkpoint holds, and which errors are a user's (:func:`user_error_line`: on
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,14 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 
 from lightning_sfl.errors import ConfigError, NonFiniteError, reported_cause
 
-__all__ = ["TRAINER_RULES", "check_config_files", "check_rounds_to_resume", "check_trainer_settings", "user_error_line"]
+__all__ = [
+    "TRAINER_RULES",
+    "check_config_files",
+    "check_rounds_to_resume",
+    "check_trainer_settings",
+    "user_error_line",
+    "with_config_file",
+]
 
 
 def check_rounds_to_resume(checkpoint: dict, max_epochs: int | None) -> None:
@@ -91,10 +99,7 @@ def check_config_files(argv) -> None:
 
     if not isinstance(argv, list | tuple):
         return
-    argv = [str(a) for a in argv]
-    files = [b for a, b in zip(argv, argv[1:]) if a == "--config"]
-    files += [a.removeprefix("--config=") for a in argv if a.startswith("--config=")]
-    for name in files:
+    for name in _config_files(argv):
         path = Path(name).expanduser()
         if not path.is_file():
             continue  # not a file: jsonargparse's own message (missing file, or settings given inline)
@@ -106,3 +111,47 @@ def check_config_files(argv) -> None:
         if not isinstance(content, dict):
             found = "an empty file" if content is None else f"a YAML {type(content).__name__}"
             raise ConfigError(f"--config {name}: expected a YAML mapping of settings (model:, data:, …), found {found}")
+
+
+def _config_files(argv) -> list[str]:
+    """The ``--config FILE`` arguments of ``argv``, in order."""
+    argv = [str(a) for a in argv]
+    after = [b for a, b in zip(argv, argv[1:]) if a == "--config"]
+    return [a.removeprefix("--config=") if a.startswith("--config=") else after.pop(0) for a in argv
+            if a.startswith("--config=") or (a == "--config" and after)]  # fmt: skip
+
+
+def _holds(settings, keys: list[str]) -> bool:
+    """Whether the nested mapping ``settings`` sets the dotted path ``keys`` (through a class's ``init_args``).
+
+    >>> _holds({"data": {"nclients": 3}}, ["data", "nclients"]), _holds({"data": {"nclients": 3}}, ["data", "alpha"])
+    (True, False)
+    >>> _holds({"model": {"class_path": "SCALA", "init_args": {"lr": 0.1}}}, ["model", "lr"])
+    True
+    """
+    for key in keys:
+        if isinstance(settings, dict) and key not in settings and isinstance(settings.get("init_args"), dict):
+            settings = settings["init_args"]
+        if not isinstance(settings, dict) or key not in settings:
+            return False
+        settings = settings[key]
+    return True
+
+
+def with_config_file(line: str, argv) -> str:
+    """The parser's error ``line`` about an option it does not accept (a section's or a class's), with the
+    ``--config`` file of ``argv`` that sets it (the last one that does), so that a typo in a config file names the
+    file."""
+    import yaml
+
+    unknown = re.search(r"does not accept option '([\w.]+)'", line) or re.match(r"--([\w.]+): not an option of", line)
+    if not unknown or not isinstance(argv, list | tuple):
+        return line
+    for name in reversed(_config_files(argv)):
+        try:
+            settings = yaml.safe_load(Path(name).expanduser().read_text())
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            continue
+        if _holds(settings, unknown.group(1).split(".")):
+            return f"{line} (set in --config {name})"
+    return line

@@ -115,6 +115,9 @@ BAD: list[tuple[list[str], str]] = [
     (["--config=empty.yaml"], "--config empty.yaml: expected a YAML mapping of settings (model:, data:, …), found an"),
     (["--config", "list.yaml"], "--config list.yaml: expected a YAML mapping of settings (model:, data:, …), found a"),
     (["--config", "broken.yaml"], "--config broken.yaml: not valid YAML (while parsing a flow node"),
+    # a typo in a config file: the option and the file
+    (["--config", "typo.yaml"], "does not accept option 'modle.lr' (set in --config typo.yaml)"),
+    (["--config=typo_model.yaml"], "--model.help SCALA) (set in --config typo_model.yaml)"),  # --model.lrr: not an …
 ]
 
 GOOD: list[list[str]] = [
@@ -140,6 +143,8 @@ def _checkpoints(folder: Path) -> None:
     (folder / "empty.yaml").write_text("")
     (folder / "list.yaml").write_text("- model\n- data\n")
     (folder / "broken.yaml").write_text("model: {lr: [\n")
+    (folder / "typo.yaml").write_text("modle:\n  lr: 0.1\n")
+    (folder / "typo_model.yaml").write_text("model:\n  init_args:\n    lrr: 0.1\n")
     good = {"state_dict": {"client.net.0.weight": torch.zeros(1)}, "lightning_sfl": {}}
     torch.save({**good, "lightning_sfl": {"algorithm": "lightning_sfl.algorithms.FedAvg"}}, folder / "fedavg.ckpt")
     torch.save({"state_dict": {"fc.weight": torch.zeros(1)}}, folder / "foreign.ckpt")
