@@ -114,7 +114,11 @@ def check_config_files(argv) -> None:
 
 
 def _config_files(argv) -> list[str]:
-    """The ``--config FILE`` arguments of ``argv``, in order."""
+    """The ``--config FILE`` arguments of ``argv``, in order.
+
+    >>> _config_files(["fit", "--config", "a.yaml", "--config=b.yaml", "--model.lr=1", "--config", "c.yaml"])
+    ['a.yaml', 'b.yaml', 'c.yaml']
+    """
     argv = [str(a) for a in argv]
     after = [b for a, b in zip(argv, argv[1:]) if a == "--config"]
     return [a.removeprefix("--config=") if a.startswith("--config=") else after.pop(0) for a in argv
