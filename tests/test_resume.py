@@ -118,9 +118,9 @@ def test_kill_minus_9_then_resume_gives_the_uninterrupted_metrics(config, rounds
     def cli(*args):
         return _cli(*args, f"--trainer.max_epochs={rounds}", config=config)
 
-    subprocess.run(cli(*loggers(tmp_path / "full")), check=True, capture_output=True, timeout=600)
+    subprocess.run(cli(*loggers(tmp_path / "full")), check=True, capture_output=True, timeout=600, cwd=tmp_path)
     part = tmp_path / "part"
-    proc = subprocess.Popen(cli(*loggers(part)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cli(*loggers(part)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
     deadline = time.time() + 300
     while time.time() < deadline:
         ckpts = list((part / "ckpt").glob("epoch=*.ckpt"))
@@ -132,7 +132,7 @@ def test_kill_minus_9_then_resume_gives_the_uninterrupted_metrics(config, rounds
     assert proc.returncode == -signal.SIGKILL
     saved = max(int(p.name.split("=")[1].split("-")[0]) for p in (part / "ckpt").glob("epoch=*.ckpt"))
     assert 4 <= saved < rounds - 1, "the kill must land mid-run"
-    subprocess.run(cli(*loggers(part), "--ckpt_path=last"), check=True, capture_output=True, timeout=600)
+    subprocess.run(cli(*loggers(part), "--ckpt_path=last"), check=True, capture_output=True, timeout=600, cwd=tmp_path)
     full, resumed = _csv_rounds(tmp_path / "full"), _csv_rounds(part)
     assert sorted(resumed) == list(range(1, rounds + 1))
     assert resumed == full
