@@ -120,9 +120,13 @@ def _config_files(argv) -> list[str]:
     ['a.yaml', 'b.yaml', 'c.yaml']
     """
     argv = [str(a) for a in argv]
-    after = [b for a, b in zip(argv, argv[1:]) if a == "--config"]
-    return [a.removeprefix("--config=") if a.startswith("--config=") else after.pop(0) for a in argv
-            if a.startswith("--config=") or (a == "--config" and after)]  # fmt: skip
+    files = []
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            files.append(arg.removeprefix("--config="))
+        elif arg == "--config" and i + 1 < len(argv):
+            files.append(argv[i + 1])
+    return files
 
 
 def _holds(settings, keys: list[str]) -> bool:
