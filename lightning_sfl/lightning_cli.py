@@ -27,6 +27,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_sfl.algorithms import ALGORITHMS, SplitFedAlgorithm
 from lightning_sfl.callbacks import (
@@ -151,11 +152,16 @@ class SFLCLI(LightningCLI):
             del self.subcommands
 
     def _set_seed(self) -> None:
-        """``seed_everything`` checked before Lightning seeds with it (``true``: a random seed; ``false``: none)."""
-        seed = self.config.get(self.subcommand, self.config).get("seed_everything")
-        if seed not in (True, False, None):
+        """Lightning's (``true``: a random seed; ``false``: none; the seed used is written back into the config), with
+        ``seed_everything`` checked first and quietly: "Seed set to N" is printed when the command runs
+        (:meth:`_run_subcommand`), so that a bad value found while the method and data are built is the only line."""
+        config = self.config.get(self.subcommand, self.config)
+        seed = config.get("seed_everything")
+        if seed is False:
+            return
+        if seed not in (True, None):
             seed_number("seed_everything", seed)
-        super()._set_seed()
+        config["seed_everything"] = L.seed_everything(None if seed is True else seed, workers=True, verbose=False)
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -415,6 +421,9 @@ class SFLCLI(LightningCLI):
         stops at the next step, drops the unfinished round (no checkpoint is written mid-round) and tears down; the
         last finished round's checkpoint stays, and the same command with ``--ckpt_path last`` continues exactly.
         Raises :class:`~lightning_sfl.errors.RunInterrupted` (exit code 130 for Ctrl-C, 143 for SIGTERM)."""
+        seed = self.config.get(subcommand, self.config).get("seed_everything")
+        if seed is not False:
+            rank_zero_info(f"Seed set to {seed}")
         try:
             super()._run_subcommand(subcommand)
         except (KeyboardInterrupt, SystemExit) as exc:

@@ -154,8 +154,8 @@ def _checkpoints(folder: Path) -> None:
 
 
 def _problems(args, expected, run: Run, left, before) -> list[str]:
-    """What is wrong with the run of a bad input: its exit code, error lines, a traceback, files left behind, or
-    Lightning's device lines (each error must come before the trainer exists)."""
+    """What is wrong with the run of a bad input: its exit code, error lines, a traceback, files left behind,
+    Lightning's device lines (each error must come before the trainer exists), or any other line ("Seed set to 0")."""
     errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     problems = []
     if run.code != 2:
@@ -168,6 +168,9 @@ def _problems(args, expected, run: Run, left, before) -> list[str]:
         problems.append(f"left behind {sorted(set(left) - set(before))}")
     if "GPU available" in run.stdout + run.stderr:
         problems.append("Lightning's device lines before the error")
+    others = [line for line in (run.stdout + run.stderr).splitlines() if line.strip() and line not in errors]
+    if others and "Traceback" not in run.stderr:
+        problems.append(f"more than the error line: {others[:3]}")
     return [f"{' '.join(args)}: {'; '.join(problems)}\n{run.stderr[-600:]}"] if problems else []
 
 

@@ -371,3 +371,26 @@ def test_runs_are_grouped_by_their_setting_and_named_by_their_configuration():
     assert groups[0] == groups[1] != groups[2] and groups[0].startswith("scala-digits-quantity2-")
     names = [run_name(c, run_key(c)) for c in configs]
     assert len(set(names)) == 3 and names[1].startswith("scala-digits-quantity2-s1-")
+
+
+def test_seed_everything_true_draws_a_seed_that_is_printed_and_recorded_and_false_seeds_nothing(tmp_path):
+    """``seed_everything: true`` draws a seed; it is printed when the run starts (not before: a bad input must be the
+    only line) and recorded in the run's name and resolved config. ``false`` seeds nothing and prints no seed."""
+    import os
+
+    import yaml
+    from cli_in_one_process import run_in_one_process
+
+    base = ["fit", "--config", str(REPO / "configs/digits/fedavg.yaml"), "--trainer.max_epochs=1"]
+    for name in ("drawn", "none"):
+        (tmp_path / name).mkdir()
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    commands = [(tmp_path / "drawn", [*base, "--seed_everything=true"])]
+    commands += [(tmp_path / "none", [*base, "--seed_everything=false"])]
+    drawn, none = run_in_one_process(commands, env=env)
+    assert drawn.code == 0 and none.code == 0, drawn.stderr[-2000:] + none.stderr[-2000:]
+    [seed] = [int(s) for s in re.findall(r"^Seed set to (\d+)$", drawn.stdout + drawn.stderr, re.M)]
+    [config] = (tmp_path / "drawn").rglob("config.yaml")
+    assert yaml.safe_load(config.read_text())["seed_everything"] == seed
+    assert f"-s{seed}-" in str(config.relative_to(tmp_path))
+    assert "Seed set" not in none.stdout + none.stderr
