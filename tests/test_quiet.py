@@ -65,6 +65,7 @@ def test_an_attack_a_compare_and_a_two_process_fit_print_no_warning(tmp_path):
     commands = [["fit", *config, "--trainer.max_epochs=1", "--checkpoint.dirpath=ckpt"]]
     commands += [["attack", *config, "--ckpt_path=ckpt/last.ckpt", "--epochs=1", "--out=attack"]]
     commands += [["compare", *config, "--methods", "fedavg", "--out=compared", "--", "--trainer.max_epochs=1"]]
+    commands += [["fit", *config, "--trainer.max_epochs=1", "--trainer.precision=bf16-mixed"]]  # (model summary)
     _noise(run_in_one_process([(tmp_path, args) for args in commands], env=_env(tmp_path)), commands)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -37,6 +37,10 @@ def quiet_dependencies() -> None:
     # log is already the same on every process (losses summed over processes, accuracy synced by torchmetrics, bytes
     # and simulated times computed alike), so syncing again would change nothing.
     warnings.filterwarnings("ignore", message=r"It is recommended to use `self\.log\(.*sync_dist=True\)`")
+    # Lightning's model summary knows the parameter sizes of the ``*-true`` precisions only and warns under ``16-mixed``
+    # and ``bf16-mixed`` that it counts 32 bits: mixed precision keeps the parameters in float32, so that count is the
+    # right one (Lightning's own TODO at the warning).
+    warnings.filterwarnings("ignore", message=r"Precision (bf)?16-mixed is not supported by the model summary")
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.trainer.connectors.signal_connector"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, _NoTips) for f in logger.filters):
