@@ -123,3 +123,30 @@ def test_benchmarks_do_not_edit_sys_path():
     pattern = re.compile(r"sys\.path\.(insert|append|extend)|sys\.path\s*[+]?=")
     hits = [p.name for p in _sources("benchmarks") if pattern.search(p.read_text())]
     assert not hits, hits
+
+
+DOC = REPO / "docs" / "architecture.md"
+
+
+def test_the_architecture_doc_names_files_that_exist():
+    """Every ``file.py`` the doc names is a file of the repository (a path from the root, the package or
+    ``tests/``; a bare name: a file of that name somewhere in the package, the tests or the benchmarks)."""
+    names = set(re.findall(r"`([\w/]+\.py)`", DOC.read_text()))
+    everywhere = {p.name for p in _sources("lightning_sfl", "callbacks", "tests", "benchmarks")}
+    missing = [
+        n
+        for n in sorted(names)
+        if not ((REPO / n).is_file() or (PACKAGE / n).is_file() or ("/" not in n and n in everywhere))
+    ]
+    assert names and not missing, missing
+
+
+def test_the_architecture_docs_hooks_are_the_base_methods_hooks():
+    """The table of hooks names methods of :class:`SplitFedAlgorithm` (the hook column: ``name(`` of each row)."""
+    from lightning_sfl.algorithms.base import SplitFedAlgorithm
+
+    lines = [line.replace("\\|", "") for line in DOC.read_text().splitlines()]  # (an escaped | inside a cell)
+    rows = [line.split("|") for line in lines if line.startswith("| ") and line.count("|") == 6]
+    hooks = {h for row in rows if row[3].strip() != "hook" for h in re.findall(r"`(\w+)[(`]", row[3])}
+    missing = sorted(h for h in hooks if not callable(getattr(SplitFedAlgorithm, h, None)))
+    assert len(hooks) >= 20 and not missing, (sorted(hooks), missing)
