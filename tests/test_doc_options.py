@@ -1,0 +1,66 @@
+"""Every ``--group.option`` the docs and the study scripts name is an option of the command line: a user who copies
+one from the README, a results page or a script gets a run, not ``error: unrecognized arguments`` (the study
+scripts run for hours before a later folder would meet a misspelt option)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: Where options are written for users to copy.
+DOCS = [
+    REPO / "README.md",
+    *(REPO / "docs").rglob("*.md"),
+    *(REPO / "docs").rglob("*.sh"),
+    *(REPO / "sweeps").rglob("*.md"),
+    *(REPO / "configs").rglob("*.md"),
+]
+
+#: Options the docs name on purpose as mistakes (the README's example of the one-line error).
+MISTAKES = {"model.nosuch"}
+
+GROUPS = "model|data|clock|checkpoint|trainer|per_class|dissimilarity|splitguard"
+OPTION = re.compile(rf"--({GROUPS})\.([a-z0-9_]+)(?![a-z0-9_*])")
+
+
+def named_options() -> dict[str, list[str]]:
+    """``group.option`` -> where the docs name it (``file:line``); ``--model.client_selection.lam`` counts as
+    ``model.client_selection``, and ``--model.inversion_*`` (a family of options) not at all."""
+    found: dict[str, list[str]] = {}
+    for path in DOCS:
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            for group, name in OPTION.findall(line):
+                found.setdefault(f"{group}.{name}", []).append(f"{path.relative_to(REPO)}:{i}")
+    return found
+
+
+def offered_options() -> set[str]:
+    """What ``lightning-sfl fit`` accepts: the options its help lists, every registered method's constructor
+    arguments (``--model.*``: the method is a subclass chosen on the command line) and every system model's
+    (``--clock.*``)."""
+    from lightning_sfl.algorithms import REGISTRY
+    from lightning_sfl.compare.config import init_parameters
+    from lightning_sfl.system.devices import EdgeDevices
+    from lightning_sfl.system.wireless import WirelessCell
+
+    out = subprocess.run(
+        [sys.executable, "-m", "lightning_sfl.cli", "fit", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    offered = {m.split(".", 1)[0] + "." + m.split(".")[1] for m in re.findall(r"--([a-z_]+\.[a-z0-9_.]+)", out.stdout)}
+    offered |= {f"model.{p}" for entry in REGISTRY.values() for p in init_parameters(entry.cls)}
+    offered |= {f"clock.{p}" for cls in (WirelessCell, EdgeDevices) for p in init_parameters(cls)}
+    return offered
+
+
+def test_every_option_the_docs_name_is_offered():
+    named = named_options()
+    offered = offered_options()
+    assert len(named) > 60, sorted(named)  # the pattern still finds the docs' options
+    assert {"model.lr", "data.alpha", "trainer.max_epochs", "clock.flops_high"} <= offered
+    unknown = {key: where[:3] for key, where in sorted(named.items()) if key not in offered and key not in MISTAKES}
+    assert not unknown, unknown
