@@ -20,6 +20,8 @@ DOCS = [
     *(REPO / "configs").rglob("*.md"),
 ]
 
+CLI = [sys.executable, "-m", "lightning_sfl.cli"]
+
 #: Options the docs name on purpose as mistakes (the README's example of the one-line error).
 MISTAKES = {"model.nosuch"}
 
@@ -47,9 +49,7 @@ def offered_options() -> set[str]:
     from lightning_sfl.system.devices import EdgeDevices
     from lightning_sfl.system.wireless import WirelessCell
 
-    out = subprocess.run(
-        [sys.executable, "-m", "lightning_sfl.cli", "fit", "--help"], capture_output=True, text=True, timeout=120
-    )
+    out = subprocess.run([*CLI, "fit", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     offered = {m.split(".", 1)[0] + "." + m.split(".")[1] for m in re.findall(r"--([a-z_]+\.[a-z0-9_.]+)", out.stdout)}
     offered |= {f"model.{p}" for entry in REGISTRY.values() for p in init_parameters(entry.cls)}
@@ -63,4 +63,39 @@ def test_every_option_the_docs_name_is_offered():
     assert len(named) > 60, sorted(named)  # the pattern still finds the docs' options
     assert {"model.lr", "data.alpha", "trainer.max_epochs", "clock.flops_high"} <= offered
     unknown = {key: where[:3] for key, where in sorted(named.items()) if key not in offered and key not in MISTAKES}
+    assert not unknown, unknown
+
+
+COMMAND = re.compile(r"lightning-sfl (fit|validate|test|compare|sweep|attack|cuts)\b(.*)")
+
+
+def documented_commands() -> dict[str, dict[str, list[str]]]:
+    """Subcommand -> each ``--flag`` (no dot) written after ``lightning-sfl <subcommand>`` in the docs and scripts ->
+    where; a command continues over lines ending in a backslash, and ends at a backtick (inline code), ``|``, ``;``,
+    ``&&`` or ``#``. ``compare``'s flags stop at ``--overrides`` (what follows are ``fit``'s)."""
+    found: dict[str, dict[str, list[str]]] = {}
+    for path in DOCS:
+        text = path.read_text().replace("\\\n", " ")
+        for i, line in enumerate(text.splitlines(), 1):
+            for sub, rest in COMMAND.findall(line):
+                rest = re.split(r"`|\||;|&&|#|\)", rest)[0]
+                if sub == "compare":
+                    rest = rest.split("--overrides")[0]
+                for flag in re.findall(r"(?<![\w.-])--([a-z_]+)(?![\w.])", rest):
+                    found.setdefault(sub, {}).setdefault(flag, []).append(f"{path.relative_to(REPO)}:{i}")
+    return found
+
+
+def test_every_flag_of_a_documented_command_is_offered():
+    documented = documented_commands()
+    assert {"fit", "compare", "attack"} <= set(documented), sorted(documented)
+    helps = {  # at once: each is a process that imports the CLI
+        sub: subprocess.Popen([*CLI, sub, "--help"], stdout=subprocess.PIPE, text=True) for sub in documented
+    }
+    unknown = {}
+    for sub, flags in documented.items():
+        out, _ = helps[sub].communicate(timeout=120)
+        assert helps[sub].returncode == 0, sub
+        offered = set(re.findall(r"--([a-z_]+)", out))
+        unknown |= {f"{sub} --{flag}": where[:3] for flag, where in flags.items() if flag not in offered}
     assert not unknown, unknown
