@@ -1,6 +1,7 @@
-"""Every ``--group.option`` the docs and the study scripts name is an option of the command line: a user who copies
-one from the README, a results page or a script gets a run, not ``error: unrecognized arguments`` (the study
-scripts run for hours before a later folder would meet a misspelt option)."""
+"""Every ``--group.option`` the docs, docstrings and study scripts name, and every flag they write after
+``lightning-sfl <command>``, is one the command line offers: a user who copies one from the README, a results page, a
+docstring or a script gets a run, not ``error: unrecognized arguments`` (the study scripts run for hours before a
+later folder would meet a misspelt option)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,24 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: Where options are written for users to copy.
+#: Where options are written for users to copy (docs, scripts, config comments, docstrings and help texts).
 DOCS = [
     REPO / "README.md",
     *(REPO / "docs").rglob("*.md"),
     *(REPO / "docs").rglob("*.sh"),
     *(REPO / "sweeps").rglob("*.md"),
     *(REPO / "configs").rglob("*.md"),
+    *(REPO / "configs").rglob("*.yaml"),
+    *(REPO / "sweeps").rglob("*.yaml"),
+    *(REPO / "lightning_sfl").rglob("*.py"),
+    *(REPO / "callbacks").rglob("*.py"),
+    *(REPO / "benchmarks").rglob("*.py"),
 ]
 
 CLI = [sys.executable, "-m", "lightning_sfl.cli"]
 
-#: Options the docs name on purpose as mistakes (the README's example of the one-line error).
-MISTAKES = {"model.nosuch"}
+#: Options named on purpose as mistakes (the README's one-line error example; the CLI's comment on abbreviations).
+MISTAKES = {"model.nosuch", "data.num_client"}
 
 GROUPS = "model|data|clock|checkpoint|trainer|per_class|dissimilarity|splitguard"
 OPTION = re.compile(rf"--({GROUPS})\.([a-z0-9_]+)(?![a-z0-9_*])")
