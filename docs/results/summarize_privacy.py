@@ -139,10 +139,11 @@ NOTES = """## What the tables show
   more than Table VI's ~2): with 8×8 images and a 4×4 cut the features an inverter can use and the features the
   classifier needs are nearly the same.
 - **On MNIST-5k the hinge does not engage at τ = 0.5.** The clients' simulated 16-channel inverters reach an SSIM of
-  only 0.23-0.32 in every round of every seed, below ResSFL's threshold of 0.5, so `max(SSIM − τ, 0)` is 0 and
+  only 0.21-0.32 in every round of every seed, below ResSFL's threshold of 0.5, so `max(SSIM − τ, 0)` is 0 and
   SCALA-PE trains exactly as SCALA with the bottleneck: the two rows agree to the last digit. With τ = 0.1 the
   regulariser is active in every round: the attacker's MSE rises to 2.14x SCALA's for 0.2 points of accuracy
-  (89.03 % against 89.20 %). On digits the inverters reach SSIM 0.57-0.72 and τ = 0.5 engages every round.
+  (89.03 % against 89.20 %). On digits the inverters' SSIM is 0.34-0.72 over the rounds (0.57-0.65 in the last)
+  and τ = 0.5 engages every round.
 - **SSIM hardly moves on MNIST-5k** (0.50 to 0.49) while the MSE doubles: MNIST's images are mostly black background,
   which every attacker reconstructs, and the digit strokes remain recognisable in every reconstruction (figure);
   the defences blur them (lower PSNR) rather than hide them. On digits SSIM falls from 0.971 to 0.939.
