@@ -473,16 +473,16 @@ rounds, the paper's K, ρ, B, T and lr — with test accuracy every 5 rounds. Me
 | SplitFedV2 | 87.21 (87.23) | 84.78 | 82.75 | 79.53 |
 | FedDyn | 88.59 (88.83) | 85.53 | 82.88 | 75.47 |
 
-With the paper's model and rounds every method but SCALA reaches or passes the paper's level (FedAvg +2.9,
-SplitFedV2 +2.4, FedDyn +3.1 points) and SCALA stays 4.5 below it; SCALA is above FedAvg (+1.6 over the last five
-evaluations, +5.6 at round 200) but, as with the small CNN, below SplitFedV2 and FedDyn. So the ordering the CPU study
-found is not an artefact of its smaller model or its 200 rounds. One seed, and single evaluations move by up to 3
-points from one to the next (SCALA: 86.96 at round 495, 83.69 at 500): the paper's 3-seed means are not matched in
-spread. Wall time on the H200, the four runs started together: 96-100 s for SCALA and FedAvg, 191 s for SplitFedV2
-(10 clients' server steps in sequence); on our two CPU cores a round of AlexNet takes ~15 s, ~2 h a run. FedDyn keeps
-every client's ∇L_k (100 x 3.87 M parameters, 1.55 GB), and each round's checkpoint carries it: with a checkpoint every
-round it reached round 465 in the 500 s the others took to finish; checkpointing every 100 rounds
-(`--checkpoint.every_n_epochs=100`, training unchanged) it ran its 500 rounds in 88 s."""
+With the paper's model and rounds every method but SCALA reaches or passes the paper's level (FedAvg +2.9, SplitFedV2
++2.4, FedDyn +3.1 points) and SCALA stays 4.5 below it; SCALA is above FedAvg (+1.6 over the last five evaluations, +5.6
+at round 200) but, as with the small CNN, below SplitFedV2 and FedDyn. So the ordering the CPU study found is not an
+artefact of its smaller model or its 200 rounds. One seed, and single evaluations move by up to 5.5 points from one to
+the next within the last five (SplitFedV2: 89.37 at round 490, 83.86 at 495; SCALA: 86.96 at 495, 83.69 at 500): the
+paper's 3-seed means are not matched in spread. Wall time on the H200, the four runs started together: 96-100 s for
+SCALA and FedAvg, 191 s for SplitFedV2 (10 clients' server steps in sequence); on our two CPU cores a round of AlexNet
+takes ~15 s, ~2 h a run. FedDyn keeps every client's ∇L_k (100 x 3.87 M parameters, 1.55 GB), and each round's
+checkpoint carries it: with a checkpoint every round it reached round 465 in the 500 s the others took to finish;
+checkpointing every 100 rounds (`--checkpoint.every_n_epochs=100`, training unchanged) it ran its 500 rounds in 88 s."""
 
 
 if __name__ == "__main__":

@@ -21,9 +21,10 @@ and decoder serve all clients; averaging the client halves keeps the hijack. Aft
 on ``scored_images`` fixed private training images: ``X̂ = f̃⁻¹(f(X))`` with the global client half, MSE and SSIM on
 ``[0, 1]`` (``fsha/mse``, ``fsha/ssim``). The networks and their Adam states are checkpointed (exact resume).
 
-Departures: the code trains the client with Adam (lr ``1e-5``) for 10,000 iterations; here the clients keep the
-method's SGD (``--model.lr``) and the server's networks default to Adam ``1e-3`` (``attack_lr``, ``1e-4`` for ``D``)
-so that a few hundred iterations show the hijack; the code's ``1e-5``/``1e-4`` are an option. The code's pilot and
+Departures: the code trains the client with Adam (lr ``1e-5``) for 10,000 iterations; here the clients use Adam too
+(``client_optimizer``; ``"sgd"``: the method's SGD) at ``--model.lr`` (``configs/digits/fsha.yaml``: ``1e-4``), and the
+server's networks default to Adam ``1e-3`` (``attack_lr``, ``1e-4`` for ``D``) so that a few hundred iterations show
+the hijack; the code's ``1e-5``/``1e-4`` are an option. The code's pilot and
 decoder are strided (transposed) convolutions without activations; the pilot here is the client's architecture, the
 decoder the library's inversion decoder.
 """
@@ -60,7 +61,9 @@ class FSHA(SplitFedAlgorithm):
         discriminator_lr: Adam's learning rate of ``D`` (the code: ``1e-4``).
         penalty: ``λ`` of the gradient penalty (the code: 500).
         width: channels of the decoder and the discriminator.
-        **kwargs: the base's (``lr``: the clients' SGD).
+        client_optimizer: the clients' optimiser: ``"adam"`` (the authors' code) or ``"sgd"`` (the base's SGD, with its
+            momentum and weight decay).
+        **kwargs: the base's (``lr``: the clients' learning rate, under either optimiser).
     """
 
     step_handlers = {"local": "local_iteration", "aggregate": "skip_step"}
