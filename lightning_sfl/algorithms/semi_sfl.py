@@ -177,15 +177,6 @@ class SemiSFL(SplitFedAlgorithm):
         self._slots_ready = False  # the round's clients downloaded the halves (set at its first unlabelled step)
         self._view: dict = {}  # the unlabelled step's views and pseudo-labels, from its upload to its end
 
-    def federate(self, federation) -> None:
-        """The federation must give the server a labelled set (``--data.labelled_per_class``)."""
-        labelled = federation.stats.labelled
-        if labelled is None or len(labelled) == 0:
-            raise ConfigError(
-                f"{type(self).__name__} needs a labelled server set: set --data.labelled_per_class to a number >= 1"
-            )
-        super().federate(federation)
-
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.world_size > 1:
             raise ConfigError(f"{type(self).__name__} runs on one process (got {self.world_size})")

@@ -95,6 +95,7 @@ class Federation:
         clients with the system model ``system`` (default: the method's, ``default_system()``), handed to both."""
         stats = data.client_stats
         schedule = method.schedule  # configured (and checked) once, after the method's construction
+        schedule.check(stats)  # what it refuses of these clients (Semi-SFL without a labelled set), before any round
         system = method.default_system() if system is None else system
         system.bind(stats.num_clients, stats.seed, method.client_costs())
         schedule.bind_system(system, stats)

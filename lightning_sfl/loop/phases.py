@@ -77,10 +77,12 @@ class Phases(SyncRounds):
         return None  # K_s changes during training
 
     def check(self, stats: ClientStats) -> None:
-        """The server's labelled set must hold a sample."""
+        """The server's labelled set must hold a sample (the supervised phase of every semi-supervised method)."""
         super().check(stats)
         if stats.labelled is None or len(stats.labelled) == 0:
-            raise ConfigError("Semi-SFL needs a labelled server set: set --data.labelled_per_class to a number >= 1")
+            raise ConfigError(
+                "the supervised phase needs a labelled server set: set --data.labelled_per_class to a number >= 1"
+            )
 
     def plan_round(self, round_idx: int, stats: ClientStats) -> list[Step]:
         self.check(stats)
