@@ -12,6 +12,7 @@ of the model are filled in from the data module.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import re
@@ -83,6 +84,15 @@ TRAINER_DEFAULTS = {
 }
 
 
+def _remove_if_empty(folder: Path, with_parent: bool) -> None:
+    """Remove the run folder ``folder`` if nothing was written to it, and its parent too if ``with_parent`` (the
+    ``default_root_dir`` the run created) and it is left empty."""
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        if with_parent and folder.parent.is_dir() and not any(folder.parent.iterdir()):
+            folder.parent.rmdir()
+
+
 #: The LightningCLI subcommands offered (the console script adds ``compare``).
 SUBCOMMANDS = ("fit", "validate", "test")
 
@@ -107,14 +117,15 @@ class SFLCLI(LightningCLI):
     def _release_run_folder(self, remove_if_empty: bool) -> None:
         """Let go of the run folder (with ``run=False``, when the CLI is built: the caller's fit is not held); a folder
         this process created and the command left empty (it failed with a one-line error, or wrote elsewhere) is
-        removed."""
+        removed; with ``run=False`` that is left to the end of the process (the caller may never fit)."""
         if self._lock is not None:
             self._lock.release()
-        if remove_if_empty and self._new_folder and self.run_folder is not None and self.run_folder.is_dir():
-            if not any(self.run_folder.iterdir()):
-                self.run_folder.rmdir()
-                if self._made_root and not any(self.run_folder.parent.iterdir()):
-                    self.run_folder.parent.rmdir()  # (the default_root_dir this run created)
+        if not (self._new_folder and self.run_folder is not None):
+            return
+        if remove_if_empty:
+            _remove_if_empty(self.run_folder, self._made_root)
+        else:
+            atexit.register(_remove_if_empty, self.run_folder, self._made_root)
 
     def _init(self, args, run: bool) -> None:
         check_config_files(args if args is not None else sys.argv[1:])

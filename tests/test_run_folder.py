@@ -96,3 +96,27 @@ def test_a_second_process_cannot_write_a_run_folder_a_live_one_holds(tmp_path):
     finally:
         first.kill()
         first.wait()
+
+
+def test_a_cli_built_without_running_leaves_no_empty_run_folder(tmp_path):
+    """``SFLCLI(run=False)`` claims the run folder for the caller's fit; a caller that never fits leaves nothing behind
+    (the empty folder and the ``runs/`` it created go when the process ends), one that fits keeps its run."""
+    config = REPO / "configs" / "digits" / "scala.yaml"
+    script = (
+        "import sys\nfrom lightning_sfl.lightning_cli import SFLCLI\n"
+        f"cli = SFLCLI(args=['--config', {str(config)!r}, '--trainer.max_epochs=1', '--trainer.logger=false'], "
+        "run=False)\nprint(cli.run_folder)\n"
+        "if sys.argv[1] == 'fit':\n    cli.trainer.fit(cli.model, cli.datamodule)\n"
+    )
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    for mode in ("build", "fit"):
+        cwd = tmp_path / mode
+        cwd.mkdir()
+        out = subprocess.run([sys.executable, "-c", script, mode], cwd=cwd, env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        folder = cwd / out.stdout.strip().splitlines()[0]
+        assert folder.parent.name == "runs", folder
+        if mode == "build":
+            assert not (cwd / "runs").exists(), list((cwd / "runs").rglob("*"))
+        else:
+            assert (folder / "checkpoints" / "last.ckpt").exists(), list(folder.rglob("*"))
