@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -87,10 +88,11 @@ TRAINER_DEFAULTS = {
 def _remove_if_empty(folder: Path, with_parent: bool) -> None:
     """Remove the run folder ``folder`` if nothing was written to it, and its parent too if ``with_parent`` (the
     ``default_root_dir`` the run created) and it is left empty."""
-    if folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
-        if with_parent and folder.parent.is_dir() and not any(folder.parent.iterdir()):
-            folder.parent.rmdir()
+    with contextlib.suppress(OSError):  # (something wrote to it meanwhile: it stays)
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            if with_parent and folder.parent.is_dir() and not any(folder.parent.iterdir()):
+                folder.parent.rmdir()
 
 
 #: The LightningCLI subcommands offered (the console script adds ``compare``).
@@ -125,7 +127,7 @@ class SFLCLI(LightningCLI):
         if remove_if_empty:
             _remove_if_empty(self.run_folder, self._made_root)
         else:
-            atexit.register(_remove_if_empty, self.run_folder, self._made_root)
+            atexit.register(_remove_if_empty, self.run_folder.resolve(), self._made_root)  # (the caller may chdir)
 
     def _init(self, args, run: bool) -> None:
         check_config_files(args if args is not None else sys.argv[1:])

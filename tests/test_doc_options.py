@@ -68,6 +68,7 @@ def test_every_option_the_docs_name_is_offered():
     offered = offered_options()
     assert len(named) > 60, sorted(named)  # the pattern still finds the docs' options
     assert {"model.lr", "data.alpha", "trainer.max_epochs", "clock.flops_high"} <= offered
+    assert {key.split(".")[0] for key in offered} <= set(GROUPS.split("|")), "a new option group: add it to GROUPS"
     unknown = {key: where[:3] for key, where in sorted(named.items()) if key not in offered and key not in MISTAKES}
     assert not unknown, unknown
 
@@ -83,7 +84,8 @@ def documented_commands() -> dict[str, dict[str, list[str]]]:
     for path in DOCS:
         text = path.read_text().replace("\\\n", " ")
         for i, line in enumerate(text.splitlines(), 1):
-            for sub, rest in COMMAND.findall(line):
+            commands = [COMMAND.match("lightning-sfl " + part) for part in line.split("lightning-sfl ")[1:]]
+            for sub, rest in (c.groups() for c in commands if c):
                 rest = re.split(r"`|\||;|&&|#|\)", rest)[0]
                 if sub == "compare":
                     rest = rest.split("--overrides")[0]

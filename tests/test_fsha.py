@@ -59,7 +59,7 @@ def test_the_hijack_progresses_leaves_the_task_untrained_and_leaks_less_from_a_n
     assert accuracy < 0.2  # the server never trains the task
     noised, _ = _fsha(tmp_path, "noised", activation_noise=1.0, noise_bound="tanh")
     assert float(plain[-1]["fsha/mse"]) < 0.9 * float(noised[-1]["fsha/mse"])
-    # what the README reports of this setting (SSIM at rounds 10 and 60, accuracy, both MSEs), to 0.02 (other CPUs)
+    # what the README reports of this setting (SSIM at rounds 10 and 60, accuracy, both MSEs), to 0.03 (other CPUs)
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     numbers = re.search(
         r"SSIM climbs from ([0-9.]+) at round 10 to ([0-9.]+) at round 60, test accuracy\s+stays at chance "
@@ -68,7 +68,7 @@ def test_the_hijack_progresses_leaves_the_task_untrained_and_leaks_less_from_a_n
     )
     assert numbers, "the README's FSHA sentence"
     got = [plain[9]["fsha/ssim"], plain[-1]["fsha/ssim"], accuracy, noised[-1]["fsha/mse"], plain[-1]["fsha/mse"]]
-    assert [float(g) for g in got] == pytest.approx([float(n) for n in numbers.groups()], abs=0.02), got
+    assert [float(g) for g in got] == pytest.approx([float(n) for n in numbers.groups()], abs=0.03), got
 
 
 def test_bad_fsha_settings_are_one_line_errors():

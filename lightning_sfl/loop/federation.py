@@ -92,7 +92,8 @@ class Federation:
     @classmethod
     def build(cls, method: Any, data: ClientData, system: SystemModel | None = None) -> Federation:
         """The federation of ``method`` (a :class:`~lightning_sfl.algorithms.SplitFedAlgorithm`) on ``data``'s
-        clients with the system model ``system`` (default: the method's, ``default_system()``), handed to both."""
+        clients with the system model ``system`` (default: the method's, ``default_system()``), handed to both; the
+        schedule is checked against the clients first (:meth:`Schedule.check`: a one-line error before any round)."""
         stats = data.client_stats
         schedule = method.schedule  # configured (and checked) once, after the method's construction
         schedule.check(stats)  # what it refuses of these clients (Semi-SFL without a labelled set), before any round

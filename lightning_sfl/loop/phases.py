@@ -81,7 +81,7 @@ class Phases(SyncRounds):
         super().check(stats)
         if stats.labelled is None or len(stats.labelled) == 0:
             raise ConfigError(
-                "the supervised phase needs a labelled server set: set --data.labelled_per_class to a number >= 1"
+                "a semi-supervised method needs a labelled server set: set --data.labelled_per_class to a number >= 1"
             )
 
     def plan_round(self, round_idx: int, stats: ClientStats) -> list[Step]:

@@ -69,8 +69,9 @@ class Schedule:
         return stats.clients_per_round
 
     def check(self, stats: ClientStats) -> None:
-        """Refuse, with a one-line :class:`~lightning_sfl.errors.ConfigError`, clients this schedule cannot run (the
-        CLI calls it before the trainer exists). Default: the slots it needs (:meth:`num_slots`) can be given."""
+        """Refuse, with a one-line :class:`~lightning_sfl.errors.ConfigError`, clients this schedule cannot run
+        (:meth:`Federation.build` calls it, and the CLI before the trainer exists). Default: the slots it needs
+        (:meth:`num_slots`) can be given."""
         self.num_slots(stats)
 
     def bind_system(self, system: SystemModel, stats: ClientStats) -> None:
