@@ -142,9 +142,10 @@ class SplitFedAlgorithm(
         noise_distribution: ``laplace`` (Titcombe et al.) or ``gaussian``.
         noise_bound: ``tanh`` bounds the client's output before the noise (Titcombe et al.); ``none``: the cut's own
             activations.
-        inversion_gamma: ``γ`` of SCALA-PE's simulated-inversion regulariser (eq. 17; ResSFL's ``λ``): each client
-            adds ``γ·R_k`` of its own decoder's reconstructions (:mod:`~lightning_sfl.algorithms.inversion_defence`;
-            synchronous split methods); ``0``: off; ``None``: the method's default (0, SCALA-PE 0.3).
+        inversion_gamma: ``γ`` of SCALA-PE's simulated-inversion regulariser (the SCALA journal's eq. 17; ResSFL's
+            ``λ``): each client adds ``γ·R_k`` of its own decoder's reconstructions
+            (:mod:`~lightning_sfl.algorithms.inversion_defence`; synchronous split methods); ``0``: off; ``None``: the
+            method's default (0, SCALA-PE 0.3).
         inversion_threshold: ``τ`` in ``[0, 1]``, the SSIM hinge ``R = max(SSIM − τ, 0)`` (ResSFL: 0.5).
         inversion_regulariser: ``ssim`` (the hinge) or ``mse`` (``R = −MSE``); also the decoders' objective.
         inversion_width: channels of the simulated inversion models (the paper: 16).

@@ -1,5 +1,5 @@
 """One split iteration, written once: client forward → server forward → server loss → client gradients → the
-clients' extra terms → one step (SCALA Algorithm 2, lines 4-12; the hooks are the method's).
+clients' extra terms → one step (SCALA Algorithm 2, lines 9-20; the hooks are the method's).
 
 Every split method runs it: the synchronous ones for each ``"local"`` step (:meth:`SplitFedAlgorithm.local_iteration`),
 SplitFedV2 once per client, GAS for each batch of activation arrivals (its server loss is taken at a flush, inside

@@ -65,6 +65,9 @@ def sum_of_client_means(row_losses: torch.Tensor, slot: torch.Tensor, sizes: tor
     """``Σ_k mean_{i ∈ k} ℓ_i``: the sum over clients of each client's mean loss over its own ``B_k`` rows.
 
     Its gradient w.r.t. the rows of client ``k`` is the gradient of client ``k``'s own mean loss, so one
-    backward pass gives every client its ``G_k`` (eq. 8). ``row_losses``, ``slot``: ``[B]``; ``sizes``: ``[S]``.
+    backward pass gives every client its ``G_k`` (eq. 8), as long as the server half treats rows independently
+    (no BatchNorm in training mode: there the batch statistics also carry the other clients' losses into ``G_k``,
+    which eq. 8 leaves out; exact ``G_k`` would need a backward pass per client). ``row_losses``, ``slot``:
+    ``[B]``; ``sizes``: ``[S]``.
     """
     return (row_losses / sizes.to(row_losses.dtype).index_select(0, slot)).sum()

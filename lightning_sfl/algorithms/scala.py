@@ -1,11 +1,11 @@
 """SCALA: split federated learning with concatenated activations and logit adjustments.
 
-Huang et al., "SCALA: Split Federated Learning with Concatenated Activations and Logit Adjustments"
-(Algorithm 2). Per local iteration the server concatenates every selected client's activations (eq. 5),
-updates ``w_s`` once with ``CE(s(x) + log P_s(y))`` where ``P_s`` is the label distribution of the
-concatenated batch (eq. 14), and sends each client ``k`` the gradient of ``CE(s(x) + log P_k(y))`` w.r.t. its
-activations, ``P_k`` being client ``k``'s local label distribution (eq. 15), computed from the same server
-forward pass (pre-update ``w_s``, eq. 8).
+Yang and Liu, "SCALA: Split Federated Learning with Concatenated Activations and Logit Adjustments"
+(Algorithm 2; equation numbers of the conference version, the journal's differ). Per local iteration the server
+concatenates every selected client's activations (eq. 5), updates ``w_s`` once with ``CE(s(x) + log P_s(y))`` where
+``P_s`` is the label distribution of the concatenated batch (eq. 14), and sends each client ``k`` the gradient of
+``CE(s(x) + log P_k(y))`` w.r.t. its activations, ``P_k`` being client ``k``'s local label distribution (of its whole
+shard ``D_k``; eq. 15), computed from the same server forward pass (pre-update ``w_s``, eq. 8).
 
 Switches give the ablations of the journal version (§5.2):
 

@@ -150,7 +150,8 @@ class SFLLocalLoss(SplitFedAlgorithm):
 @register("lla_sfl", family="split", study="label_skew")
 class LLASFL(SplitFedAlgorithm):
     """LLA-SFL (SCALA journal §5.2): SplitFedV1 with local logit adjustment: every server copy and every
-    client gradient use ``CE(s + log P_k)`` (eq. 15), ``P_k`` the client's local label distribution.
+    client gradient use ``CE(s + log P_k)`` (eq. 15), ``P_k`` the client's local label distribution. (Our reading:
+    the journal adjusts "the local loss functions" and does not say whether the server copies' loss is adjusted too.)
 
     Args:
         missing_class_floor: ``0`` (default): missing classes get ``−∞`` logits; ``> 0``: ``log(P_k + floor)``.
