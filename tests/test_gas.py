@@ -269,3 +269,23 @@ def test_paper_configs_hold_the_gas_paper_settings(dataset, rounds):
     assert (m["flush_every"], m["aggregate_every"], m["covariance"], m["split_point"]) == (10, 10, "full", "s2")
     assert (m["lr"], m["momentum"], m["weight_decay"], float(config["clock"]["flops_high"])) == (0.01, 0.9, 5e-4, 1e10)
     assert (d["partition"], d["shards_per_client"]) == ("shards", 2)
+
+
+@pytest.mark.parametrize("dataset", ["digits", "mnist5k", "fashion_mnist", "cifar10", "cinic10"])
+def test_the_synchronous_baselines_of_a_gas_config_take_b_rows_a_client(dataset):
+    """``--model fedavg`` (or MiniBatch-SFL, S²FL) on a GAS config: ``C`` clients a round sharing ``B·C`` rows
+    (``data.batch_size``, split by eq. 3), i.e. ``B`` rows for each client of equal ``|D_k|``, as the asynchronous
+    methods' ``client_batch_size`` (the GAS paper: every method takes minibatches of 32)."""
+    from pathlib import Path
+
+    import torch
+    import yaml
+
+    from lightning_sfl.loop.sampling import client_batch_sizes, clients_per_round
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / dataset / "gas.yaml").read_text())
+    m, d = config["model"]["init_args"], config["data"]
+    clients = clients_per_round(d["num_clients"], d["participation"])
+    assert clients == m["concurrency"]
+    rows = client_batch_sizes(torch.full((clients,), 600), d["batch_size"])
+    assert rows.tolist() == [m["client_batch_size"]] * clients
