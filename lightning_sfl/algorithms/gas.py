@@ -81,7 +81,7 @@ class AsyncSFL(AsyncMethod):
             self._capacity = self.schedule.flush_every * rows
         super().setup(stage)
 
-    # ------------------------------------------------------------------ activation arrivals (Alg. 1, lines 4-12)
+    # ------------------------------------------------------------------ activation arrivals (Alg. 1, lines 5-13)
     def client_prior(self, step: ArrivalStep) -> torch.Tensor:
         """``P_k`` of each row's client, ``[B, N]``: the base's client loss is then eq. (6)."""
         return self.row_label_distribution(step)

@@ -30,9 +30,10 @@ __all__ = ["activation_gradients", "client_side_terms", "process_share", "split_
 
 
 def activation_gradients(client_loss: torch.Tensor, activations: torch.Tensor, keep_graph: bool = True) -> torch.Tensor:
-    """``G_k = ∂ l_k / ∂ A_k`` for every client at once (eq. 8): the gradient of ``client_loss`` (a sum over clients of
-    each client's loss on its own rows) w.r.t. the server's copy of the activations ``[B, *act]``; rows of client ``k``
-    are ``G_k``. ``keep_graph``: the server's graph stays for its own backward pass (the server loss)."""
+    """``G_k = ∂ l_k / ∂ A_k`` for every client at once (SCALA eq. 8, GAS eq. 7): the gradient of ``client_loss`` (a
+    sum over clients of each client's loss on its own rows) w.r.t. the server's copy of the activations ``[B, *act]``;
+    rows of client ``k`` are ``G_k``. ``keep_graph``: the server's graph stays for its own backward pass (the server
+    loss)."""
     (grad,) = torch.autograd.grad(client_loss, activations, retain_graph=keep_graph)
     return grad
 

@@ -98,7 +98,7 @@ def generation_counts(labels: torch.Tensor, num_classes: int, batch_size: int) -
 
 
 class LabelGaussians:
-    """Running ``N(μ_y, Σ_y)`` per label (GAS eqs. 11-12) with generation (Alg. 1, line 8).
+    """Running ``N(μ_y, Σ_y)`` per label (GAS eqs. 11-12) with generation (Alg. 1, line 9).
 
     The tensors (``weight`` ``[M]``, ``mean`` ``[M, D]``, ``second``: ``[M, D, D]`` / ``[M, D]`` / ``[M, D]``
     variances, and ``factor`` ``[M, D, r]`` for ``lowrank``) are listed by :meth:`tensors` so that a method
