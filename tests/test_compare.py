@@ -676,3 +676,23 @@ def test_argument_errors_are_one_line_like_fits(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert exc.value.code == 2 and len(err) == 1 and expected in err[0], (extra, err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_one_job_on_several_torch_threads_finishes(tmp_path):
+    """``compare --jobs 1`` with runs on two torch threads (a config without ``torch_threads: 1``, e.g. every
+    Fashion-MNIST one): planning builds the runs' data and methods in this process, then the warm worker is forked
+    from it; a parallel region run on two threads before the fork left the worker's first one waiting forever."""
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", "compare", "--config", str(REPO / "configs/digits/scala.yaml")]
+    cmd += ["--methods", "scala", "--seeds", "0", "--jobs", "1", "--out", str(tmp_path / "o")]
+    cmd += ["--overrides", "--trainer.max_epochs=1", "--torch_threads=2"]
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker too
+        out, _ = proc.communicate()
+        pytest.fail(f"compare --jobs 1 on two threads did not finish in 240 s:\n{out[-2000:]}")
+    assert proc.returncode == 0, out[-2000:]
+    assert "[compare 1/1] scala seed 0: ok" in out

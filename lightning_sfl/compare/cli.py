@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_sfl.trials import TrialPool
+from lightning_sfl.trials import TrialPool, one_thread_before_fork
 
 from .config import plan_runs
 from .options import command_line, methods_of, parse_args, without_methods
@@ -62,10 +62,11 @@ def run_compare(args: argparse.Namespace) -> list[MethodSummary]:
     try:
         check_out_is_ours(args)
         kept_methods, kept = kept_runs(args) if args.add else ([], [])
-        plan = plan_runs(args.config, args.methods, args.seeds, out, args.overrides, reuse=args.reuse)
-        if kept_methods:
-            kept_plan = plan_runs(args.config, kept_methods, args.seeds, out, args.overrides, write=False)
-            plan = kept_plan + plan
+        with one_thread_before_fork():  # planning builds every run's data and method; the pool then forks
+            plan = plan_runs(args.config, args.methods, args.seeds, out, args.overrides, reuse=args.reuse)
+            if kept_methods:
+                kept_plan = plan_runs(args.config, kept_methods, args.seeds, out, args.overrides, write=False)
+                plan = kept_plan + plan
     except ValueError as exc:  # a setting the CLI's parser rejects: one line, before any run or folder
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

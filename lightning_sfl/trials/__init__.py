@@ -30,7 +30,7 @@ Launchers (``TrialPool(launcher=...)``):
     without a cluster); its logs and pickles in the pool's ``folder``.
 """
 
-from .pool import LAUNCHERS, TrialPool
+from .pool import LAUNCHERS, TrialPool, one_thread_before_fork
 from .spec import Outcome, Trial, error_from_output
 
-__all__ = ["LAUNCHERS", "Outcome", "Trial", "TrialPool", "error_from_output"]
+__all__ = ["LAUNCHERS", "Outcome", "Trial", "TrialPool", "error_from_output", "one_thread_before_fork"]

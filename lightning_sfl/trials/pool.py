@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue
@@ -40,6 +41,22 @@ def start_method() -> str:
     if "fork" in methods and NEEDS in sys.modules and threading.active_count() == 1:
         return "fork"
     return "forkserver" if "forkserver" in methods else "spawn"
+
+
+@contextlib.contextmanager
+def one_thread_before_fork():
+    """Torch on one thread for what this process computes before it forks its warm workers (``compare``'s planning
+    builds every run's data and method): GNU OpenMP, torch's intra-op pool on Linux, does not survive a fork after a
+    parallel region ran on more than one thread, and a worker's first parallel op would then wait forever. The
+    thread count is restored on exit, for the workers to take."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _context(method: str):
