@@ -565,6 +565,14 @@ def test_fashion_mnist_studies_cover_every_method_and_seed(study, setting):
         assert script in text
 
 
+@pytest.mark.parametrize("setting", [*FASHION_STUDIES["gas"][-1], "fashion_mnist_shards2_equal_speed"])
+def test_the_gas_studys_fedavg_takes_b_rows_a_client(setting):
+    """FedAvg in GAS's Table 1 takes the paper's minibatches of B = 32 rows a client, as the asynchronous methods do:
+    B·C = 320 rows a local iteration over its C = 10 clients (with 32, as first run, it took ~3 a client)."""
+    text = (RESULTS / "gas" / setting / "results.md").read_text()
+    assert "participation=0.5, batch_size=320," in text and "client_batch_size=32" in text
+
+
 def _fashion_mnist_files() -> bool:
     from lightning_sfl.data.datasets import DEBIAN_FASHION_MNIST
 
