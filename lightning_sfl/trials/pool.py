@@ -33,10 +33,10 @@ PRELOAD = "lightning_sfl.trials.preload"
 
 def start_method() -> str:
     """How a new warm worker starts: ``fork`` when this process has imported what a worker needs and runs no other
-    thread (``compare`` after planning its runs: the worker is ready at once, and nothing computed yet, so no
-    thread pool of torch is copied); else ``forkserver``, whose server imports :data:`NEEDS` once and forks every
-    worker from it (``sweep``, whose process imports no torch; a replacement started while trials run); ``spawn``
-    where there is no fork."""
+    thread (``compare`` after planning its runs: the worker is ready at once; planning computed on one torch thread,
+    :func:`one_thread_before_fork`, so no thread pool of torch is copied); else ``forkserver``, whose server imports
+    :data:`NEEDS` once and forks every worker from it (``sweep``, whose process imports no torch; a replacement
+    started while trials run); ``spawn`` where there is no fork."""
     methods = multiprocessing.get_all_start_methods()
     if "fork" in methods and NEEDS in sys.modules and threading.active_count() == 1:
         return "fork"
