@@ -26,11 +26,11 @@
 #   fashion_mnist  configs/fashion_mnist/scala.yaml (100 clients, alpha = 2, 10 a round, B = 320), cnn_fedlc, lr 0.03
 #                  (SCALA undefended: 72 % after 50 rounds; 62 % at the config's 0.01, 76 % at 0.1), 50 rounds, tested
 #                  every 5; decoder as for mnist5k (2000 training images). Cost per run on 2 CPU threads: about 30 s
-#                  of training and 70 s of attacks, but the inversion folders' runs take ~13 min: nearly all 100
-#                  clients take part, and each first warms its decoder up 30 passes over its 600 images at 32 rows
-#                  (ResSFL's warm-up; ~56,000 decoder steps a run). One GPU shared by 42 processes (36 of them these
-#                  runs) finished none of them in 500 s: give them a GPU each or few at a time; the 12 of one folder
-#                  alone on an H200 (JOBS=12, GPU 99 % busy) reached round 17 of 50 in 500 s.
+#                  of training and 70 s of attacks, but the inversion folders' runs take ~13 min (27 two at a time):
+#                  nearly all 100 clients take part, and each first warms its decoder up 30 passes over its 600
+#                  images at 32 rows (ResSFL's warm-up; ~56,000 decoder steps a run). One GPU shared by 42
+#                  processes (36 of them these runs) finished none of them in 500 s: give them a GPU each or few at a
+#                  time; the 12 of one folder alone on an H200 (JOBS=12, GPU 99 % busy) reached round 17 of 50 in 500 s.
 # then `python docs/results/summarize_frontier.py` writes the tables and the frontier plots.
 #   bash docs/results/run_privacy_frontier.sh                   (from the repository root, with the package installed)
 #   bash docs/results/run_privacy_frontier.sh --reuse           (keep finished trainings, continue unfinished ones
