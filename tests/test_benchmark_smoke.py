@@ -223,3 +223,36 @@ def test_trial_runner_benchmark_times_both_sides(tmp_path):
     ratio = report["ratios"]["compare j1 / fit"]["value"]
     assert ratio == pytest.approx(report["seconds"]["compare j1"] / report["seconds"]["fit"])
     assert f"{'compare j1 / fit':<34} {ratio:5.2f}" in proc.stdout
+
+
+def test_round_cost_cases_name_real_configs_and_refuse_bad_counts(capsys):
+    """Every setting of ``benchmarks/round_cost.py`` names config files that exist (its options are checked against
+    ``fit``'s by ``test_doc_options``); its per-round arithmetic (doctest); bad counts are one usage error."""
+    cost = _load_benchmark("round_cost")
+    assert doctest.testmod(cost).failed == 0
+    for _, settings in cost.CASES.values():
+        for setting in settings:
+            configs = [a for a in setting.args if a.startswith("configs/")]
+            assert configs and all((ROOT / c).is_file() for c in configs), setting
+    for args in (["--repeats=0"], ["--rounds=1"]):
+        with pytest.raises(SystemExit) as exc:
+            cost.main(args)
+        assert exc.value.code == 2 and args[0].split("=")[0] in capsys.readouterr().err
+
+
+@pytest.mark.extended
+def test_round_cost_benchmark_times_both_settings(tmp_path):
+    """``benchmarks/round_cost.py --quick`` times both digits settings (exit 0) and reports per-round figures and
+    their ratios, in its table and its JSON file."""
+    out = tmp_path / "cost.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "round_cost.py"), "--quick", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (result,) = json.loads(out.read_text())
+    figures = result["settings"]
+    assert set(figures) == {"scala", "fedavg"} and result["rounds"] == 11
+    assert all(f["wall_per_round_s"] > 0 and f["cpu_per_round_s"] > 0 for f in figures.values())
+    fedavg = figures["fedavg"]
+    assert fedavg["cpu_ratio"] == pytest.approx(fedavg["cpu_per_round_s"] / figures["scala"]["cpu_per_round_s"])
+    assert f"{fedavg['cpu_ratio']:>11.2f}" in proc.stdout.splitlines()[-1]
+    assert not list(tmp_path.glob("runs"))  # every run wrote into its own temporary folder
