@@ -13,6 +13,10 @@ Cases (each a list of fit settings; the first is the reference of the case's rat
     The MNIST-5k study's SCALA setting (``configs/mnist5k/scala.yaml``, lr 0.01, one torch thread as the study's
     runs) with the papers' ``alexnet_mnist`` against the ``cnn_small`` overlay the study runs
     (``configs/mnist5k/cnn_small.yaml``).
+``scala_fashion_mnist_models``
+    SCALA's Tables 4 and 6 setting on Fashion-MNIST (``configs/fashion_mnist/scala.yaml``: 100 clients, 10 a round,
+    B = 320, T = 5), the paper's AlexNet against FedLC's ``cnn_fedlc`` cut at s1 that the SCALA study runs; a round
+    with its test evaluation (10,000 images; the study tests every 5 rounds), the config's torch threads.
 ``gas_fashion_mnist``
     A global iteration of GAS's Table 1 setting on Fashion-MNIST as the GAS study runs it
     (``configs/fashion_mnist/gas.yaml`` with FedLC's ``cnn_fedlc`` cut at s2, the clock's barrier per iteration), alone.
@@ -65,6 +69,11 @@ CASES: dict[str, tuple[int, list[Setting]]] = {
         Setting("cnn_small", ("--config", "configs/mnist5k/scala.yaml", "--config", "configs/mnist5k/cnn_small.yaml",
                               "--model.lr=0.01")),
         Setting("alexnet_mnist", ("--config", "configs/mnist5k/scala.yaml", "--model.lr=0.01")),
+    ]),
+    "scala_fashion_mnist_models": (4, [
+        Setting("cnn_fedlc", ("--config", "configs/fashion_mnist/scala.yaml", "--model.arch=cnn_fedlc",
+                              "--model.split_point=s1")),
+        Setting("alexnet_mnist", ("--config", "configs/fashion_mnist/scala.yaml")),
     ]),
     "gas_fashion_mnist": (6, [
         Setting("gas_cnn_fedlc", ("--config", "configs/fashion_mnist/gas.yaml", "--model.arch=cnn_fedlc",
