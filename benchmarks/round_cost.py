@@ -31,7 +31,8 @@ Each setting runs as a fresh process in an empty folder (W&B off, gradient dissi
 ``--repeats`` times, every setting's runs interleaved so that all see the same machine load. Per round = (R-round run
 − 1-round run) / (R − 1), on the medians, for the wall time and for the CPU time (user + system of the process and
 everything it waited for, i.e. CPU-core seconds: on a busy machine this one moves less than the wall time). The
-Fashion-MNIST cases need the dataset on disk (the Debian package ``dataset-fashion-mnist``).
+Fashion-MNIST cases need the dataset on disk (the Debian package ``dataset-fashion-mnist``). ``--json`` also records
+the machine (CPU model, cores, torch, commit); the README's table is ``docs/results/round_cost/*.json``.
 
 Not a case: GAS's Table 1 setting with the paper's AlexNet (``configs/fashion_mnist/gas.yaml``), whose first global
 iterations take many minutes on a CPU (the results notes give the figure and its command): until a label has seen more
@@ -118,6 +119,20 @@ def timed_fit(setting: Setting, rounds: int) -> tuple[float, float]:
     return wall, cpu
 
 
+def machine() -> dict:
+    """What produced the figures: the CPU's model name, its cores, torch's version and the repository's commit."""
+    from importlib.metadata import version
+
+    cpu = ""
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
+    commit = git.stdout.strip() if git.returncode == 0 else ""
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch": version("torch"), "commit": commit}
+
+
 def measure(case: str, repeats: int, rounds: int | None = None) -> dict:
     """Medians of ``repeats`` interleaved runs of every setting of ``case`` at 1 and R rounds, and the per-round
     figures and ratios to the case's first setting."""
@@ -128,7 +143,7 @@ def measure(case: str, repeats: int, rounds: int | None = None) -> dict:
         for s in settings:
             for r in (1, rounds):
                 runs[s.name, r].append(timed_fit(s, r))
-    out: dict = {"case": case, "rounds": rounds, "repeats": repeats, "settings": {}}
+    out: dict = {"case": case, "rounds": rounds, "repeats": repeats, "machine": machine(), "settings": {}}
     for s in settings:
         med = {r: [statistics.median(t[i] for t in runs[s.name, r]) for i in (0, 1)] for r in (1, rounds)}
         out["settings"][s.name] = {
