@@ -71,7 +71,7 @@ CASES: dict[str, tuple[int, list[Setting]]] = {
                               "--model.lr=0.01")),
         Setting("alexnet_mnist", ("--config", "configs/mnist5k/scala.yaml", "--model.lr=0.01")),
     ]),
-    "scala_fashion_mnist_models": (4, [
+    "scala_fashion_mnist_models": (11, [
         Setting("cnn_fedlc", ("--config", "configs/fashion_mnist/scala.yaml", "--model.arch=cnn_fedlc",
                               "--model.split_point=s1")),
         Setting("alexnet_mnist", ("--config", "configs/fashion_mnist/scala.yaml")),
@@ -180,8 +180,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.cases, args.repeats, args.rounds = ["digits"], 1, 11
-    if args.repeats < 1 or (args.rounds is not None and args.rounds < 2):
-        parser.error(f"--repeats={args.repeats} must be >= 1 and --rounds={args.rounds} >= 2")
+    if args.repeats < 1:
+        parser.error(f"--repeats={args.repeats}: must be >= 1")
+    if args.rounds is not None and args.rounds < 2:
+        parser.error(f"--rounds={args.rounds}: must be >= 2")
     results = []
     for case in args.cases:
         results.append(measure(case, args.repeats, args.rounds))

@@ -251,7 +251,7 @@ def test_scala_pe_attacker_error_is_higher_than_scalas_on_the_same_data():
 
 
 #: The privacy-accuracy frontier (docs/results/run_privacy_frontier.sh, issue 36): dataset -> (rounds, the setting
-#: folders committed so far).
+#: folders, every one committed).
 FRONTIER_METHODS = ["scala", "minibatch_sfl", "splitfedv1", "sfl_local_loss"]
 FRONTIER_SETTINGS = [
     "none",
@@ -356,7 +356,7 @@ def test_frontier_readings_on_mnist5k():
 
 
 def test_frontier_readings_on_fashion_mnist():
-    """What the README says of the Fashion-MNIST folders run so far: undefended, every method leaks the same to the
+    """What the README says of the Fashion-MNIST frontier: undefended, every method leaks the same to the
     decoder (within 6 %); NoPeek at α = 10 raises its error by more than a quarter for every method, and at α = 1000
     leaves no method above 40 % accuracy on the mean over its completed seeds; Laplace noise at b = 1 more than
     doubles it for every method at a cost of more than 8 points; a 4-channel bottleneck raises it by less than a

@@ -4,8 +4,9 @@
 # gas.yaml: K = 20 clients, C = 10 in flight, E = 20 local iterations of B = 32 rows, Q_s = Q_c = 10, SGD lr 0.01,
 # momentum 0.9, weight decay 5e-4, full per-label covariances, f_k ~ U[1e9, 1e10] FLOP/s) except, for two CPU cores:
 #   - the model: FedLC's Table 8 CNN for 28x28 (cnn_fedlc, 21,840 parameters) instead of the 14-layer AlexNet, cut
-#     after its second conv block (s2) as the paper cuts AlexNet after its second; measured on two cores, AlexNet
-#     costs ~8 s a global iteration and the CNN ~1.5 s (full covariances of the 20x4x4 activations);
+#     after its second conv block (s2) as the paper cuts AlexNet after its second; measured on two cores, the CNN
+#     takes 1.4 s a global iteration (full covariances of the 20x4x4 activations; benchmarks/round_cost.py) and
+#     AlexNet took 745 s for its first (152 s with --model.ridge 1e-5): docs/results/README.md, GAS's Table 1;
 #   - 100 global iterations instead of 1000 (the paper's Fashion-MNIST count): ~2.5 min a run, 30 runs.
 # Split rounds wait for every client at every local iteration (--clock.barrier iteration) as in run_gas.sh, so that
 # accuracy can be read against the simulated time; --target_acc gives each method's simulated time to 75 % accuracy.

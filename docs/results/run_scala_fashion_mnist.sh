@@ -6,8 +6,8 @@
 # clients, T = 5 local iterations, SGD lr 0.01) except, for two CPU cores:
 #   - the model: FedLC's Table 8 CNN for 28x28 (cnn_fedlc, 21,840 parameters) instead of the 14-layer AlexNet, cut
 #     after its first conv block (s1: the server holds the second conv block and both linear layers, as SCALA's cut
-#     leaves AlexNet's deeper convolutions on the server); measured on two cores, ~15 s of CPU a round with AlexNet,
-#     ~0.5 s with the CNN;
+#     leaves AlexNet's deeper convolutions on the server); measured on two cores with a test every round, 19.0
+#     CPU-core seconds a round with AlexNet, 0.83 with the CNN (benchmarks/round_cost.py);
 #   - ROUNDS global rounds instead of the paper's 500 (default 200), test accuracy on the 10,000 test images every 5
 #     rounds instead of every round (measured, paired on two cores: evaluating every round costs 1.6-2.1x the time).
 #   bash docs/results/run_scala_fashion_mnist.sh            (from the repository root, with the package installed)

@@ -393,8 +393,8 @@ that on this cell.
 
 The paper's setting (`configs/fashion_mnist/scala.yaml`: K = 100 clients, ρ = 0.1, B = 320 rows a step summed over
 the round's 10 clients, T = 5 local iterations, SGD lr 0.01) with three changes for two CPU cores: FedLC's Table 8 CNN
-(`cnn_fedlc`, cut after its first conv block) instead of AlexNet (a round with its test evaluation: 18.7 CPU-core
-seconds, 9.4 s on 2 cores, with AlexNet; 1.1 and 0.47 s with the CNN; `python benchmarks/round_cost.py --cases
+(`cnn_fedlc`, cut after its first conv block) instead of AlexNet (a round with its test evaluation: 19.0 CPU-core
+seconds, 9.6 s on 2 cores, with AlexNet; 0.83 and 0.40 s with the CNN; `python benchmarks/round_cost.py --cases
 scala_fashion_mnist_models`), 200 rounds instead of 500, and test accuracy (10,000 images) every 5 rounds. 3 seeds.
 Every method with its class defaults, as in the digits study. Table 4's "FedLA" is our `fedlc`, its "FedDecor" our
 `feddecorr`.
@@ -433,7 +433,7 @@ second** (+7.5 to +9.0; the paper: +2.5 to +11.6, 2nd or 3rd), SCALA third or fo
    SCALA gains 7.5 points (81.18 ± 1.21) and SplitFedV2 3.9 (83.42 ± 1.86): the gap falls from 5.8 to 2.2 points,
    within SplitFedV2's seed spread. What is left, and FedDyn's lead, these runs do not explain; FedDyn was not run
    at lr 0.05. The paper's AlexNet, with 500 rounds of its larger batches, may sit in a regime where the step matters
-   less; we did not run it on 2 cores (9.4 s a round, below).
+   less; we did not run it on 2 cores (9.6 s a round, below).
 
 **Why FedProx ends at FedAvg's level** (α=2; `ONLY=quantity_a2_fedprox_mu0.1` and `ONLY=quantity_a2_fedprox_mu1`):
 not its µ. At µ = 0.1 it ends at 66.52 ± 2.73 and at µ = 1 at 66.53 ± 2.65, against FedAvg's 66.48 ± 2.75 (µ = 0.01:
@@ -492,10 +492,11 @@ artefact of its smaller model or its 200 rounds. One seed, and single evaluation
 the next within the last five (SplitFedV2: 89.37 at round 490, 83.86 at 495; SCALA: 86.96 at 495, 83.69 at 500): the
 paper's 3-seed means are not matched in spread. Wall time on the H200, the four runs started together: 96-100 s for
 SCALA and FedAvg, 191 s for SplitFedV2 (10 clients' server steps in sequence); on our two CPU cores a round of AlexNet
-takes 9.4 s with its test evaluation (`python benchmarks/round_cost.py --cases scala_fashion_mnist_models`), about
-80 minutes a 500-round run. FedDyn keeps every client's ∇L_k (100 x 3.87 M parameters, 1.55 GB), and each round's
-checkpoint carries it: with a checkpoint every round it reached round 465 in the 500 s the others took to finish;
-checkpointing every 100 rounds (`--checkpoint.every_n_epochs=100`, training unchanged) it ran its 500 rounds in 88 s."""
+takes 9.6 s with a test evaluation every round (`python benchmarks/round_cost.py --cases scala_fashion_mnist_models`):
+at most about 80 minutes a 500-round run. FedDyn keeps every client's ∇L_k (100 x 3.87 M parameters, 1.55 GB), and each
+round's checkpoint carries it: with a checkpoint every round it reached round 465 in the 500 s the others took to
+finish; checkpointing every 100 rounds (`--checkpoint.every_n_epochs=100`, training unchanged) it ran its 500 rounds in
+88 s."""
 
 
 if __name__ == "__main__":

@@ -149,9 +149,9 @@ class GAS(AsyncSFL):
         rank: rank of ``lowrank``.
         nonnegative: clamp generated activations at 0 (real ones follow a ReLU; the code does not clamp).
         ridge: added to ``Σ_y``'s diagonal when sampling (the code adds ``1e-5`` at every merge). With 0, ``Σ_y``
-            is singular until label ``y`` has seen more activations than their dimension, and sampling goes through
-            an eigen-decomposition instead of Cholesky: with AlexNet's 3,136-dimensional cut on 2 CPU cores the first
-            global iteration took 745 s at 0 and 152 s at ``1e-5`` (the results notes, GAS's Table 1).
+            is singular at least until label ``y`` has seen more activations than their dimension, and sampling goes
+            through an eigen-decomposition instead of Cholesky: with AlexNet's 3,136-dimensional cut on 2 CPU cores
+            the first global iteration took 745 s at 0 and 152 s at ``1e-5`` (the results notes, GAS's Table 1).
         **kwargs: :class:`AsyncSFL`'s.
     """
 
