@@ -327,13 +327,13 @@ The paper's setting (`configs/fashion_mnist/gas.yaml`: K = 20 clients, C = 10 in
 B = 32 rows, Q_s = Q_c = 10, SGD lr 0.01, momentum 0.9, weight decay 5e-4, full per-label covariances, f_k ~ U[1e9,
 1e10] FLOP/s) with two changes for two CPU cores: FedLC's Table 8 CNN for 28×28 (`cnn_fedlc`, 21,840 parameters, cut
 after its second conv block, as the paper cuts AlexNet) instead of AlexNet, and 100 global iterations instead of 1000.
-3 seeds. Measured on 2 CPU cores: a global iteration with the CNN takes 1.4 s (`python benchmarks/round_cost.py
---cases gas_fashion_mnist`); the first with AlexNet took 745 s (the progress bar of `lightning-sfl fit --config
+3 seeds. Measured on 2 CPU cores: a global iteration with the CNN takes 1.4 s (`python benchmarks/round_cost.py --cases
+gas_fashion_mnist`); the first with AlexNet took 745 s (the progress bar of `lightning-sfl fit --config
 configs/fashion_mnist/gas.yaml --clock.barrier iteration --trainer.max_epochs 2`): AlexNet's cut has 3,136 dimensions,
-each label's full covariance stays singular until it has seen more activations than that, and every flush then samples
-through an eigen-decomposition of each label's 3,136 × 3,136 matrix (88 % of the time). With a constant ridge of
-the authors' code's size (`--model.ridge 1e-5`; their code adds 1e-5 at every merge) sampling goes through Cholesky
-and the first global iteration took 152 s.
+each label's full covariance stays singular at least until it has seen more activations than that, and every flush then
+samples through an eigen-decomposition of each label's 3,136 × 3,136 matrix (88 % of a minute's profile, py-spy, in its
+third minute). With a constant ridge of the authors' code's size (`--model.ridge 1e-5`; their code adds 1e-5 at every
+merge) sampling goes through Cholesky and the first global iteration took 152 s.
 
 Produced by (about 100 minutes on 2 CPU cores):
 
