@@ -53,6 +53,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Fit options every timed run gets.
 COMMON = ("--dissimilarity.every_n_rounds=0",)
 
@@ -103,8 +104,7 @@ def per_round(one: float, long: float, rounds: int) -> float:
 def timed_fit(setting: Setting, rounds: int) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of ``lightning-sfl fit`` with ``setting`` for ``rounds`` rounds, a fresh process
     in an empty folder; it must succeed."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    args = [a if not a.startswith("configs/") else os.path.join(repo, a) for a in setting.args]
+    args = [a if not a.startswith("configs/") else os.path.join(REPO, a) for a in setting.args]
     cmd = [sys.executable, "-m", "lightning_sfl.cli", "fit", *args, f"--trainer.max_epochs={rounds}", *COMMON]
     env = {**os.environ, "WANDB_MODE": "disabled"}
     with tempfile.TemporaryDirectory() as cwd:
@@ -127,8 +127,7 @@ def machine() -> dict:
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
+    git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
     commit = git.stdout.strip() if git.returncode == 0 else ""
     return {"cpu": cpu, "cores": os.cpu_count(), "torch": version("torch"), "commit": commit}
 
@@ -161,7 +160,7 @@ def measure(case: str, repeats: int, rounds: int | None = None) -> dict:
 
 def report(result: dict) -> str:
     lines = [f"{result['case']}: medians of {result['repeats']} (1- and {result['rounds']}-round runs), "
-             f"{os.cpu_count()} CPU cores",
+             f"{result['machine']['cores']} CPU cores",
              f"{'':16}{'wall s/round':>14}{'CPU s/round':>13}{'wall ratio':>12}{'CPU ratio':>11}"]  # fmt: skip
     for name, f in result["settings"].items():
         lines.append(f"{name:16}{f['wall_per_round_s']:>14.2f}{f['cpu_per_round_s']:>13.2f}"
