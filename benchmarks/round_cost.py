@@ -174,11 +174,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="which cases to time (default: all but digits)")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=3, help="runs per setting and length (median)")
     parser.add_argument("--rounds", type=int, help="rounds of the long run (default: the case's)")
-    parser.add_argument("--quick", action="store_true", help="digits only, 11 rounds, 1 repeat (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="digits only, 31 rounds, 1 repeat (a smoke run)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.quick:
-        args.cases, args.repeats, args.rounds = ["digits"], 1, 11
+        args.cases, args.repeats, args.rounds = ["digits"], 1, 31
     if args.repeats < 1:
         parser.error(f"--repeats={args.repeats}: must be >= 1")
     if args.rounds is not None and args.rounds < 2:

@@ -252,7 +252,7 @@ def test_round_cost_benchmark_times_both_settings(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (result,) = json.loads(out.read_text())
     figures = result["settings"]
-    assert set(figures) == {"scala", "fedavg"} and result["rounds"] == 11
+    assert set(figures) == {"scala", "fedavg"} and result["rounds"] == 31
     assert all(f["wall_per_round_s"] > 0 and f["cpu_per_round_s"] > 0 for f in figures.values())
     fedavg = figures["fedavg"]
     assert fedavg["cpu_ratio"] == pytest.approx(fedavg["cpu_per_round_s"] / figures["scala"]["cpu_per_round_s"])
