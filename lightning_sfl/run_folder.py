@@ -32,9 +32,8 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning_sfl.errors import ConfigError
 
 __all__ = [
-    "ContinuingCSVLogger", "RecordRun", "RunLock", "claim_new", "git_commit", "latest_run", "named_run", "next_run",
-    "run_key",
-    "run_name", "seeds_group", "trim_rounds",
+    "ContinuingCSVLogger", "RecordRun", "RunLock", "claim_new", "claim_record", "git_commit", "latest_run",
+    "named_run", "next_record", "next_run", "run_key", "run_name", "run_of_checkpoint", "seeds_group", "trim_rounds",
 ]  # fmt: skip
 
 #: Set by the process that chose the run folder, for the processes Lightning launches for DDP (the same command).
@@ -176,6 +175,52 @@ def claim_new(folder: Path) -> None:
         folder.mkdir()
     except FileExistsError:
         raise ConfigError(f"run folder {folder} was just created by another process: run the command again") from None
+
+
+def run_of_checkpoint(path: str | os.PathLike) -> Path | None:
+    """The run folder a checkpoint belongs to (``<run>/checkpoints/<file>``, beside the run's ``config.yaml``;
+    ``last.ckpt`` is followed if it is a link), or ``None`` for a checkpoint kept elsewhere.
+
+    >>> import tempfile
+    >>> run = Path(tempfile.mkdtemp()) / "scala-digits-iid-s0-ab"
+    >>> (run / "checkpoints").mkdir(parents=True)
+    >>> _ = (run / "config.yaml").write_text("seed_everything: 0")
+    >>> run_of_checkpoint(run / "checkpoints" / "last.ckpt") == run, run_of_checkpoint(run / "model.ckpt")
+    (True, None)
+    """
+    path = Path(path)
+    for candidate in dict.fromkeys((path, path.resolve())):
+        folder = candidate.parent
+        if folder.name == "checkpoints" and (folder.parent / "config.yaml").is_file():
+            return folder.parent
+    return None
+
+
+def next_record(run: str | os.PathLike, command: str) -> Path:
+    """Where a command that reads a run (``validate``, ``test``, ``attack``) keeps its records: the first free
+    ``<run>/<command>-<n>`` (``n`` from 1), not created; the fit's own files are never written.
+
+    >>> import tempfile
+    >>> run = Path(tempfile.mkdtemp())
+    >>> (run / "validate-1").mkdir()
+    >>> next_record(run, "validate").name, next_record(run, "test").name
+    ('validate-2', 'test-1')
+    """
+    found = (re.fullmatch(rf"{re.escape(command)}-(\d+)", p.name) for p in Path(run).glob(f"{command}-*"))
+    taken = [int(m.group(1)) for m in found if m]
+    return Path(run) / f"{command}-{max(taken, default=0) + 1}"
+
+
+def claim_record(run: str | os.PathLike, command: str) -> Path:
+    """Create :func:`next_record`'s folder (of two processes that chose the same, the second takes the next)."""
+    for _ in range(100):
+        folder = next_record(run, command)
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            continue
+    raise ConfigError(f"{run}: could not create a {command}-<n> folder (other processes keep taking them)")
 
 
 def _alive(pid: int) -> bool:
