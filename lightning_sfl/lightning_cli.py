@@ -55,14 +55,18 @@ from lightning_sfl.errors import (
 from lightning_sfl.loop import Federation
 from lightning_sfl.run_folder import (
     FOLDER_ENV,
+    Evaluated,
     RecordRun,
     RunLock,
     claim_new,
+    evaluated_checkpoint,
     latest_run,
     named_run,
+    next_record,
     next_run,
     run_key,
     seeds_group,
+    shown_path,
     trim_rounds,
 )
 from lightning_sfl.settings_checks import (
@@ -97,6 +101,8 @@ def _remove_if_empty(folder: Path, with_parent: bool) -> None:
 
 #: The LightningCLI subcommands offered (the console script adds ``compare``).
 SUBCOMMANDS = ("fit", "validate", "test")
+#: The subcommands that evaluate a checkpoint (and keep their records in ``<run>/<subcommand>-<n>/``).
+EVALUATIONS = ("validate", "test")
 
 
 class SFLCLI(LightningCLI):
@@ -107,6 +113,8 @@ class SFLCLI(LightningCLI):
         if args is not None:  # the arguments are ``args``, not this process's command line (a compare or a sweep calls
             sys.argv[1:] = []  # this in-process under its own): Lightning would warn that it was given both
         self.run_folder: Path | None = None
+        self.evaluated: Evaluated | None = None  # what validate/test evaluate (_choose_evaluated)
+        self._offline_line: str | None = None  # W&B cannot be reached: why this run logs offline
         self._args, self._lock, self._new_folder, self._held, self._made_root = args, None, False, False, False
         failed = True
         try:
@@ -262,6 +270,7 @@ class SFLCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config)
+        recorded = config.clone()  # the command's own settings, before the run is placed: what config.yaml records
         key = run_key(config)
         check_trainer_settings(config.get("trainer", {}))
         for name, folder in (
@@ -281,7 +290,16 @@ class SFLCLI(LightningCLI):
         if lightnings and wandb_switch() is None:  # nothing says otherwise: no account needed
             for lg in lightnings:  # (ours decides so in its own W&B process: offline=None)
                 lg.init_args.offline = True
-        resumed = self._choose_run_folder(config, key)
+        self._go_offline_if_unreachable(wandb_loggers)
+        if self._command in EVALUATIONS:
+            resumed = None
+            self._choose_evaluated(config, key)
+            recorded.ckpt_path = str(self.evaluated.checkpoint)
+        else:
+            resumed = self._choose_run_folder(config, key)
+            for argument in ("ckpt_path", "weights_only"):  # fit's own arguments, not settings: config.yaml starts a
+                recorded.pop(argument, None)  # new run (with --ckpt_path last: continues the latest); compare reads it
+        self.save_config_kwargs["recorded"] = recorded
         self._place_in_run_folder(config, loggers)
         if not loggers:  # Lightning would write the resolved config to default_root_dir, shared by every run
             self.save_config_kwargs["config_filename"] = str((self.run_folder / "config.yaml").resolve())
@@ -292,37 +310,76 @@ class SFLCLI(LightningCLI):
             self._continue(config, resumed, wandb_loggers, csv_logs)
         elif self.subcommand == "fit" and config.get("ckpt_path") and str(config.get("ckpt_path")) not in SPECIAL:
             check_rounds_to_resume(check_checkpoint(config.ckpt_path), config.get("trainer", {}).get("max_epochs"))
-        if self.subcommand in ("validate", "test") and config.get("ckpt_path") == "last":
-            config.ckpt_path = str(self._last_checkpoint_of(config))
+
+    def _go_offline_if_unreachable(self, wandb_loggers: list) -> None:
+        """W&B loggers that would start an online run where W&B cannot be reached (no network, no server, no API key;
+        :func:`~lightning_sfl.wandb.online.offline_reason`, a few seconds at most) log offline instead: nothing is lost,
+        and one line says why (printed when the command starts, :meth:`_say_offline`)."""
+        from lightning_sfl.wandb.online import logs_online, offline_line, offline_reason
+
+        child = any(int(os.environ.get(var, "0") or 0) > 0 for var in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+        online = [lg for lg in wandb_loggers if logs_online(lg.init_args.get("offline"))]
+        reason = offline_reason() if online and not child else None
+        if reason is not None:
+            for lg in online:
+                lg.init_args.offline = True
+            self._offline_line = offline_line(reason)
+
+    def _say_offline(self) -> None:
+        if self._offline_line and self.trainer.is_global_zero:
+            print(self._offline_line, file=sys.stderr, flush=True)
 
     def _choose_run_folder(self, config, key: str) -> Path | None:
-        """The run's folder (:mod:`lightning_sfl.run_folder`), held by this process: a new one for a new ``fit``; the
-        latest of this configuration for ``--ckpt_path last`` and for ``validate``/``test``; the one the first process
-        chose for the other processes of a DDP run. Returns the checkpoint to resume (``fit --ckpt_path last`` where
-        the latest run has one), else ``None``."""
+        """The fit's folder (:mod:`lightning_sfl.run_folder`), held by this process: a new one for a new ``fit``; the
+        latest of this configuration for ``--ckpt_path last``; the one the first process chose for the other processes
+        of a DDP run. Returns the checkpoint to resume (``fit --ckpt_path last`` where the latest run has one), else
+        ``None``."""
         root, name = named_run(config, key)
-        child = any(int(os.environ.get(var, "0") or 0) > 0 for var in ("LOCAL_RANK", "NODE_RANK", "RANK"))
-        inherited = os.environ.get(FOLDER_ENV, "")
         ckpt = config.get("ckpt_path")
-        if child and inherited:  # a process Lightning launched for DDP: the first process's folder, not held again
-            self.run_folder = Path(inherited)
-        elif name == "":
-            self.run_folder = root
-        elif self._command != "fit" or ckpt == "last":
-            self.run_folder = latest_run(root, name)
-            if self.run_folder is None and ckpt == "last" and self._command != "fit":
-                raise ConfigError(
-                    f"ckpt_path='last': no run of this configuration under {root} (no folder {name}): fit it first "
-                    "with the same options, or give the checkpoint's path"
-                )
-        if self.run_folder is None:
-            self.run_folder, self._new_folder = next_run(root, name), True
-        self._held = not (child and inherited)
+        if not self._inherit_run_folder():
+            if name == "":
+                self.run_folder = root
+            elif ckpt == "last":
+                self.run_folder = latest_run(root, name)
+            if self.run_folder is None:
+                self.run_folder, self._new_folder = next_run(root, name), True
         checkpoint = config.get("checkpoint")
         if checkpoint is not None and not checkpoint.get("dirpath"):
             checkpoint.dirpath = str(self.run_folder / "checkpoints")
         last = Path(checkpoint.dirpath) / "last.ckpt" if checkpoint is not None else None
-        return last if self._command == "fit" and ckpt == "last" and last is not None and last.is_file() else None
+        return last if ckpt == "last" and last is not None and last.is_file() else None
+
+    def _choose_evaluated(self, config, key: str) -> None:
+        """``validate``/``test``: the checkpoint evaluated (:func:`~lightning_sfl.run_folder.evaluated_checkpoint`:
+        ``--ckpt_path`` itself, or for ``last`` the latest run of this configuration that reached its
+        ``trainer.max_epochs``; none given is a one-line error), checked; its records go to a new folder
+        ``<run>/<subcommand>-<n>`` (a checkpoint kept outside a run folder: a new run folder ``<name>-<subcommand>``),
+        never into the fit's own files."""
+        root, name = named_run(config, key)
+        dirpath = (config.get("checkpoint") or {}).get("dirpath")
+        wanted = config.get("trainer", {}).get("max_epochs")
+        self.evaluated = evaluated_checkpoint(config.get("ckpt_path"), root, name, wanted, dirpath, self._command)
+        if config.get("ckpt_path") == "last":  # (a given path was checked as it was parsed, _parse_ckpt_path)
+            model = config.get("model")
+            check_checkpoint(self.evaluated.checkpoint, expected_class=getattr(model, "class_path", None))
+            config.ckpt_path = str(self.evaluated.checkpoint)
+        if not self._inherit_run_folder():
+            run = self.evaluated.run
+            self.run_folder = next_record(run, self._command) if run else next_run(root, f"{name}-{self._command}")
+            self._new_folder = True
+        checkpoint = config.get("checkpoint")
+        if checkpoint is not None and not checkpoint.get("dirpath"):  # the checkpointer the fit had (an evaluation
+            checkpoint.dirpath = os.path.realpath(self.evaluated.checkpoint.parent)  # writes nothing with it)
+
+    def _inherit_run_folder(self) -> bool:
+        """In a process Lightning launched for DDP: the first process's run folder (not held again); else False and
+        this process chooses (and will hold) its own."""
+        child = any(int(os.environ.get(var, "0") or 0) > 0 for var in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+        inherited = os.environ.get(FOLDER_ENV, "")
+        self._held = not (child and inherited)
+        if not self._held:
+            self.run_folder = Path(inherited)
+        return not self._held
 
     def _claim_run_folder(self) -> None:
         """Create (a new run) and hold the run folder, once every setting has been checked and before anything is
@@ -351,8 +408,8 @@ class SFLCLI(LightningCLI):
     def _place_in_run_folder(self, config, loggers: list) -> None:
         """Loggers writing to ``trainer.default_root_dir`` (the defaults: W&B and CSV) write to the run folder
         instead; W&B's run is named after it, tagged with method, dataset, partition and seed, grouped with the runs
-        of the same configuration but for the seeds (:func:`seeds_group`), typed by subcommand; ``validate``/``test``
-        keep their CSV log apart from ``fit``'s."""
+        of the same configuration but for the seeds (:func:`seeds_group`), typed by subcommand (``validate``/``test``
+        write into their own record folder, :meth:`_choose_evaluated`)."""
         root = config.get("trainer", {}).get("default_root_dir")
         model = config.get("model")
         method = str(getattr(model, "class_path", "")).rsplit(".", 1)[-1]
@@ -365,31 +422,31 @@ class SFLCLI(LightningCLI):
                 continue
             init.save_dir = str(self.run_folder)
             cls = str(lg.class_path)
-            if cls.endswith("ContinuingCSVLogger") and self._command != "fit":
-                init.name = self._command
             if cls.endswith("WandbLogger"):  # W&B's own variables (a sweep's trials: WANDB_NAME, ...) come first
-                init.name = init.get("name") or os.environ.get("WANDB_NAME") or self.run_folder.name
+                init.name = init.get("name") or os.environ.get("WANDB_NAME") or self._wandb_name()
                 if cls.startswith("lightning_sfl."):
                     given = [t for t in os.environ.get("WANDB_TAGS", "").split(",") if t]
                     init.tags = list(dict.fromkeys([*given, *tags]))
                     init.group = os.environ.get("WANDB_RUN_GROUP") or seeds_group(config)
                     init.job_type = os.environ.get("WANDB_JOB_TYPE") or self._command
 
-    def _last_checkpoint_of(self, config) -> Path:
-        """``--ckpt_path last`` for ``validate``/``test``: the last checkpoint of the latest ``fit`` of the same
-        configuration (in its run folder, or ``--checkpoint.dirpath``), checked; a one-line error if there is none
-        (Lightning would evaluate an untrained model)."""
-        checkpoint = config.get("checkpoint") or {}
-        folder = Path(checkpoint.get("dirpath") or self.run_folder / "checkpoints")
-        path = folder / "last.ckpt"
-        if not path.is_file():
-            raise ConfigError(
-                f"ckpt_path='last': no checkpoint of this configuration in {folder} (fit it first with the same "
-                "options, or give the checkpoint's path)"
-            )
-        model = config.get("model")
-        check_checkpoint(path, expected_class=getattr(model, "class_path", None) if model is not None else None)
-        return path
+    def _wandb_name(self) -> str:
+        """The W&B run's name: the run folder's; an evaluation's ``<run>-<subcommand>-<n>``."""
+        evaluated = self.evaluated
+        if evaluated is not None and evaluated.run is not None and self.run_folder.parent == evaluated.run:
+            return f"{evaluated.run.name}-{self.run_folder.name}"
+        return self.run_folder.name
+
+    def before_validate(self) -> None:
+        """Say which run and round is evaluated (``validating runs/… (round 100 of 100)``)."""
+        self._say_offline()
+        if self.trainer.is_global_zero:
+            print(self.evaluated.line("validating"), flush=True)
+
+    def before_test(self) -> None:
+        self._say_offline()
+        if self.trainer.is_global_zero:
+            print(self.evaluated.line("testing"), flush=True)
 
     def before_fit(self) -> None:
         """The fit's federation, built before anything is written (a bad combination of method, data and system model
@@ -397,8 +454,9 @@ class SFLCLI(LightningCLI):
         run lives."""
         system = self.config_init[self.subcommand].get("clock")
         Federation.build(self.model, self.datamodule, system=system)
+        self._say_offline()
         if self.trainer.is_global_zero and self._lock is not None:
-            print(f"run folder: {_shown(self.run_folder)}", flush=True)
+            print(f"run folder: {shown_path(self.run_folder)}", flush=True)
 
     @staticmethod
     def _continue(config, last: Path, wandb_loggers: list, csv_logs: list[Path]) -> None:
@@ -461,11 +519,11 @@ class SFLCLI(LightningCLI):
             return f"{line}; no round had finished: nothing to continue"
         saved = re.search(r"epoch=(\d+)", last.resolve().name)
         kept = f"round {int(saved.group(1)) + 1}'s checkpoint is kept" if saved else "the last checkpoint is kept"
-        return f"{line}; {kept} ({_shown(last)}): continue with the same command and --ckpt_path last"
+        return f"{line}; {kept} ({shown_path(last)}): continue with the same command and --ckpt_path last"
 
     def after_fit(self) -> None:
-        """Print the final test accuracy of the global model in one line, then where the run's logs and last
-        checkpoint went."""
+        """Where the run's records went (:meth:`_saved_line`), then its result last: the final test accuracy of the
+        global model."""
         if self.trainer.interrupted or not self.trainer.is_global_zero:
             return
         metrics = self.trainer.callback_metrics
@@ -474,16 +532,57 @@ class SFLCLI(LightningCLI):
         rounds = max(self.trainer.current_epoch, int(float(metrics.get("round", 0))))
         if "test/acc" not in metrics or int(float(metrics.get("round", -1))) != rounds:
             metrics = self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)[0]
-        print(f"final test accuracy: {float(metrics['test/acc']):.4f} after {rounds} rounds")
-        folders = dict.fromkeys(str(getattr(lg, "log_dir", None) or lg.save_dir) for lg in self.trainer.loggers)
-        where = [f"logs in {', '.join(folders)}"] if folders else []  # (trainer.log_dir would wait for other ranks)
+        print(self._saved_line(), flush=True)
+        print(f"final test accuracy: {float(metrics['test/acc']):.4f} after {rounds} rounds", flush=True)
+
+    def after_validate(self) -> None:
+        self._say_evaluated()
+
+    def after_test(self) -> None:
+        self._say_evaluated()
+
+    def _say_evaluated(self) -> None:
+        """``validate``/``test``: where the records went, then the result last (the test accuracy and the round of
+        the checkpoint)."""
+        if not self.trainer.is_global_zero:
+            return
+        metrics = self.trainer.callback_metrics
+        print(self._saved_line(), flush=True)
+        if "test/acc" in metrics:
+            rounds = int(float(metrics.get("round", self.evaluated.rounds or 0)))
+            print(f"test accuracy: {float(metrics['test/acc']):.4f} at round {rounds}", flush=True)
+
+    def _saved_line(self) -> str:
+        """``run saved: <run folder>: last checkpoint …, CSV log …, W&B offline run … (upload: wandb sync …)``: what
+        the command wrote, in one line (paths inside the run folder relative to it)."""
+        from lightning_sfl.wandb.online import where_logged
+
+        folder = Path(os.path.abspath(self.run_folder))
+
+        def inside(path) -> str:
+            path = Path(os.path.abspath(path))
+            return os.path.relpath(path, folder) if path.is_relative_to(folder) else shown_path(path)
+
+        parts, wandb = [], []
         checkpoint = getattr(self.trainer.checkpoint_callback, "last_model_path", "") or getattr(
             self.trainer.checkpoint_callback, "best_model_path", ""
         )
-        if checkpoint:
-            where.append(f"last checkpoint {_shown(checkpoint)}")
-        if where:
-            print("run saved: " + "; ".join(where))
+        if checkpoint and self._command == "fit":
+            parts.append(f"last checkpoint {inside(checkpoint)}")
+        for lg in self.trainer.loggers:
+            if str(type(lg).__name__).endswith("WandbLogger"):
+                if getattr(lg, "_experiment", None) is None:  # (never started: nothing was logged to it)
+                    continue
+                mode, where = where_logged(lg.experiment)
+                wandb.append(f"W&B offline run {inside(where)} (upload: wandb sync {shown_path(where)})"
+                             if mode == "offline" else f"W&B run {where}")  # fmt: skip
+            elif getattr(lg, "log_dir", None):
+                metrics = Path(lg.log_dir) / "metrics.csv"
+                parts.append(f"CSV log {inside(metrics)}" if metrics.is_file() else f"logs in {inside(lg.log_dir)}")
+            else:
+                parts.append(f"logs in {inside(lg.save_dir)}")
+        parts += wandb  # last: its upload command
+        return f"run saved: {shown_path(self.run_folder)}" + (": " + ", ".join(parts) if parts else "")
 
 
 def relink_last(last: Path) -> None:
@@ -505,12 +604,6 @@ def relink_last(last: Path) -> None:
         last.unlink(missing_ok=True)  # a dangling link
         last.symlink_to(candidate.name)
         return
-
-
-def _shown(path: str | os.PathLike) -> str:
-    """``path`` relative to the working directory when it lies inside it, else as it is."""
-    inside = Path(path).resolve().is_relative_to(Path.cwd().resolve())
-    return os.path.relpath(path) if inside else str(path)
 
 
 class _ParseOnly(SFLCLI):
@@ -604,7 +697,11 @@ def run(args: list[str] | None = None) -> None:
     """``fit``/``validate``/``test`` with ``args`` (default ``sys.argv[1:]``); see :func:`lightning_sfl.cli.main`.
 
     Bad settings, missing datasets, unreadable checkpoints and NaN/Inf in training end the command with one
-    line on stderr (exit code 2 for settings, 1 for NaN/Inf) instead of a traceback."""
+    line on stderr (exit code 2 for settings, 1 for NaN/Inf) instead of a traceback. W&B's own messages go to its
+    folder (:data:`~lightning_sfl.wandb.process.messages_to_file`): the last lines are the command's."""
+    from lightning_sfl.wandb import process as wandb_process
+
+    wandb_process.messages_to_file = True
     try:
         if args is None:  # LightningCLI reads sys.argv itself (and warns if it is given both)
             sys.argv[1:] = resolve_algorithm_names(sys.argv[1:])

@@ -21,6 +21,7 @@ import os
 import re
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -32,8 +33,9 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning_sfl.errors import ConfigError
 
 __all__ = [
-    "ContinuingCSVLogger", "RecordRun", "RunLock", "claim_new", "claim_record", "git_commit", "latest_run",
-    "named_run", "next_record", "next_run", "run_key", "run_name", "run_of_checkpoint", "seeds_group", "trim_rounds",
+    "checkpoint_rounds", "claim_new", "claim_record", "ContinuingCSVLogger", "Evaluated", "evaluated_checkpoint",
+    "finished_run", "git_commit", "latest_run", "named_run", "next_record", "next_run", "RecordRun", "run_key",
+    "run_name", "run_of_checkpoint", "RunLock", "seeds_group", "shown_path", "trim_rounds",
 ]  # fmt: skip
 
 #: Set by the process that chose the run folder, for the processes Lightning launches for DDP (the same command).
@@ -78,8 +80,10 @@ def run_key(config) -> str:
     """A short hash naming a run by its configuration, the same when the same command is run again and for ``fit``,
     ``validate`` and ``test`` of it (what may change between a start and its resumption or evaluation is left out:
     ``ckpt_path``, ``trainer.max_epochs``, ``torch_threads``, the checkpoint options, validate's ``verbose``, the
-    progress bar and model summary switches)."""
+    progress bar and model summary switches), and whichever files gave its settings (the paths of ``--config``: the
+    run's own ``config.yaml`` names the same run as the command that wrote it)."""
     values = config.clone().as_dict() if hasattr(config, "clone") else dict(config)
+    values.pop("config", None)
     values.pop("ckpt_path", None)
     values.pop("weights_only", None)  # how the checkpoint is read, an argument of the subcommand like ckpt_path
     values.pop("torch_threads", None)
@@ -121,7 +125,17 @@ class RecordRun(SaveConfigCallback):
     resolved config with what produced the run in every logger's hyperparameters (W&B's run config): ``config`` (what
     ``--print_config`` prints: the method's ``class_path`` and init args, data, trainer with ``max_epochs``,
     ``seed_everything``, ``torch_threads``, the callbacks' and the system model's options: ``lightning-sfl fit --config
-    config.yaml`` runs it again) and ``lightning_sfl`` (``method``, ``version``, ``commit``)."""
+    config.yaml`` runs it again) and ``lightning_sfl`` (``method``, ``version``, ``commit``).
+
+    ``recorded``: the configuration to record instead of the one the run was built from, namely the command's own
+    settings before the command line placed the run (its loggers' folders, W&B name and tags, the checkpoint folder:
+    :class:`~lightning_sfl.lightning_cli.SFLCLI` records them as given, so that the file re-runs the command in a new
+    run folder instead of writing into this one)."""
+
+    def __init__(self, *args, recorded=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if recorded is not None:
+            self.config = recorded
 
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         import yaml
@@ -194,6 +208,96 @@ def run_of_checkpoint(path: str | os.PathLike) -> Path | None:
         if folder.name == "checkpoints" and (folder.parent / "config.yaml").is_file():
             return folder.parent
     return None
+
+
+def checkpoint_rounds(path: str | os.PathLike) -> int | None:
+    """The rounds a checkpoint holds (its ``epoch`` + 1), read without loading its tensors (memory-mapped), or
+    ``None`` if it cannot be read."""
+    import torch
+
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("epoch", -1)) + 1
+    except Exception:  # truncated, foreign or not a zip checkpoint: the caller's full check says which
+        return None
+
+
+def finished_run(root: str | os.PathLike, name: str, rounds: int | None) -> tuple[Path, Path, int] | None:
+    """What ``--ckpt_path last`` evaluates (``validate``, ``test``, ``attack``): ``(run folder, its last.ckpt, rounds it
+    holds)`` of the latest run of ``name`` under ``root`` whose checkpoint reached ``rounds`` (the command's
+    ``trainer.max_epochs``), so that a quick 2-round check does not hide the full fit; when none did, the latest run
+    with a checkpoint (the caller says so); ``None`` when no run has one."""
+    found = []
+    for _, folder in reversed(_versions(Path(root), name)):
+        last = folder / "checkpoints" / "last.ckpt"
+        held = checkpoint_rounds(last) if last.is_file() else None
+        if held is None:
+            continue
+        if rounds is None or held >= rounds:
+            return folder, last, held
+        found.append((folder, last, held))
+    return found[0] if found else None
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """The checkpoint a command that reads a run evaluates (``validate``, ``test``, ``attack``): its path, the run
+    folder it belongs to (``None``: kept elsewhere), the rounds it holds and the rounds the command's configuration
+    names (``trainer.max_epochs``); ``fallback``: ``--ckpt_path last`` found no run that reached them."""
+
+    checkpoint: Path
+    run: Path | None
+    rounds: int | None
+    wanted: int | None
+    fallback: bool = False
+
+    def line(self, doing: str) -> str:
+        """What is evaluated, for the command's first line: ``validating runs/<run> (round 100 of 100)``."""
+        where = shown_path(self.run if self.run is not None else self.checkpoint)
+        held = "round ?" if self.rounds is None else f"round {self.rounds}"
+        of = f" of {self.wanted}" if self.wanted is not None else ""
+        note = f": no run of this configuration reached {self.wanted} rounds" if self.fallback else ""
+        named = self.run is not None and self.checkpoint.name != "last.ckpt"
+        return f"{doing} {where} ({held}{of}{note}{', ' + self.checkpoint.name if named else ''})"
+
+
+def evaluated_checkpoint(
+    ckpt_path: str | None, root: Path, name: str, wanted: int | None, dirpath: str | None, command: str
+) -> Evaluated:
+    """The checkpoint ``command`` evaluates: ``ckpt_path`` itself, or for ``last`` the latest run of the configuration
+    (``name`` under ``root``) that reached ``wanted`` rounds (:func:`finished_run`; ``dirpath``: the
+    ``--checkpoint.dirpath`` the fit wrote to). A one-line :class:`ConfigError` without a checkpoint: nothing is
+    evaluated unless one is given (Lightning would score an untrained model)."""
+    if ckpt_path is None:
+        raise ConfigError(
+            f"{command} needs a checkpoint: --ckpt_path PATH (a checkpoint file) or --ckpt_path last (the latest fit "
+            "of this configuration)"
+        )
+    if str(ckpt_path) != "last":
+        path = Path(ckpt_path)
+        return Evaluated(path, run_of_checkpoint(path), checkpoint_rounds(path), wanted)
+    if dirpath or name == "":
+        path = Path(dirpath) / "last.ckpt" if dirpath else root / "checkpoints" / "last.ckpt"
+        if not path.is_file():
+            raise ConfigError(
+                f"ckpt_path='last': no checkpoint of this configuration in {path.parent} (fit it first with the same "
+                "options, or give the checkpoint's path)"
+            )
+        run = run_of_checkpoint(path) or (root if name == "" else latest_run(root, name))
+        return Evaluated(path, run, checkpoint_rounds(path), wanted)
+    found = finished_run(root, name, wanted)
+    if found is None:
+        raise ConfigError(
+            f"ckpt_path='last': no run of this configuration under {root} (no {name}/checkpoints/last.ckpt): fit it "
+            "first with the same options, or give the checkpoint's path"
+        )
+    run, path, rounds = found
+    return Evaluated(path, run, rounds, wanted, fallback=wanted is not None and rounds < wanted)
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """``path`` relative to the working directory when it lies inside it, else as it is."""
+    inside = Path(path).resolve().is_relative_to(Path.cwd().resolve())
+    return os.path.relpath(path) if inside else str(path)
 
 
 def next_record(run: str | os.PathLike, command: str) -> Path:

@@ -131,7 +131,10 @@ class WandbProcess:
         ``WANDB_CONSOLE=off``."""
         if init_kwargs.get("dir") is not None:  # W&B's service, started by the worker's first run, keeps its folder
             init_kwargs = {**init_kwargs, "dir": os.path.abspath(init_kwargs["dir"])}
-        self._send(("init", init_kwargs, offline, _context()))
+        context = _context()
+        if messages_to_file and init_kwargs.get("dir") is not None:
+            context["output"] = os.path.join(init_kwargs["dir"], "wandb", MESSAGES)
+        self._send(("init", init_kwargs, offline, context))
         self.initialised = True
         if os.environ.get("WANDB_CONSOLE", "").lower() != "off":
             self._tee = _ConsoleTee(self)
@@ -252,6 +255,9 @@ class WandbProcess:
             if kind == "async_error":
                 self._async_error = self._async_error or value
                 continue
+            if kind == "notice":
+                print(value, file=sys.stderr, flush=True)
+                continue
             if kind == "error":
                 raise WandbProcessError(value)
             return value
@@ -263,6 +269,8 @@ class WandbProcess:
                 kind, value = self._recv_end.recv()
                 if kind == "async_error":
                     self._async_error = value
+                elif kind == "notice":
+                    print(value, file=sys.stderr, flush=True)
         except (EOFError, OSError):
             return  # the worker has exited; the next send says so
         if self._async_error is not None:
@@ -424,6 +432,11 @@ def _context() -> dict[str, Any]:
 #: The file this process's output goes to, set by a warm trial worker for each trial; a recycled W&B worker writes
 #: its own messages there too (None: wherever it started).
 output_path: str | None = None
+#: Set by the command line: a worker writes W&B's own messages (its banner, its end-of-run summary, its warnings) to
+#: :data:`MESSAGES` in the run's W&B folder (``<dir>/wandb/``) instead of the terminal, so that the last lines a command
+#: prints are its own; the command's ``run saved:`` line names the W&B run and how to upload it.
+messages_to_file: bool = False
+MESSAGES = "messages.log"
 
 
 def prestart() -> None:
@@ -475,6 +488,7 @@ def serve(receive: Connection, reply: Connection) -> int:
 
     run = None
     reported = False  # only the first error of a call that did not wait is sent back (the others go to stderr)
+    streams = os.dup(1), os.dup(2)  # where the worker's output went when it started
 
     def failed(text: str, wait: bool) -> None:
         nonlocal reported
@@ -498,11 +512,11 @@ def serve(receive: Connection, reply: Connection) -> int:
         try:
             if kind == "init":
                 _, init_kwargs, offline, context = message
-                _adopt(context)
+                _adopt(context, streams)
                 mode = init_mode(offline)
                 if mode:
                     os.environ["WANDB_MODE"] = mode
-                run = wandb.init(**init_kwargs)
+                run = _init_or_offline(wandb, init_kwargs, reply)
                 if getattr(run, "define_metric", None) is None:
                     raise WandbProcessError("wandb.init returned no run")
             elif kind == "finish":
@@ -536,18 +550,39 @@ def serve(receive: Connection, reply: Connection) -> int:
             failed(f"{type(exc).__name__}: {exc}".splitlines()[0], wait)
 
 
-def _adopt(context: dict[str, Any]) -> None:
-    """The training process's working folder, ``WANDB_*`` variables and output file, before a run starts."""
+def _init_or_offline(wandb, init_kwargs: dict[str, Any], reply: Connection):
+    """``wandb.init(**init_kwargs)``; an online run that cannot start (its server or key refused; the command line
+    checks the network first, :mod:`lightning_sfl.wandb.online`) starts offline instead, nothing lost, and the
+    training process is told why (a ``notice`` it prints as one line)."""
+    try:
+        return wandb.init(**init_kwargs)
+    except Exception as exc:
+        if os.environ.get("WANDB_MODE") in ("offline", "dryrun", "disabled"):
+            raise
+        os.environ["WANDB_MODE"] = "offline"
+        run = wandb.init(**init_kwargs)
+        from lightning_sfl.wandb.online import offline_line
+
+        reply.send(("notice", offline_line(f"{type(exc).__name__}: {exc}".splitlines()[0][:200])))
+        return run
+
+
+def _adopt(context: dict[str, Any], streams: tuple[int, int]) -> None:
+    """The training process's working folder, ``WANDB_*`` variables and output file (``streams``: the worker's own
+    stdout and stderr, for a run without one), before a run starts."""
     os.chdir(context["cwd"])
     for key in [k for k in os.environ if k.startswith("WANDB_") and k not in context["env"]]:
         del os.environ[key]
     os.environ.update(context["env"])
-    if context["output"] is not None:
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        fd = os.open(context["output"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        os.dup2(fd, 1), os.dup2(fd, 2)
-        os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    if context["output"] is None:
+        os.dup2(streams[0], 1), os.dup2(streams[1], 2)
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(context["output"])), exist_ok=True)
+    fd = os.open(context["output"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.dup2(fd, 1), os.dup2(fd, 2)
+    os.close(fd)
 
 
 if __name__ == "__main__":
