@@ -9,9 +9,11 @@ the previous round, stays on disk).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -74,10 +76,12 @@ def seed_number(name: str, value) -> int:
 
 
 def check_output_folder(name: str, folder: str | os.PathLike | None) -> None:
-    """A one-line :class:`ConfigError` unless ``folder`` (option ``name``) can be a folder to
-    write in: not a file, and its nearest existing folder writable. Nothing is created.
+    """A one-line :class:`ConfigError` unless ``folder`` (option ``name``) can be a folder to write in: not a file, and
+    creatable and writable, found by trying (the folders it lacks are made and a file is written in it, then all of it
+    is removed again: ``os.access`` answers "writable" to root even where nothing can be written, e.g. ``/proc``).
 
-    >>> check_output_folder("out", "/")
+    >>> import tempfile
+    >>> check_output_folder("out", Path(tempfile.mkdtemp()) / "new" / "run")
     >>> check_output_folder("out", __file__)
     Traceback (most recent call last):
     ...
@@ -88,9 +92,23 @@ def check_output_folder(name: str, folder: str | os.PathLike | None) -> None:
     path = Path(folder).expanduser()
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{name}={str(folder)!r} is a file, not a folder")
-    existing = next((p for p in (path, *path.absolute().parents) if p.exists()), None)
-    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"{name}={str(folder)!r} is not writable (no permission to write in {existing})")
+    missing = [p for p in (path, *path.absolute().parents) if not p.exists()]
+    made: list[Path] = []
+    try:
+        for parent in reversed(missing):
+            parent.mkdir()
+            made.append(parent)
+        probe, probe_path = tempfile.mkstemp(dir=path, prefix=".lightning-sfl-write-test-")
+        os.close(probe)
+        os.unlink(probe_path)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(folder) else ""
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"{name}={str(folder)!r} cannot be written: {reason.lower()}{where}") from None
+    finally:
+        for parent in reversed(made):
+            with contextlib.suppress(OSError):
+                parent.rmdir()
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -136,8 +154,53 @@ def parser_error_line(text: str) -> str:
     keys = re.findall(r'Parser key "([^"]+)":', text)
     key = ".".join(dict.fromkeys(keys)) if keys else None  # --model: ... Parser key "lr": -> --model.lr
     rest = re.split(r'Parser key "[^"]+":', text)[-1] if keys else text
-    rest = re.split(r"\n\s*- Expected a <class 'NoneType'>|\n\s*Given value type", rest)[0]
-    rest = " ".join(line.strip().lstrip("- ") for line in rest.splitlines() if line.strip())
-    rest = re.sub(r"<class '(?:[\w]+\.)*(\w+)'>", r"\1", rest)
+    expected = _expected_values(rest)
+    if expected is not None:
+        rest = expected
+    else:
+        rest = re.split(r"\n\s*- Expected a <class 'NoneType'>|\n\s*Given value type", rest)[0]
+        rest = " ".join(line.strip().lstrip("- ") for line in rest.splitlines() if line.strip())
+        rest = re.sub(r"<class '(?:[\w]+\.)*(\w+)'>", r"\1", rest)
     line = f"--{key}: {rest}" if key else rest
     return line if len(line) <= 300 else line[:297] + "..."
+
+
+_TYPE_WORDS = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a string",
+               "NoneType": "null", "Path": "a path", "dict": "a mapping", "list": "a list"}  # fmt: skip
+_TYPE = r"typing\.Literal\[[^\]]*\]|<class '[\w.]+'>"
+
+
+def _expected_values(message: str) -> str | None:
+    """jsonargparse's "Expected a <class 'int'>. Got value: x" (or a Union's subtypes) in words: ``expected a whole
+    number or null; got '1e2'``; ``None`` for any other message.
+
+    >>> _expected_values("Expected a <class 'int'>. Got value: abc")
+    "expected a whole number; got 'abc'"
+    >>> _expected_values("Does not validate against any of the Union subtypes\\n Subtypes: [<class 'int'>, "
+    ...                  "<class 'NoneType'>]\\n Errors: ...\\n Given value type: <class 'str'>\\n Given value: 1e2")
+    "expected a whole number or null; got '1e2'"
+    """
+    union = re.search(r"Subtypes: \[(.*)\]", message)
+    if union and "Given value type: <class 'jsonargparse" not in message:
+        types = re.findall(_TYPE, union.group(1))
+    else:  # (a class's option: its own type, not the alternatives of the class itself)
+        types = re.findall(r"Expected a (" + _TYPE + ")", re.split(r"\n\s*- Expected a <class 'NoneType'>", message)[0])
+    given = re.search(r"Given value: (.*)", message) if union else None
+    if given is None or "NestedArg" in given.group(1):
+        given = re.search(r"Got value: (.*)", message)
+    if not types or given is None:
+        return None
+    values: list[str] = []
+    words: list[str] = []
+    for kind in types:
+        literal = re.fullmatch(r"typing\.Literal\[(.*)\]", kind)
+        if literal:
+            values += [v.strip().strip("'\"") for v in literal.group(1).split(",")]
+        else:
+            name = re.fullmatch(r"<class '(?:[\w]+\.)*(\w+)'>", kind).group(1)
+            words.append(_TYPE_WORDS.get(name, f"a {name}"))
+    words = ([f"one of {', '.join(dict.fromkeys(values))}"] if values else []) + list(dict.fromkeys(words))
+    if len(words) > 1:
+        words = [w.replace("true or false", "true, false") for w in words]
+    said = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+    return f"expected {said}; got {given.group(1).strip()!r}"

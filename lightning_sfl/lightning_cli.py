@@ -47,9 +47,11 @@ from lightning_sfl.checkpoint import SPECIAL, check_checkpoint
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import (
     ConfigError,
+    NonFiniteError,
     RunInterrupted,
     check_output_folder,
     parser_error_line,
+    reported_cause,
     seed_number,
 )
 from lightning_sfl.loop import Federation
@@ -260,9 +262,17 @@ class SFLCLI(LightningCLI):
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
         try:
             trainer = super()._instantiate_trainer(config, callbacks)
-        except (MisconfigurationException, ValueError) as exc:  # Lightning refuses the trainer's settings (an
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__  # accelerator or
-            raise ConfigError(f"trainer: {reason}") from None  # strategy this machine cannot run), before any run
+        except (MisconfigurationException, ValueError, ImportError) as exc:  # Lightning refuses the trainer's
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__  # settings (an
+            if isinstance(exc, ImportError):  # accelerator or strategy this machine cannot run), before any run
+                reason = f"accelerator={config.get('accelerator')!r} needs a package this machine lacks: {reason}"
+            raise ConfigError(f"trainer: {reason}") from None
+        refused = self.model.one_process_only() if self.model is not None and trainer.world_size > 1 else None
+        if refused is not None:  # before DDP starts its processes (each would refuse it at setup, after a start)
+            raise ConfigError(
+                f"{refused} runs on one process; --trainer.devices {trainer.num_devices} and --trainer.num_nodes "
+                f"{trainer.num_nodes} would start {trainer.world_size} (give --trainer.devices 1)"
+            )
         if isinstance(trainer.accelerator, CUDAAccelerator):  # on the CPU torch's setting would switch oneDNN to TF32
             torch.set_float32_matmul_precision(self.config.get(self.subcommand, self.config)["matmul_precision"])
         self._claim_run_folder()
@@ -503,23 +513,34 @@ class SFLCLI(LightningCLI):
             sigterm = self.trainer.received_sigterm
             raise RunInterrupted(self._interrupted_line(subcommand, "SIGTERM" if sigterm else "Ctrl-C"), 143 if sigterm
                                  else 130) from None  # fmt: skip
+        except Exception as exc:
+            diverged = reported_cause(exc)
+            if subcommand != "fit" or not isinstance(diverged, NonFiniteError):
+                raise
+            kept = self._kept_checkpoint()
+            raise NonFiniteError(f"{diverged}; stopped, {kept or 'no checkpoint was written yet'}") from None
 
     def _interrupted_line(self, subcommand: str, cause: str) -> str:
         line = f"interrupted ({cause}) in round {self.trainer.current_epoch + 1}"
         if subcommand != "fit":
             return line
-        last = (
-            Path(self.trainer.checkpoint_callback.dirpath or "") / "last.ckpt"
-            if self.trainer.checkpoint_callback
-            else None
-        )
-        if last is not None and not last.exists():
-            relink_last(last)  # the interrupt came while the link was being replaced: point it at the newest round
-        if last is None or not last.exists():
+        kept = self._kept_checkpoint()
+        if kept is None:
             return f"{line}; no round had finished: nothing to continue"
+        return f"{line}; {kept}: continue with the same command and --ckpt_path last"
+
+    def _kept_checkpoint(self) -> str | None:
+        """``round N's checkpoint is kept (runs/…/last.ckpt)``: the fit's checkpoint a stopped run leaves, or
+        ``None`` when none was written."""
+        callback = self.trainer.checkpoint_callback
+        last = Path(callback.dirpath or "") / "last.ckpt" if callback else None
+        if last is not None and not last.exists():
+            relink_last(last)  # the stop came while the link was being replaced: point it at the newest round
+        if last is None or not last.exists():
+            return None
         saved = re.search(r"epoch=(\d+)", last.resolve().name)
         kept = f"round {int(saved.group(1)) + 1}'s checkpoint is kept" if saved else "the last checkpoint is kept"
-        return f"{line}; {kept} ({shown_path(last)}): continue with the same command and --ckpt_path last"
+        return f"{kept} ({shown_path(last)})"
 
     def after_fit(self) -> None:
         """Where the run's records went (:meth:`_saved_line`), then its result last: the final test accuracy of the
@@ -653,43 +674,48 @@ def check_by_instantiating(cli: SFLCLI) -> None:
         raise ConfigError(found[0]) from None
 
 
-def last_checkpoint_of_fit(args: list[str]) -> Path:
-    """The ``last.ckpt`` of the latest ``fit`` run with ``args`` (its configs and options; what names its run folder),
-    for commands outside the LightningCLI (``attack --ckpt_path last``); a one-line error when there is none."""
+def evaluated_of_fit(args: list[str], command: str = "attack") -> Evaluated:
+    """``--ckpt_path last`` for commands outside the LightningCLI (``attack``): the ``last.ckpt`` of the latest ``fit``
+    run with ``args`` (its configs and options: what names its run folder) that reached the ``trainer.max_epochs`` they
+    name (else the latest, and :attr:`~lightning_sfl.run_folder.Evaluated.fallback` says so); a one-line error when
+    there is none."""
     try:
         config = _ParseOnly(args=resolve_algorithm_names(list(args)), run=False).config
     except argparse.ArgumentError as exc:
         raise ConfigError(parser_error_line(str(exc))) from None
     root, name = named_run(config, run_key(config))
-    folder = root if name == "" else latest_run(root, name)
     dirpath = (config.get("checkpoint") or {}).get("dirpath")
-    last = Path(dirpath) / "last.ckpt" if dirpath else folder / "checkpoints" / "last.ckpt" if folder else None
-    if last is None or not last.is_file():
-        raise ConfigError(
-            f"ckpt_path='last': no fit of this configuration under {root} (no {name}/checkpoints/last.ckpt): fit it "
-            "first with the same --config, or give the checkpoint's path"
-        )
-    return last
+    return evaluated_checkpoint("last", root, name, config.get("trainer", {}).get("max_epochs"), dirpath, command)
+
+
+def last_checkpoint_of_fit(args: list[str]) -> Path:
+    """The checkpoint :func:`evaluated_of_fit` chooses."""
+    return evaluated_of_fit(args).checkpoint
 
 
 def resolve_algorithm_names(argv: list[str]) -> list[str]:
-    """Let ``--model scala`` (a registry name) or ``--model SCALA`` stand for the class path; an unknown name
-    is a one-line error listing the valid ones."""
+    """Let ``--model scala`` (a registry name) or ``--model SCALA`` stand for the class path, and the same for
+    ``--model.help``; an unknown name is a one-line error listing the valid ones."""
     names = {**{k: cls for k, cls in ALGORITHMS.items()}, **{cls.__name__: cls for cls in ALGORITHMS.values()}}
     out = list(argv)
     for i, arg in enumerate(out):
-        if arg == "--model" and i + 1 < len(out):
-            j, value = i + 1, out[i + 1]
-        elif arg.startswith("--model="):
+        option = arg.split("=", 1)[0]
+        if option not in ("--model", "--model.help"):
+            continue
+        if "=" in arg:
             j, value = i, arg.split("=", 1)[1]
+        elif i + 1 < len(out):
+            j, value = i + 1, out[i + 1]
         else:
             continue
         if "." in value or value.startswith(("{", "-")) or value.endswith((".yaml", ".yml", ".json")):
             continue  # class path, inline dict or config file: jsonargparse's business
         if value not in names:
-            raise ConfigError(f"model={value!r} is not one of: {', '.join(ALGORITHMS)} (or their class names)")
+            raise ConfigError(
+                f"{option.removeprefix('--')}={value!r} is not one of: {', '.join(ALGORITHMS)} (or their class names)"
+            )
         path = f"lightning_sfl.algorithms.{names[value].__name__}"
-        out[j] = path if j != i else f"--model={path}"
+        out[j] = path if j != i else f"{option}={path}"
     return out
 
 

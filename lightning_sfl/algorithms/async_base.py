@@ -92,10 +92,12 @@ class AsyncMethod(SplitFedAlgorithm):
         """The GAS paper's system (``f_k ~ U[1e9, 1e10]``), placed with the data seed."""
         return WirelessCell(flops_high=1e10, seed=None)
 
+    def one_process_only(self) -> str | None:
+        """The asynchronous clock and its slots live in one process."""
+        return type(self).__name__
+
     def setup(self, stage: str) -> None:
         if stage == "fit":
-            if self.world_size > 1:
-                raise ConfigError(f"{type(self).__name__} runs on one process (got {self.world_size})")
             self._act_shape = self.activation_shape()
         super().setup(stage)
 

@@ -260,11 +260,11 @@ class SplitFedAlgorithm(
         the whole model and an empty server), with a bottleneck at the cut unless ``bottleneck_channels`` is 0."""
         net = build_model(arch, num_classes, input_shape)
         channels = self.bottleneck_channels
+        client, server = split_model(net, split_point)  # (a cut point the model does not have is one line for all)
         if not self.has_server_half:
             if channels:
                 raise ConfigError(f"bottleneck_channels={channels} needs a split method; {type(self).__name__} is not")
             return net[:], nn.Sequential()
-        client, server = split_model(net, split_point)
         return (client, server) if channels == 0 else add_bottleneck(client, server, channels, input_shape)
 
     def configure_schedule(self) -> Schedule:
@@ -318,6 +318,9 @@ class SplitFedAlgorithm(
         if stage != "fit":
             return
         skip_redundant_metric_moves()  # Lightning's self.log re-moves every logged metric to its device: skip no-ops
+        refused = self.one_process_only() if self.world_size > 1 else None
+        if refused is not None:
+            raise ConfigError(f"{refused} runs on one process (got {self.world_size})")
         self.setup_inversion()
         stats = self._federation().stats
         self.register_buffer("client_sizes", stats.sizes.clone(), persistent=False)

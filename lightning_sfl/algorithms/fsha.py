@@ -111,10 +111,9 @@ class FSHA(SplitFedAlgorithm):
             return super().configure_optimizers()
         return torch.optim.Adam([{"params": self.slot_parameters(), "name": "client_slots"}], lr=self.lr)
 
-    def setup(self, stage: str) -> None:
-        if stage == "fit" and self.world_size > 1:
-            raise ConfigError(f"FSHA runs on one process (got {self.world_size})")
-        super().setup(stage)
+    def one_process_only(self) -> str | None:
+        """The server's autoencoder and critic train in one process."""
+        return "FSHA"
 
     # ------------------------------------------------------------------ the server's own networks
     def attack_optimizers(self) -> dict[str, torch.optim.Optimizer]:

@@ -122,12 +122,16 @@ class InversionDefence:
         epochs, batch_size = self.inversion_warmup
         return schedule if epochs == 0 else WarmupRounds(self.local_iters, self.selection, epochs, batch_size)
 
+    def one_process_only(self) -> str | None:
+        """What of the method runs on one process only (``None``: all of it runs on several); a run of it on more is
+        refused before its processes start (the command line) and at ``setup``. Here: the inversion regulariser (its
+        decoders' BatchNorm statistics and per-client SSIM means are not synchronised)."""
+        return "the inversion regulariser" if self.inversion_on else None
+
     def setup_inversion(self) -> None:
-        """At ``setup("fit")``: one process only; the de-normalisation of the inputs (``x = x_norm·std + mean``)."""
+        """At ``setup("fit")``: the de-normalisation of the inputs (``x = x_norm·std + mean``)."""
         if not self.inversion_on:
             return
-        if self.world_size > 1:
-            raise ConfigError(f"the inversion regulariser runs on one process (got {self.world_size})")
         data = self.federation.data
         self.register_buffer("pixel_mean", torch.tensor(data.pixel_mean).view(-1, 1, 1), persistent=False)
         self.register_buffer("pixel_std", torch.tensor(data.pixel_std).view(-1, 1, 1), persistent=False)

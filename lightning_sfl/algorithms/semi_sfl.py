@@ -177,10 +177,9 @@ class SemiSFL(SplitFedAlgorithm):
         self._slots_ready = False  # the round's clients downloaded the halves (set at its first unlabelled step)
         self._view: dict = {}  # the unlabelled step's views and pseudo-labels, from its upload to its end
 
-    def setup(self, stage: str) -> None:
-        if stage == "fit" and self.world_size > 1:
-            raise ConfigError(f"{type(self).__name__} runs on one process (got {self.world_size})")
-        super().setup(stage)
+    def one_process_only(self) -> str | None:
+        """The phases' views, queue and pseudo-labels live in one process."""
+        return type(self).__name__
 
     def configure_schedule(self) -> Phases:
         """Semi-SFL's rounds (:attr:`phase_schedule`): ``K_s`` supervised steps, then ``K_u`` cross-entity steps."""
