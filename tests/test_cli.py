@@ -306,31 +306,36 @@ def test_double_precision_trains_with_the_model_summary_on(run_dir):
 
 
 def test_validate_and_test_find_the_last_checkpoint_of_the_same_command(tmp_path):
-    """``fit`` with the default loggers, then ``validate``/``test --ckpt_path last`` of the same config: round 3 and
-    fit's final accuracy (not an untrained model); without a fit first, one ``error:`` line and exit 2. The commands
-    run through the entry point in one process, as a user runs them one after another."""
+    """``fit`` with the default loggers, then ``validate``/``test --ckpt_path last`` of the same config: they say which
+    run and round they evaluate, and end with fit's final accuracy at round 3 (not an untrained model); without a fit
+    first, one ``error:`` line and exit 2. The commands run through the entry point in one process, as a user runs
+    them one after another."""
     import os
 
     from cli_in_one_process import run_in_one_process
 
     env = {**os.environ, "WANDB_MODE": "offline"}
     base = ["--config", str(REPO / "configs/digits/scala.yaml"), "--trainer.enable_progress_bar=false"]
+    base += ["--trainer.max_epochs=3"]
     (tmp_path / "empty").mkdir()
-    commands = [["validate", *base, "--ckpt_path=last"], ["fit", *base, "--trainer.max_epochs=3"]]
+    commands = [["validate", *base, "--ckpt_path=last"], ["fit", *base]]
     commands += [[sub, *base, "--ckpt_path=last"] for sub in ("validate", "test")]
     none, fit, *evaluated = run_in_one_process(list(zip([tmp_path / "empty", *[tmp_path] * 3], commands)), env=env)
     assert none.code == 2 and none.stderr.strip().splitlines()[-1].startswith("error: ckpt_path='last': no")
     assert fit.code == 0, fit.stderr[-2000:]
-    final = float(re.search(r"final test accuracy: ([0-9.]+) after 3 rounds", fit.stdout).group(1))
-    logs, last = re.search(r"run saved: logs in (.+); last checkpoint (\S+)$", fit.stdout.strip()).groups()
-    assert all((tmp_path / d).is_dir() for d in logs.split(", ")) and (tmp_path / last).is_file()  # where the run went
-    for out in evaluated:
+    *_, saved, result = fit.stdout.strip().splitlines()
+    final = float(re.fullmatch(r"final test accuracy: ([0-9.]+) after 3 rounds", result).group(1))
+    run, last = re.fullmatch(r"run saved: (\S+): last checkpoint (\S+), CSV log csv/metrics.csv, W&B .*", saved).groups()
+    assert (tmp_path / run / last).is_file() and (tmp_path / run / "csv" / "metrics.csv").is_file()  # where it went
+    for sub, out in zip(("validating", "testing"), evaluated):
         assert out.code == 0, out.stderr[-2000:]
+        assert f"{sub} {run} (round 3 of 3)" in out.stdout.splitlines()
         assert float(re.search(r"test/acc[\s│]+([0-9.]+)", out.stdout).group(1)) == pytest.approx(final, abs=1e-4)
-        assert float(re.search(r"\bround[\s│]+([0-9.]+)", out.stdout).group(1)) == 3.0
+        assert out.stdout.strip().splitlines()[-1] == f"test accuracy: {final:.4f} at round 3"
     # resuming it with fewer rounds than it holds: one line, exit 2, no new log or W&B run
     before = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "runs").rglob("*") if p.is_dir())
-    [fewer] = run_in_one_process([(tmp_path, ["fit", *base, "--trainer.max_epochs=2", "--ckpt_path=last"])], env=env)
+    base[-1] = "--trainer.max_epochs=2"
+    [fewer] = run_in_one_process([(tmp_path, ["fit", *base, "--ckpt_path=last"])], env=env)
     assert fewer.code == 2 and fewer.stderr.strip().splitlines()[-1] == (
         "error: trainer.max_epochs=2 is fewer than the 3 rounds the checkpoint holds: give --trainer.max_epochs 4 or "
         "more to continue it"

@@ -1,0 +1,83 @@
+"""What a run folder holds through a run's life: ``fit`` writes it; ``validate``, ``test`` and ``attack`` read it and
+keep their records in ``<run>/<command>-<n>/`` without changing a byte of what ``fit`` wrote; its ``config.yaml``
+re-runs the fit in a new folder; ``--ckpt_path last`` evaluates the run that reached the rounds the command names.
+
+The commands run through the command line's entry point, one after another in one process
+(:func:`cli_in_one_process.run_in_one_process`), with W&B offline: its files are part of what must not change."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from cli_in_one_process import run_in_one_process
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = str(REPO / "configs" / "digits" / "scala.yaml")
+QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+ENV = {**os.environ, "WANDB_MODE": "offline"}
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (links as their target's name): path relative to it -> bytes."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink():
+            out[str(path.relative_to(folder))] = os.readlink(path).encode()
+        elif path.is_file():
+            out[str(path.relative_to(folder))] = path.read_bytes()
+    return out
+
+
+def test_evaluations_leave_the_fit_untouched_and_its_config_reruns_it_in_a_new_folder(tmp_path):
+    """fit → validate → test → attack → ``fit --config <run>/config.yaml``: the first run's files are byte-identical
+    before and after (W&B's included); each reading command's records are in a folder of its own inside the run; the
+    re-run trains in ``<run>-v2`` (the same configuration: the same name), with the same accuracy, and the recorded
+    configuration names no folder of the first run."""
+    fit = ["fit", "--config", CONFIG, "--trainer.max_epochs=2", *QUIET]
+    [first] = run_in_one_process([(tmp_path, fit)], env=ENV)
+    assert first.code == 0, first.stderr[-2000:]
+    [run] = (tmp_path / "runs").iterdir()
+    before = _contents(run)
+    recorded = (run / "config.yaml").read_text()
+    assert run.name not in recorded and "ckpt_path" not in recorded  # nothing that points into this run
+    evaluate = [["validate", "--config", CONFIG, "--trainer.max_epochs=2", "--ckpt_path=last", *QUIET]]
+    evaluate += [["test", "--config", CONFIG, "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), *QUIET]]
+    evaluate += [["attack", "--config", CONFIG, "--ckpt_path", "last", "--epochs", "1", "--no_wandb"]]
+    evaluate += [["fit", "--config", str(run / "config.yaml"), *QUIET]]
+    *read, again = run_in_one_process([(tmp_path, args) for args in evaluate], env=ENV)
+    for args, out in zip(evaluate, read):
+        assert out.code == 0, f"{args[0]}: {out.stderr[-2000:]}"
+    assert again.code == 0, again.stderr[-2000:]
+    after = _contents(run)
+    changed = [name for name in before if after.get(name) != before[name]]
+    assert not changed, changed
+    new = {name.split("/")[0] for name in set(after) - set(before)}
+    assert new == {"validate-1", "test-1", "attack-1"}, new
+    assert (run / "validate-1" / "config.yaml").is_file() and (run / "test-1" / "csv" / "metrics.csv").is_file()
+    second = run.with_name(run.name + "-v2")
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [run.name, second.name]
+    assert again.stdout.strip().splitlines()[-2].startswith(f"run saved: runs/{second.name}: last checkpoint")
+    accuracy = [re.search(r"final test accuracy: (\S+)", o.stdout).group(1) for o in (first, again)]
+    assert accuracy[0] == accuracy[1]
+
+
+def test_last_evaluates_the_latest_run_that_reached_the_rounds_the_command_names(tmp_path):
+    """A 3-round fit, then a quick 2-round check of the same configuration (a new run, ``-v2``): ``validate
+    --ckpt_path last`` for 3 rounds evaluates the 3-round run, not the newer check; for 4 rounds, which no run reached,
+    the latest run, and it says so."""
+    base = ["--config", CONFIG, *QUIET]
+    commands = [["fit", *base, "--trainer.max_epochs=3"], ["fit", *base, "--trainer.max_epochs=2"]]
+    commands += [["validate", *base, f"--trainer.max_epochs={n}", "--ckpt_path=last"] for n in (3, 4)]
+    outs = run_in_one_process([(tmp_path, args) for args in commands], env=ENV)
+    for args, out in zip(commands, outs):
+        assert out.code == 0, f"{args}: {out.stderr[-2000:]}"
+    full, quick = sorted((tmp_path / "runs").iterdir())
+    assert quick.name == full.name + "-v2"
+    assert outs[2].stdout.splitlines()[0] == f"validating runs/{full.name} (round 3 of 3)"
+    assert outs[3].stdout.splitlines()[0] == (
+        f"validating runs/{quick.name} (round 2 of 4: no run of this configuration reached 4 rounds)"
+    )
+    assert outs[2].stdout.strip().splitlines()[-1].endswith("at round 3")
+    assert (full / "validate-1").is_dir() and (quick / "validate-1").is_dir()
