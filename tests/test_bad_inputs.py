@@ -8,6 +8,7 @@ script, each in a process of its own."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,14 @@ BAD: list[tuple[list[str], str]] = [
     (["--data.dataset=leaf_synthetic", "--data.partition=natural", "--data.leaf_mu=-1"], "must be >= 0"),
     (["--model=fedyogi", "--model.bias_correction=true"], "bias_correction=True is Flower's FedAdam's"),
     (["--model=fedadam", "--model.initial_second_moment=-1"], "initial_second_moment=-1.0 must be >= 0"),
+    # what a newcomer found (issue 54): jargon, tracebacks and options taken silently
+    (["--model.help=SCAL"], "model.help='SCAL' is not one of: ca_sfl, cs_sfl"),
+    (["--model=fedavg", "--model.split_point=s9"], "split_point='s9' is not a cut point of model 'cnn_small'"),
+    (["--trainer.max_epochs=1e2"], "--trainer.max_epochs: expected a whole number or null; got '1e2'"),
+    (["--data.num_clients=2.5"], "--data.num_clients: expected a whole number; got '2.5'"),
+    (["--trainer.accelerator=tpu"], "trainer: accelerator='tpu' needs a package this machine lacks"),
+    (["--checkpoint.dirpath=/proc/nope/ck"], "checkpoint.dirpath='/proc/nope/ck' cannot be written"),
+    (["--trainer.default_root_dir=/proc/nope"], "trainer.default_root_dir='/proc/nope' cannot be written"),
     # checkpoints and data
     (["--ckpt_path=missing.ckpt"], "does not exist"),
     (["--ckpt_path=truncated.ckpt"], "cannot be loaded safely"),
@@ -229,6 +238,7 @@ def test_valid_unusual_settings_simply_work_and_an_early_stopping_on_a_metric_no
     *good, stopped = run_in_one_process(list(zip(folders, [[*fit, *a] for a in [*GOOD, early]])), env=_env())
     for args, run in zip(GOOD, good):
         assert run.code == 0 and "final test accuracy:" in run.stdout, f"{args}: {run.stderr[-2000:]}"
+        assert run.stdout.strip().splitlines()[-1].startswith("final test accuracy:"), f"{args}: {run.stdout[-500:]}"
     errors = [line for line in stopped.stderr.splitlines() if line.startswith("error:")]
     assert stopped.code == 2 and "Traceback" not in stopped.stderr, stopped.stderr[-2000:]
     assert len(errors) == 1 and errors[0].startswith("error: Early stopping conditioned on metric `test/ac`")
@@ -247,9 +257,11 @@ OTHER_COMMANDS = [
     (["sweep", "no_such_sweep.yaml"], "no_such_sweep.yaml"),
     (["attack", "--epoch", "3"], "unrecognized arguments: --epoch"),
     (["attack", "--ckpt_path", "last"], "--ckpt_path last needs the --config"),
-    (["attack", "--config", CONFIG, "--ckpt_path", "last"], "ckpt_path='last': no fit of this configuration"),
+    (["attack", "--config", CONFIG, "--ckpt_path", "last"], "ckpt_path='last': no run of this configuration"),
     (["attack", "--ckpt_path", "truncated.ckpt"], "truncated.ckpt"),
     (["validate", "--config", CONFIG, "--ckpt_path", "last"], "ckpt_path='last': no run of this configuration"),
+    (["validate", "--config", CONFIG], "validate needs a checkpoint: --ckpt_path PATH (a checkpoint file) or"),
+    (["test", "--config", CONFIG], "test needs a checkpoint: --ckpt_path PATH (a checkpoint file) or --ckpt_path last"),
     (["test", "--config", CONFIG, "--ckpt_path", "foreign.ckpt"], "foreign.ckpt"),
 ]
 
@@ -265,3 +277,83 @@ def test_the_other_commands_bad_inputs_are_one_line_exit_2_and_leave_nothing_beh
         folders.append(folder)
     failures = _in_one_process(folders, OTHER_COMMANDS)
     assert not failures, "\n\n".join(failures)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The last lines are ours: real processes through the console script, stdout and stderr in one stream as a terminal
+# shows them (W&B's worker writes to the same stream), W&B offline unless a case says otherwise.
+
+
+def _terminal(folder: Path, args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``lightning-sfl ARGS`` in ``folder``, its stdout and stderr merged in the order they were written."""
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", *args]
+    environment = {**_env(), "WANDB_MODE": "offline", **(env or {})}
+    return subprocess.run(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
+                          env=environment)  # fmt: skip
+
+
+def _lines(proc: subprocess.CompletedProcess) -> list[str]:
+    """What a terminal would show, line by line (a progress bar's ``\\r`` rewrites one line)."""
+    return [line.rsplit("\r", 1)[-1] for line in proc.stdout.splitlines() if line.rsplit("\r", 1)[-1].strip()]
+
+
+def test_a_fit_ends_with_where_it_went_and_its_result_and_wandbs_messages_stay_in_its_folder(tmp_path):
+    """The default loggers (W&B offline and CSV), the progress bar on: the last two lines are ``run saved: …`` (with
+    the W&B run's ``wandb sync`` command) and ``final test accuracy: …``; no ``wandb:`` line reaches the terminal, and
+    W&B's own summary is in the run's ``wandb/messages.log``."""
+    proc = _terminal(tmp_path, ["fit", "--config", CONFIG, "--trainer.max_epochs=2"])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    *_, saved, result = _lines(proc)
+    assert re.fullmatch(r"final test accuracy: [0-9.]+ after 2 rounds", result), result
+    assert saved.startswith("run saved: runs/scala-digits-") and "(upload: wandb sync runs/" in saved, saved
+    assert not [line for line in _lines(proc) if line.startswith("wandb:")]
+    [messages] = tmp_path.glob("runs/*/wandb/messages.log")
+    assert "wandb sync" in messages.read_text()
+
+
+def test_a_divergence_ends_with_one_error_line_of_its_own_that_says_no_checkpoint_was_written(tmp_path):
+    """``--model.lr 1e6`` diverges in round 1: exit code 1, and the last line is the one ``error:`` line (not glued to
+    the progress bar, not followed by W&B's summary), saying that no checkpoint was written yet."""
+    proc = _terminal(tmp_path, ["fit", "--config", CONFIG, "--model.lr=1e6", "--trainer.max_epochs=3"])
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    errors = [line for line in proc.stdout.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].startswith("error: non-finite"), errors
+    assert _lines(proc)[-1] == errors[0] and errors[0].endswith("stopped, no checkpoint was written yet")
+    assert "Traceback" not in proc.stdout
+
+
+def test_a_one_process_method_refuses_several_before_ddp_starts_and_writes_nothing(tmp_path):
+    """GAS with ``--trainer.strategy ddp --trainer.devices 2``: one ``error:`` line, last, exit code 2, before any
+    process is launched: no run folder, no W&B run."""
+    args = ["fit", "--config", CONFIG, "--model=gas", "--trainer.strategy=ddp", "--trainer.devices=2"]
+    proc = _terminal(tmp_path, [*args, "--trainer.accelerator=cpu"])
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    errors = [line for line in proc.stdout.splitlines() if "error:" in line]
+    assert errors == ["error: GAS runs on one process; --trainer.devices 2 and --trainer.num_nodes 1 would start 2 "
+                      "(give --trainer.devices 1)"], proc.stdout[-3000:]  # fmt: skip
+    assert _lines(proc)[-1] == errors[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_wandb_online_without_a_server_logs_offline_with_one_line_and_loses_nothing(tmp_path):
+    """``WANDB_MODE=online`` with a W&B address that refuses connections (and an API key): exit 0, one line saying why
+    the run logs offline, the run's W&B record written offline (read back with W&B's reader: the last round's
+    accuracy), the last line the result."""
+    import socket
+
+    from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"WANDB_MODE": "online", "WANDB_BASE_URL": f"http://127.0.0.1:{port}", "WANDB_API_KEY": "k" * 40}
+    proc = _terminal(tmp_path, ["fit", "--config", CONFIG, "--trainer.max_epochs=2"], env)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    said = [line for line in _lines(proc) if line.startswith("W&B:")]
+    assert said == [f"W&B: cannot reach http://127.0.0.1:{port} (connection refused); this run logs offline (upload "
+                    "it later with the wandb sync command printed at the end)"], proc.stdout[-3000:]  # fmt: skip
+    assert "Error" not in proc.stdout and _lines(proc)[-1].startswith("final test accuracy: ")
+    [run] = tmp_path.glob("runs/*")
+    [record] = find_offline_runs(run / "wandb")
+    final = float(re.search(r"final test accuracy: (\S+)", proc.stdout).group(1))
+    assert round(float(read_offline_run(record).summary["test/acc"]), 4) == final

@@ -325,7 +325,8 @@ def test_validate_and_test_find_the_last_checkpoint_of_the_same_command(tmp_path
     assert fit.code == 0, fit.stderr[-2000:]
     *_, saved, result = fit.stdout.strip().splitlines()
     final = float(re.fullmatch(r"final test accuracy: ([0-9.]+) after 3 rounds", result).group(1))
-    run, last = re.fullmatch(r"run saved: (\S+): last checkpoint (\S+), CSV log csv/metrics.csv, W&B .*", saved).groups()
+    saved_as = r"run saved: (\S+): last checkpoint (\S+), CSV log csv/metrics.csv, W&B .*"
+    run, last = re.fullmatch(saved_as, saved).groups()
     assert (tmp_path / run / last).is_file() and (tmp_path / run / "csv" / "metrics.csv").is_file()  # where it went
     for sub, out in zip(("validating", "testing"), evaluated):
         assert out.code == 0, out.stderr[-2000:]
