@@ -416,8 +416,8 @@ class SFLCLI(LightningCLI):
         return [str(a) for a in args] if isinstance(args, list | tuple) else [json.dumps(args, default=str)]
 
     def _place_in_run_folder(self, config, loggers: list) -> None:
-        """Loggers writing to ``trainer.default_root_dir`` (the defaults: W&B and CSV) write to the run folder
-        instead; W&B's run is named after it, tagged with method, dataset, partition and seed, grouped with the runs
+        """Loggers writing to ``trainer.default_root_dir`` (the defaults: W&B and CSV) or to their own default folder
+        (``.``: e.g. ``--trainer.logger lightning.pytorch.loggers.WandbLogger``) write to the run folder instead; W&B's run is named after it, tagged with method, dataset, partition and seed, grouped with the runs
         of the same configuration but for the seeds (:func:`seeds_group`), typed by subcommand (``validate``/``test``
         write into their own record folder, :meth:`_choose_evaluated`)."""
         root = config.get("trainer", {}).get("default_root_dir")
@@ -428,7 +428,7 @@ class SFLCLI(LightningCLI):
         tags.append(f"seed{config.get('seed_everything')}")
         for lg in loggers:
             init = getattr(lg, "init_args", None)
-            if init is None or init.get("save_dir") not in (TRAINER_DEFAULTS["default_root_dir"], root):
+            if init is None or init.get("save_dir") not in (TRAINER_DEFAULTS["default_root_dir"], root, ".", None):
                 continue
             init.save_dir = str(self.run_folder)
             cls = str(lg.class_path)
@@ -575,7 +575,8 @@ class SFLCLI(LightningCLI):
 
     def _saved_line(self) -> str:
         """``run saved: <run folder>: last checkpoint …, CSV log …, W&B offline run … (upload: wandb sync …)``: what
-        the command wrote, in one line (paths inside the run folder relative to it)."""
+        the command wrote, in one line (paths inside the run folder relative to it). A W&B run of Lightning's own
+        logger (in this process) is finished here, so that W&B's summary comes before this line."""
         from lightning_sfl.wandb.online import where_logged
 
         folder = Path(os.path.abspath(self.run_folder))
@@ -595,6 +596,8 @@ class SFLCLI(LightningCLI):
                 if getattr(lg, "_experiment", None) is None:  # (never started: nothing was logged to it)
                     continue
                 mode, where = where_logged(lg.experiment)
+                if not type(lg).__module__.startswith("lightning_sfl."):  # W&B in this process: its summary now,
+                    lg.experiment.finish()  # before the command's last lines (ours keep it in wandb/messages.log)
                 wandb.append(f"W&B offline run {inside(where)} (upload: wandb sync {shown_path(where)})"
                              if mode == "offline" else f"W&B run {where}")  # fmt: skip
             elif getattr(lg, "log_dir", None):

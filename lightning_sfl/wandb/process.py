@@ -560,10 +560,12 @@ def _init_or_offline(wandb, init_kwargs: dict[str, Any], reply: Connection):
         if os.environ.get("WANDB_MODE") in ("offline", "dryrun", "disabled"):
             raise
         os.environ["WANDB_MODE"] = "offline"
+        wandb.teardown()  # (W&B's service still holds the run id of the attempt)
         run = wandb.init(**init_kwargs)
         from lightning_sfl.wandb.online import offline_line
 
-        reply.send(("notice", offline_line(f"{type(exc).__name__}: {exc}".splitlines()[0][:200])))
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0].split(": {")[0]  # (without the server's JSON)
+        reply.send(("notice", offline_line(reason[:200])))
         return run
 
 
