@@ -417,9 +417,10 @@ class SFLCLI(LightningCLI):
 
     def _place_in_run_folder(self, config, loggers: list) -> None:
         """Loggers writing to ``trainer.default_root_dir`` (the defaults: W&B and CSV) or to their own default folder
-        (``.``: e.g. ``--trainer.logger lightning.pytorch.loggers.WandbLogger``) write to the run folder instead; W&B's run is named after it, tagged with method, dataset, partition and seed, grouped with the runs
-        of the same configuration but for the seeds (:func:`seeds_group`), typed by subcommand (``validate``/``test``
-        write into their own record folder, :meth:`_choose_evaluated`)."""
+        (``.``: e.g. ``--trainer.logger lightning.pytorch.loggers.WandbLogger``) write to the run folder instead;
+        W&B's run is named after it, tagged with method, dataset, partition and seed, grouped with the runs of the same
+        configuration but for the seeds (:func:`seeds_group`), typed by subcommand (``validate``/``test`` write into
+        their own record folder, :meth:`_choose_evaluated`)."""
         root = config.get("trainer", {}).get("default_root_dir")
         model = config.get("model")
         method = str(getattr(model, "class_path", "")).rsplit(".", 1)[-1]
