@@ -107,9 +107,10 @@ def _positive(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``lightning-sfl cuts``: print the cost of every cut point of ``--arch``."""
+    from lightning_sfl.errors import OneLineArgumentParser
     from lightning_sfl.models.zoo import EXAMPLE_SHAPES, MODELS
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="lightning-sfl cuts",
         description="Per cut point of a zoo model: client half size, activation size and FLOPs on each side.",
     )
@@ -128,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         rows = cut_table(args.arch, args.num_classes, args.input_shape)
     except ConfigError as exc:
-        parser.exit(2, f"lightning-sfl cuts: error: {exc}\n")
+        parser.error(str(exc))
     shape = "x".join(map(str, args.input_shape or EXAMPLE_SHAPES[args.arch]))
     if args.format == "md":
         sys.stdout.write(f"{args.arch}, input {shape}, {args.num_classes} classes; float32\n\n")

@@ -263,6 +263,8 @@ OTHER_COMMANDS = [
     (["validate", "--config", CONFIG], "validate needs a checkpoint: --ckpt_path PATH (a checkpoint file) or"),
     (["test", "--config", CONFIG], "test needs a checkpoint: --ckpt_path PATH (a checkpoint file) or --ckpt_path last"),
     (["test", "--config", CONFIG, "--ckpt_path", "foreign.ckpt"], "foreign.ckpt"),
+    (["cuts", "--arch", "resnet99"], "argument --arch: invalid choice: 'resnet99'"),  # no usage dump
+    (["cuts", "--arch", "cnn_small", "--input_shape", "1", "2", "2"], "expects input shape (C, H, W) with H, W >= 8"),
 ]
 
 
