@@ -143,6 +143,30 @@ def test_a_download_that_succeeds_lands_in_root_and_nothing_else_remains(tmp_pat
     assert _listing(root) == ["test_32x32.mat", "train_32x32.mat"]
 
 
+def test_an_archive_placed_in_root_is_used_and_not_fetched_again(tmp_path, monkeypatch):
+    """Imagenette's archive (two classes, one image each; its md5 given) placed in root, the URL refusing: the download
+    extracts it without fetching; root keeps the archive and gains the folder, and no download folder remains."""
+    import tarfile
+
+    from PIL import Image
+    from torchvision import datasets
+
+    tree = tmp_path / "tree"
+    for split in ("train", "val"):
+        for wnid in ("n01440764", "n02102040"):  # tench, English springer
+            (tree / "imagenette2-160" / split / wnid).mkdir(parents=True)
+            Image.new("RGB", (12, 10), (200, 30, 60)).save(tree / "imagenette2-160" / split / wnid / "a.JPEG")
+    root = tmp_path / "data"
+    root.mkdir()
+    with tarfile.open(root / "imagenette2-160.tgz", "w:gz") as tar:
+        tar.add(tree / "imagenette2-160", arcname="imagenette2-160")
+    md5 = hashlib.md5((root / "imagenette2-160.tgz").read_bytes()).hexdigest()
+    monkeypatch.setitem(datasets.Imagenette._ARCHIVES, "160px", (f"{REFUSING}/imagenette2-160.tgz", md5))
+    ds = load_dataset("imagenette", root=root, download=True, image_size=8)
+    assert ds.train_y.tolist() == [0, 1] and ds.test_x.shape == (2, 3, 8, 8)
+    assert sorted(p.name for p in root.iterdir()) == ["imagenette2-160", "imagenette2-160.tgz"]
+
+
 @pytest.mark.parametrize(
     ("error", "reason"),
     [

@@ -308,7 +308,8 @@ def _read_cifar(name: str, root: Path, download: bool) -> _Parts:
     files = [f for f, _ in cls.train_list + cls.test_list]
     paths = [root / cls.base_folder / f for f in files]
     how = f"download {cls.url} another way and extract it in {root} (it holds {cls.base_folder}/{files[0]}, …)"
-    ensure_files(name, root, paths, download, lambda into: cls(str(into), train=True, download=True), how)
+    fetch = lambda into: cls(str(into), train=True, download=True)  # noqa: E731
+    ensure_files(name, root, paths, download, fetch, how, reuse=[cls.filename])  # an archive placed in root
 
     def read(train: bool) -> tuple[torch.Tensor, torch.Tensor]:
         ds = _read(name, lambda: _as_stored(cls)(str(root), train=train))
@@ -393,7 +394,9 @@ def _load_fashion_mnist(root: Path, download: bool) -> _Parts:
     try:
         files = ", ".join(f for f, _ in cls.resources)
         how = f"download {files} from {cls.mirrors[0]} another way and place them in {root}"
-        ensure_files("fashion_mnist", root, extracted, download, lambda into: cls(str(into), download=True), how)
+        fetch = lambda into: cls(str(into), download=True)  # noqa: E731
+        reuse = [f"{cls.__name__}/raw/{f}" for f, _ in cls.resources]
+        ensure_files("fashion_mnist", root, extracted, download, fetch, how, reuse)
     except DatasetNotFoundError as err:
         raise DatasetNotFoundError(
             f"{err}; or install Debian's package (apt-get install dataset-fashion-mnist), read from "
@@ -448,7 +451,7 @@ def _load_image_folder(name: str, root: Path, download: bool, image_size: int) -
         url = Imagenette._ARCHIVES["160px"][0]
         how = f"download {url} another way and extract it in {root} (it holds {folder}/{train_split}, {test_split})"
         fetch = lambda into: Imagenette(str(into), size="160px", download=True)  # noqa: E731
-        ensure_files(name, root, [base / train_split], True, fetch, how)
+        ensure_files(name, root, [base / train_split], True, fetch, how, reuse=[Path(url).name])
     for split in (train_split, test_split):
         if not (base / split).is_dir():
             why = "it cannot be downloaded automatically; " if download and name != "imagenette" else ""

@@ -17,7 +17,7 @@ import shutil
 import socket
 import tempfile
 import urllib.error
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lightning_sfl.errors import DatasetNotFoundError
@@ -133,17 +133,32 @@ def _move_into(source: Path, target: Path) -> None:
             os.replace(entry, there)
 
 
-def download_into(name: str, root: Path, fetch: Callable[[Path], object], how: str) -> None:
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or one without hard links
+        shutil.copy2(source, target)
+
+
+def download_into(
+    name: str, root: Path, fetch: Callable[[Path], object], how: str, reuse: Sequence[str] = ()
+) -> None:
     """Run ``fetch(folder)`` (a torchvision download into ``folder``) in a new folder under ``root`` and move what it
     wrote into ``root``. On failure nothing is left (neither what was fetched nor the folders made for ``root``) and a
     one-line :class:`~lightning_sfl.errors.DatasetNotFoundError` says so: ``downloading <name> failed: <why>; <how>``
-    (``how``: what to do instead, naming where the files go)."""
+    (``how``: what to do instead, naming where the files go). ``reuse``: files under ``root`` (relative paths, e.g. an
+    archive placed there) that ``fetch`` finds in its folder as well (linked, else copied): torchvision checks their
+    sums and fetches them only if they fail."""
     created = _outermost_missing(root)
     staging: Path | None = None
     done = False
     try:
         root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{name}-download-", dir=root))
+        for relative in reuse:
+            if (root / relative).is_file():
+                (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+                _link_or_copy(root / relative, staging / relative)
         fetch(staging)
         _move_into(staging, root)
         done = True
@@ -157,14 +172,21 @@ def download_into(name: str, root: Path, fetch: Callable[[Path], object], how: s
 
 
 def ensure_files(
-    name: str, root: Path, paths: list[Path], download: bool, fetch: Callable[[Path], object], how: str
+    name: str,
+    root: Path,
+    paths: list[Path],
+    download: bool,
+    fetch: Callable[[Path], object],
+    how: str,
+    reuse: Sequence[str] = (),
 ) -> None:
     """Raise a one-line :class:`~lightning_sfl.errors.DatasetNotFoundError` for the first missing path; with
     ``download``, first ``fetch(folder)`` (torchvision's download into ``folder``) by :func:`download_into`: a failed
-    download is one line too (why, and ``how`` to place the files instead) and leaves nothing in ``root``."""
+    download is one line too (why, and ``how`` to place the files instead) and leaves nothing in ``root``; ``reuse``:
+    files under ``root`` the download may use (:func:`download_into`)."""
     missing = [p for p in paths if not p.exists()]
     if missing and download:
-        download_into(name, root, fetch, how)
+        download_into(name, root, fetch, how, reuse)
         missing = [p for p in paths if not p.exists()]
     if missing:
         raise DatasetNotFoundError(
