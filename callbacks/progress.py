@@ -5,11 +5,18 @@ that matters is the round (epoch). This bar advances once per round and shows ``
 ``test/acc``), the mean server and client losses of the round and the cumulative traffic::
 
     Rounds  42%|████▏     | 42/100 [00:07<00:09, 5.9round/s, acc=0.947, server_loss=0.21, client_loss=0.25, MB=3.1]
+
+A round that has lasted ``slow_round_s`` seconds (2 by default) shows its local iterations in place of ``Rounds``
+(``round 43: iteration 4/10``) until it ends; shorter rounds cost one clock reading per local iteration. When the run
+stops on an error (or Ctrl-C) the bar ends its line, so that the ``error:`` line that follows starts a line of its own.
 """
 
 from __future__ import annotations
 
+import math
 import sys
+import time
+from collections.abc import Callable
 
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
@@ -30,8 +37,35 @@ def rounds_total(trainer, pl_module) -> int | None:
     return min(bounds) if bounds else None
 
 
+def round_status(round_index: int, batch_idx: int, per_round: int | None) -> str:
+    """The bar's text in a long round: ``round <r>: iteration <i>/<n>`` (1-based; ``/<n>`` when rounds have a fixed
+    number of local iterations).
+
+    >>> round_status(2, 3, 10), round_status(0, 0, None)
+    ('round 3: iteration 4/10', 'round 1: iteration 1')
+    """
+    return f"round {round_index + 1}: iteration {batch_idx + 1}" + (f"/{per_round}" if per_round else "")
+
+
 class RoundProgressBar(TQDMProgressBar):
-    """Progress over rounds (total: :func:`rounds_total`); validation bars are hidden during ``fit``."""
+    """Progress over rounds (total: :func:`rounds_total`); validation bars are hidden during ``fit``. A round longer
+    than ``slow_round_s`` seconds shows its local iterations (redrawn at most every ``redraw_s`` seconds); ``clock``:
+    the time in seconds (default ``time.monotonic``)."""
+
+    def __init__(
+        self,
+        refresh_rate: int = 1,
+        process_position: int = 0,
+        leave: bool = False,
+        slow_round_s: float = 2.0,
+        redraw_s: float = 0.5,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        super().__init__(refresh_rate, process_position, leave)
+        self.slow_round_s, self.redraw_s = slow_round_s, redraw_s
+        self._clock = clock or time.monotonic
+        self._round_start = math.inf  # no round yet
+        self._drawn = -math.inf  # when the iteration was last shown
 
     def init_train_tqdm(self) -> Tqdm:
         return Tqdm(
@@ -61,14 +95,29 @@ class RoundProgressBar(TQDMProgressBar):
         self.train_progress_bar.update(trainer.current_epoch)  # resumed runs start where they stopped
 
     def on_train_epoch_start(self, trainer, *_) -> None:
-        pass
+        self._round_start = self._clock()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        pass
+        now = self._clock()
+        if now - self._round_start < self.slow_round_s or now - self._drawn < self.redraw_s or self.is_disabled:
+            return
+        self._drawn = now
+        per_round = getattr(getattr(pl_module, "schedule", None), "steps_per_round", None)
+        self.train_progress_bar.set_description(round_status(trainer.current_epoch, batch_idx, per_round))
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self.train_progress_bar.n = trainer.current_epoch + 1
+        if self._drawn > -math.inf:  # the round showed its iterations: the bar counts rounds again
+            self.train_progress_bar.set_description("Rounds", refresh=False)
+            self._drawn = -math.inf
         self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        """End the open bars' lines (a bar's last update has no newline): the error line that follows starts a line of
+        its own."""
+        for bar in (self._train_progress_bar, self._val_progress_bar, self._test_progress_bar):
+            if bar is not None:
+                bar.close()
 
     def on_validation_start(self, trainer, pl_module) -> None:
         if trainer.state.fn == "fit":

@@ -18,13 +18,16 @@ test accuracy in front of the checkpoint's server half (``clone_accuracy``: mode
 Either attacker sees what the clients upload: with the method's activation defences (``--model.activation_noise``,
 ``--model.noise_bound``) the activations are bounded and noised as in training, the noise drawn from ``--seed``.
 
-Images are scored in ``[0, 1]`` (the stored pixels, before normalisation). Written to ``--out`` (default: a folder
-``attack`` next to the checkpoint): ``metrics.json``, ``metrics.md`` and ``reconstructions.png`` (labelled rows:
-originals, and reconstructions with each image's SSIM and PSNR; method, rounds and mean scores in the title). The
-same scores, the attacker's training curves (``attack/train_mse``, ``attack/val_mse`` against ``attack/epoch``) and
-the picture (``attack/reconstructions``) go to a W&B run (``job_type=attack``, files under ``--out``), offline unless
-W&B's own switches say otherwise (as for ``fit``); ``--no_wandb`` skips it. The same command scores SCALA, SCALA-PE,
-SplitFedV1, … alike.
+Images are scored in ``[0, 1]`` (the stored pixels, before normalisation). Written to ``--out`` (default: the run's
+next ``<run folder>/attack-<n>`` for a checkpoint of a run folder, the fit's own files untouched; a folder ``attack``
+next to a checkpoint kept elsewhere; created once every check has passed, so that a bad input writes nothing):
+``metrics.json``, ``metrics.md`` and ``reconstructions.png`` (labelled rows: originals, and reconstructions with each
+image's SSIM and PSNR; method, rounds and mean scores in the title). The same scores, the attacker's training curves
+(``attack/train_mse``, ``attack/val_mse`` against ``attack/epoch``) and the picture (``attack/reconstructions``) go to
+a W&B run (``job_type=attack``, files under the output folder), offline unless W&B's own switches say otherwise (as
+for ``fit``); ``--no_wandb`` skips it. The same command scores SCALA, SCALA-PE, SplitFedV1, … alike. On a terminal,
+stderr shows the progress of the decoder's training and of UnSplit's steps (:mod:`lightning_sfl.privacy.progress`,
+cleared when done); the last line is the result's.
 
     lightning-sfl attack --config configs/digits/scala_pe.yaml --ckpt_path last   # the latest fit of that config
     lightning-sfl attack --ckpt_path runs/…/checkpoints/last.ckpt                   # any split method's checkpoint
@@ -37,13 +40,12 @@ in the checkpoint are used. The method and its client half always come from the 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
+from lightning_sfl.attack_io import grid_indices, save_grid
 from lightning_sfl.errors import OneLineArgumentParser
 
-__all__ = ["ATTACKS", "check_args", "main", "parse_args", "run_attack", "save_grid", "train_attacker"]
+__all__ = ["ATTACKS", "check_args", "grid_indices", "main", "parse_args", "run_attack", "save_grid", "train_attacker"]
 
 #: ``--attack`` choices.
 ATTACKS = ("inversion", "unsplit")
@@ -65,7 +67,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="inversion (a decoder trained on (activation, image) pairs; default) or unsplit (no data, no weights)",
     )
     parser.add_argument("--config", action="append", default=[], help="config(s) giving the data (as for fit)")
-    parser.add_argument("--out", help="output folder (default: 'attack' next to the checkpoint)")
+    parser.add_argument(
+        "--out", help="output folder (default: <run folder>/attack-<n>; 'attack' next to a checkpoint kept elsewhere)"
+    )
     parser.add_argument("--epochs", type=int, default=50, help="decoder training epochs (default 50)")
     parser.add_argument("--width", type=int, default=64, help="decoder channels (default 64)")
     parser.add_argument("--batch_size", type=int, default=32, help="decoder batch size (default 32)")
@@ -198,49 +202,57 @@ def train_attacker(a_train, x_train, a_val, x_val, *, width: int, epochs: int, b
     """ResSFL's attack: a decoder ``[N, *act] -> [N, C, H, W]`` of ``width`` channels trained from scratch with Adam on
     the mean per-image MSE of ``(a_train, x_train)`` for ``epochs`` epochs of shuffled batches; the weights of the
     epoch with the lowest MSE on ``(a_val, x_val)`` are kept. Returns ``(decoder in eval mode, best epoch, history)``,
-    ``history`` one ``{"attack/epoch", "attack/train_mse", "attack/val_mse"}`` per epoch."""
+    ``history`` one ``{"attack/epoch", "attack/train_mse", "attack/val_mse"}`` per epoch. On a terminal, stderr shows a
+    bar of the steps with the epoch's running training MSE and the last validation MSE
+    (:class:`~lightning_sfl.privacy.progress.Progress`)."""
     import copy
 
     import torch
 
     from lightning_sfl.privacy.inversion import inversion_decoder
     from lightning_sfl.privacy.metrics import mse_per_image
+    from lightning_sfl.privacy.progress import Progress
 
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     decoder = inversion_decoder(tuple(a_train.shape[1:]), tuple(x_train.shape[1:]), width).to(a_train.device)
     opt = torch.optim.Adam(decoder.parameters(), lr=lr)
     best, best_mse, best_epoch, history = copy.deepcopy(decoder.state_dict()), float("inf"), 0, []
-    for epoch in range(1, epochs + 1):
-        decoder.train()
-        total, rows = a_train.new_zeros(()), 0
-        for idx in torch.randperm(len(a_train), generator=gen).split(batch_size):
-            if len(idx) < 2:  # BatchNorm needs two images
-                continue
-            idx = idx.to(a_train.device)
-            opt.zero_grad()
-            loss = mse_per_image(decoder(a_train[idx]), x_train[idx]).mean()
-            loss.backward()
-            opt.step()
-            total, rows = total + loss.detach() * len(idx), rows + len(idx)
-        decoder.eval()
-        with torch.no_grad():
-            val = float(mse_per_image(decoder(a_val), x_val).mean())
-        history.append({"attack/epoch": epoch, "attack/train_mse": float(total) / rows, "attack/val_mse": val})
-        if val < best_mse:
-            best, best_mse, best_epoch = copy.deepcopy(decoder.state_dict()), val, epoch
+    per_epoch = -(-len(a_train) // batch_size) - (len(a_train) % batch_size == 1)  # a last batch of one is skipped
+    shown: dict[str, float] = {}
+    with Progress(epochs * per_epoch, "decoder") as progress:
+        for epoch in range(1, epochs + 1):
+            progress.describe(f"decoder epoch {epoch}/{epochs}")
+            decoder.train()
+            total, rows = a_train.new_zeros(()), 0
+            for idx in torch.randperm(len(a_train), generator=gen).split(batch_size):
+                if len(idx) < 2:  # BatchNorm needs two images
+                    continue
+                idx = idx.to(a_train.device)
+                opt.zero_grad()
+                loss = mse_per_image(decoder(a_train[idx]), x_train[idx]).mean()
+                loss.backward()
+                opt.step()
+                total, rows = total + loss.detach() * len(idx), rows + len(idx)
+                progress.advance(train_mse=total / rows, **shown)
+            decoder.eval()
+            with torch.no_grad():
+                val = float(mse_per_image(decoder(a_val), x_val).mean())
+            history.append({"attack/epoch": epoch, "attack/train_mse": float(total) / rows, "attack/val_mse": val})
+            shown["val_mse"] = val
+            if val < best_mse:
+                best, best_mse, best_epoch = copy.deepcopy(decoder.state_dict()), val, epoch
     decoder.load_state_dict(best)
     return decoder.eval(), best_epoch, history
 
 
-def _output_folder(args: argparse.Namespace) -> Path:
-    return Path(args.out) if args.out else Path(args.ckpt_path).parent / "attack"
-
-
 def run_attack(args: argparse.Namespace) -> dict:
-    """The attack (see the module docstring); returns the metrics written to ``metrics.json``."""
+    """The attack (see the module docstring); returns the metrics written to ``metrics.json``. The folder written is
+    ``args.written_to``, created only once every check has passed and the attack has run (a bad input writes
+    nothing)."""
     import torch
 
+    from lightning_sfl.attack_io import claim_output_folder, log_to_wandb, output_folder, write_scores
     from lightning_sfl.checkpoint import check_checkpoint
     from lightning_sfl.errors import ConfigError, check_output_folder
     from lightning_sfl.privacy.metrics import reconstruction_scores
@@ -254,7 +266,7 @@ def run_attack(args: argparse.Namespace) -> dict:
         torch.set_num_threads(args.threads)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     ckpt = check_checkpoint(args.ckpt_path)
-    check_output_folder("--out", _output_folder(args))  # before the attack's minutes of work, not after them
+    check_output_folder("--out", output_folder(args.ckpt_path, args.out))  # before the minutes of work, not after
     model, method, input_shape = _trained_method(ckpt, args.ckpt_path)
     splits = _data_module(args, ckpt).splits
     if input_shape and tuple(splits.input_shape) != input_shape:
@@ -278,14 +290,8 @@ def run_attack(args: argparse.Namespace) -> dict:
         "test_images": len(x_test),
         **details,
     }
-    out = _output_folder(args)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    (out / "metrics.md").write_text(
-        "| method | attack | MSE | SSIM | PSNR (dB) | test images |\n|---|---|---|---|---|---|\n"
-        f"| {method} | {args.attack} | {metrics['mse']:.4f} | {metrics['ssim']:.4f} | {metrics['psnr']:.2f} "
-        f"| {len(x_test)} |\n"
-    )
+    out = args.written_to = claim_output_folder(args.ckpt_path, args.out)  # created now: every check has passed
+    write_scores(out, metrics)
     grid = out / "reconstructions.png"
     shown = grid_indices(labels, args.grid).to(x_test.device)
     title = (
@@ -294,7 +300,7 @@ def run_attack(args: argparse.Namespace) -> dict:
     )
     save_grid(x_test[shown].cpu(), x_hat[shown].cpu(), grid, title=title)
     if not args.no_wandb:
-        _log_to_wandb(args, metrics, history, grid, (ckpt.get("lightning_sfl") or {}).get("wandb_id"))
+        log_to_wandb(args.wandb_project, metrics, history, grid, (ckpt.get("lightning_sfl") or {}).get("wandb_id"))
     return metrics
 
 
@@ -366,92 +372,6 @@ def _unsplit(args, model, splits, device, noise):
     return x_hat, _images(splits.test_x[targets]).to(device), splits.test_y[targets], details, history
 
 
-def _log_to_wandb(args: argparse.Namespace, metrics: dict, history: list[dict], grid: Path, trained_by: str | None):
-    """One W&B run (``job_type=attack``; files under the output folder): the attacker's curves per epoch, then the
-    scores and the picture of reconstructions; the summary holds the scores. Offline unless W&B's own switches (as
-    for ``fit``: ``WANDB_MODE``, ``wandb online``) say otherwise."""
-    import wandb
-
-    from lightning_sfl.wandb.process import wandb_switch
-
-    scores = ("mse", "ssim", "psnr", "best_val_mse", "best_epoch", "clone_accuracy", "final_activation_mse")
-    config = {k: v for k, v in metrics.items() if k not in scores}
-    run = wandb.init(
-        project=args.wandb_project,
-        dir=str(grid.parent),
-        mode=wandb_switch() or "offline",
-        job_type="attack",
-        name=f"{metrics['attack']}-{metrics['method']}",
-        tags=["attack", metrics["attack"], metrics["method"]],
-        config={**config, "trained_by_run": trained_by},
-    )
-    try:
-        step, *curves = history[0]  # attack/epoch (inversion) or attack/outer (unsplit), then the curves
-        run.define_metric(step)
-        for key in curves:
-            run.define_metric(key, step_metric=step)
-        for row in history:
-            run.log(row)
-        scores = {
-            f"attack/{k}": metrics[k] for k in ("mse", "ssim", "psnr", "best_epoch", "clone_accuracy") if k in metrics
-        }
-        caption = f"{metrics['method']}: test images (top) and the attacker's reconstructions (bottom)"
-        run.log({**scores, "attack/reconstructions": wandb.Image(str(grid), caption=caption)})
-        run.summary.update(scores)
-    finally:
-        run.finish()
-
-
-def grid_indices(labels, n: int):
-    """The ``n`` test images the figure shows: each class's first image in class order, then each class's second, and
-    so on (a test split stored class by class would otherwise show one class only).
-
-    >>> import torch
-    >>> grid_indices(torch.tensor([0, 0, 0, 1, 1, 2]), 5).tolist()
-    [0, 3, 5, 1, 4]
-    """
-    import torch
-
-    labels = torch.as_tensor(labels).cpu()
-    rank = torch.zeros_like(labels)  # how many earlier images share the image's class
-    for c in labels.unique():
-        where = (labels == c).nonzero().squeeze(1)
-        rank[where] = torch.arange(len(where))
-    order = sorted(range(len(labels)), key=lambda i: (int(rank[i]), int(labels[i])))
-    return torch.tensor(order[:n], dtype=torch.long)
-
-
-def save_grid(originals, reconstructions, path: Path, title: str = "") -> list[str]:
-    """Originals ``[n, C, H, W]`` in ``[0, 1]`` (top row, labelled "original") over the attacker's reconstructions
-    (bottom row, labelled "reconstruction", each with its own SSIM and PSNR beneath), ``title`` above, as a PNG of
-    about 1.1 inches per image at 100 dpi. Returns the texts drawn: the title, the row labels, the captions."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from lightning_sfl.privacy.metrics import psnr_per_image, ssim_per_image
-
-    ssim, psnr = ssim_per_image(reconstructions, originals), psnr_per_image(reconstructions, originals)
-    n = len(originals)
-    fig, axes = plt.subplots(2, n, figsize=(max(4.0, 1.1 * n), 3.0), squeeze=False, dpi=100)
-    for row, (images, label) in enumerate(((originals, "original"), (reconstructions, "reconstruction"))):
-        for i in range(n):
-            ax = axes[row][i]
-            image = images[i].clamp(0, 1).permute(1, 2, 0).numpy()
-            ax.imshow(image[..., 0] if image.shape[-1] == 1 else image, cmap="gray", vmin=0, vmax=1)
-            ax.set_xticks([]), ax.set_yticks([])
-            if row == 1:
-                ax.set_xlabel(f"SSIM {float(ssim[i]):.2f}\n{float(psnr[i]):.1f} dB", fontsize=7)
-        axes[row][0].set_ylabel(label, fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    texts = [title, *(axes[r][0].get_ylabel() for r in range(2)), *(ax.get_xlabel() for ax in axes[1])]
-    plt.close(fig)
-    return texts
-
-
 def main(argv: list[str]) -> None:
     """``lightning-sfl attack ARGS``: bad settings end with one line on stderr (exit code 2)."""
     args = parse_args(argv)
@@ -466,9 +386,9 @@ def main(argv: list[str]) -> None:
         print(f"error: {cause}", file=sys.stderr)
         raise SystemExit(2) from None
     stolen = f", clone accuracy {m['clone_accuracy']:.4f}" if "clone_accuracy" in m else ""
+    rounds = f"{m['rounds']} round{'s' * (m['rounds'] != 1)}"
     print(
-        f"{m['attack']} attack on {m['method']} ({m['dataset']}, activations {m['activation_shape']}){stolen}: "
-        f"MSE {m['mse']:.4f}, "
-        f"SSIM {m['ssim']:.4f}, PSNR {m['psnr']:.2f} dB over {m['test_images']} test images; wrote "
-        f"{_output_folder(args)}"
+        f"{m['attack']} attack on {m['method']} after {rounds} ({m['dataset']}, activations "
+        f"{m['activation_shape']}){stolen}: MSE {m['mse']:.4f}, SSIM {m['ssim']:.4f}, PSNR {m['psnr']:.2f} dB over "
+        f"{m['test_images']} test images; wrote {args.written_to}"
     )

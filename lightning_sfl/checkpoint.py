@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -16,8 +17,11 @@ SPECIAL = ("last", "best", "hpc", "registry")
 
 
 def check_checkpoint(path: str | os.PathLike, expected_class: str | None = None) -> dict:
-    """Load ``path`` safely and check it is a lightning_sfl checkpoint (of ``expected_class`` if given)."""
+    """Load ``path`` safely and check it is a lightning_sfl checkpoint (of ``expected_class`` if given). A folder is
+    a one-line error naming the checkpoints in it (:func:`folder_contents`)."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"ckpt_path={str(path)!r} is a folder, not a checkpoint file ({folder_contents(p)})")
     if not p.is_file():
         raise ConfigError(f"ckpt_path={str(path)!r} does not exist")
     try:
@@ -38,6 +42,44 @@ def check_checkpoint(path: str | os.PathLike, expected_class: str | None = None)
     if expected and written_by and _algorithm_name(written_by, trusted=False) != expected:
         raise ConfigError(f"ckpt_path={str(path)!r} was written by {written_by}, not {expected}")
     return ckpt
+
+
+def checkpoints_in(folder: Path) -> list[str]:
+    """The checkpoint files in ``folder``, or else in its ``checkpoints/`` (a run folder's), as paths relative to
+    ``folder``: ``last.ckpt`` first, then the later rounds first.
+
+    >>> import tempfile
+    >>> run = Path(tempfile.mkdtemp())
+    >>> (run / "checkpoints").mkdir()
+    >>> for name in ("epoch=9-step=50.ckpt", "last.ckpt", "epoch=10-step=55.ckpt"):
+    ...     _ = (run / "checkpoints" / name).write_text("")
+    >>> checkpoints_in(run)
+    ['checkpoints/last.ckpt', 'checkpoints/epoch=10-step=55.ckpt', 'checkpoints/epoch=9-step=50.ckpt']
+    """
+
+    def order(path: Path) -> tuple:
+        epoch = re.search(r"epoch=(\d+)", path.name)
+        return path.name != "last.ckpt", -int(epoch.group(1)) if epoch else 0, path.name
+
+    for where in (folder, folder / "checkpoints"):
+        found = sorted((p for p in where.glob("*.ckpt") if p.is_file()), key=order) if where.is_dir() else []
+        if found:
+            return [str(p.relative_to(folder)) for p in found]
+    return []
+
+
+def folder_contents(folder: Path, shown: int = 3) -> str:
+    """What :func:`check_checkpoint` says of a folder given as a checkpoint: the first ``shown`` checkpoints in it.
+
+    >>> import tempfile
+    >>> folder_contents(Path(tempfile.mkdtemp()))
+    'it holds no .ckpt file'
+    """
+    found = checkpoints_in(folder)
+    if not found:
+        return "it holds no .ckpt file"
+    more = f" and {len(found) - shown} more" if len(found) > shown else ""
+    return f"it holds {', '.join(found[:shown])}{more}"
 
 
 def _algorithm_name(path: str, trusted: bool = True) -> str:

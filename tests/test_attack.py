@@ -3,6 +3,7 @@ W&B run, read back from W&B's own offline files), reproducibility, and one-line 
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import subprocess
@@ -99,9 +100,10 @@ def test_bad_settings_are_one_line_errors_naming_the_option(args, message):
 
 
 def test_attack_without_a_usable_checkpoint_is_a_one_line_error(tmp_path):
-    """Each command through the entry point, all in one process."""
+    """Each command through the entry point, all in one process; a bad input writes nothing."""
     fedavg = _checkpoint(FedAvg, tmp_path / "fedavg")
-    flat = _checkpoint(SplitFedV1, tmp_path / "flat", split_point="s5")  # the cut after the first linear layer
+    flat = _checkpoint(SplitFedV1, tmp_path / "flat" / "checkpoints", split_point="s5")  # cut after the 1st linear
+    (tmp_path / "flat" / "config.yaml").write_text("seed_everything: 0\n")  # a run folder: attacks go to attack-<n>
     (tmp_path / "a_file").write_text("")  # an --out that cannot be a folder: refused before the decoder trains
     commands = [[], ["--config", str(REPO / "configs/digits/scala_pe.yaml")], ["--ckpt_path", "missing.ckpt"]]
     commands += [["--ckpt_path", str(fedavg), "--config", str(REPO / "configs/digits/fedavg.yaml")]]
@@ -117,6 +119,7 @@ def test_attack_without_a_usable_checkpoint_is_a_one_line_error(tmp_path):
         "error: SplitFedV1's cut is not convolutional ([C, H, W] activations): no images to invert\n"
     )
     assert runs[5].code == 2 and runs[5].stderr == f"error: --out='{tmp_path / 'a_file'}' is a file, not a folder\n"
+    assert sorted(p.name for p in (tmp_path / "flat").iterdir()) == ["checkpoints", "config.yaml"]  # nothing written
 
 
 def test_attack_scores_a_split_checkpoint_and_logs_it_to_wandb(tmp_path):
@@ -187,22 +190,71 @@ def test_the_picture_labels_its_rows_scores_each_image_and_names_method_and_roun
     assert width >= 5 * 100 and height >= 250
 
 
-def test_attack_last_finds_the_latest_fit_of_the_same_config(tmp_path):
+def test_attack_last_finds_the_latest_fit_of_the_same_config_and_writes_beside_its_files(tmp_path):
     """``attack --config C --ckpt_path last`` attacks the last checkpoint of the latest ``fit --config C``; with no
-    such fit it is one line. The commands run through the entry point one after another in one process."""
+    such fit it is one line. Each attack keeps its files in the run's next ``attack-<n>``, never among the fit's
+    checkpoints. The commands run through the entry point one after another in one process."""
     config = str(REPO / "configs/digits/scala_pe.yaml")
     fit = ["fit", "--config", config, "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false"]
     attack = ["attack", "--config", config, "--ckpt_path", "last"]
     attack_one = [*attack, "--epochs", "1", "--train_size", "100", "--no_wandb"]
-    commands = [attack, [*fit, "--trainer.logger=false"], attack_one]
-    none, fitted, out = run_in_one_process([(tmp_path, argv) for argv in commands])
-    assert none.code == 2 and none.stderr.startswith("error: ckpt_path='last': no fit of this configuration")
+    commands = [attack, [*fit, "--trainer.logger=false"], attack_one, attack_one]
+    none, fitted, out, again = run_in_one_process([(tmp_path, argv) for argv in commands])
+    assert none.code == 2 and none.stderr.startswith("error: ckpt_path='last': no ") and "of this configuration" in (
+        none.stderr)  # fmt: skip
     assert fitted.code == 0, fitted.stderr[-2000:]
     (run_folder,) = (tmp_path / "runs").iterdir()
-    assert out.code == 0, out.stderr
-    m = json.loads((run_folder / "checkpoints" / "attack" / "metrics.json").read_text())
+    assert out.code == 0 and again.code == 0, out.stderr + again.stderr
+    m = json.loads((run_folder / "attack-1" / "metrics.json").read_text())
     assert (tmp_path / m["checkpoint"]).resolve() == (run_folder / "checkpoints" / "last.ckpt").resolve()
     assert m["rounds"] == 1
+    assert (run_folder / "attack-2" / "metrics.json").is_file()
+    assert out.stdout.splitlines()[-1].endswith(f"wrote {run_folder.relative_to(tmp_path) / 'attack-1'}")
+    assert all(p.suffix == ".ckpt" for p in (run_folder / "checkpoints").iterdir())  # the fit's files, untouched
+
+
+class _Terminal(io.StringIO):
+    """What a terminal shows, kept: a stream that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_decoders_training_shows_its_progress_on_a_terminal_only(monkeypatch, capsys):
+    """On a terminal stderr: a bar over the decoder's steps with its epoch and running MSE, cleared at the end; on a
+    stderr that is no terminal (here pytest's capture): nothing."""
+    from lightning_sfl.privacy import progress
+
+    a, x = torch.randn(40, 8, 4, 4), torch.rand(40, 1, 8, 8)
+    options = {"width": 8, "epochs": 2, "batch_size": 8, "lr": 1e-3, "seed": 0}
+    train_attacker(a[:30], x[:30], a[30:], x[30:], **options)
+    assert capsys.readouterr() == ("", "")
+    monkeypatch.setattr(progress, "INTERVAL", 0.0)  # draw at every step
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    train_attacker(a[:30], x[:30], a[30:], x[30:], **options)
+    shown = terminal.getvalue()
+    assert "decoder epoch 1/2" in shown and "decoder epoch 2/2" in shown and "8/8" in shown, shown
+    assert "train_mse=" in shown and "val_mse=" in shown
+    assert shown.endswith("\r") and "\n" not in shown  # the bar's line rewritten in place, cleared when done
+
+
+def test_the_result_line_is_the_last_a_terminal_shows(tmp_path, monkeypatch):
+    """``main`` with stdout and stderr on one terminal: the bar was drawn, then cleared, then the result line."""
+    from lightning_sfl.attack import main
+    from lightning_sfl.privacy import progress
+
+    ckpt = _checkpoint(SCALA, tmp_path / "ckpt")
+    monkeypatch.setattr(progress, "INTERVAL", 0.0)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(sys, "stdout", terminal)
+    main(["--ckpt_path", str(ckpt), "--epochs", "1", "--train_size", "100", "--no_wandb"])
+    shown = terminal.getvalue()
+    assert "decoder epoch 1/1" in shown
+    last = shown.rstrip("\n").split("\n")[-1].split("\r")[-1]  # what the terminal's last line shows
+    assert last.startswith("inversion attack on SCALA after 1 round (digits") and last.endswith(
+        f"wrote {tmp_path / 'ckpt' / 'attack'}"), shown[-500:]  # fmt: skip
 
 
 def test_a_scala_pe_checkpoint_of_an_earlier_version_still_loads(tmp_path):

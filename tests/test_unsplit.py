@@ -4,6 +4,7 @@ defended one; every defence runs from a digits config, keeps traffic, resumes ex
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -69,6 +70,39 @@ def test_unsplit_inverts_a_client_half_it_never_saw_and_not_noise():
         scores[name] = float(mse_per_image(x_hat, images).mean())
     start = float(mse_per_image(torch.full_like(images, 0.5), images).mean())
     assert scores["activations"] < 0.7 * start and scores["activations"] < 0.7 * scores["noise"], (scores, start)
+
+
+class _Terminal(io.StringIO):
+    """What a terminal shows, kept: a stream that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_unsplit_shows_its_progress_on_a_terminal_only(monkeypatch, capsys):
+    """On a terminal stderr: a bar over UnSplit's steps naming the alternation, the phase and its loss, cleared at the
+    end; the same result with or without it; on a stderr that is no terminal: nothing."""
+    from lightning_sfl.privacy import progress
+
+    images = small_digits().splits.test_x[:4]
+    settings = UnSplitSettings(outer=2, inner=3)
+    results = []
+    for terminal in (None, _Terminal()):
+        if terminal is not None:
+            monkeypatch.setattr(progress, "INTERVAL", 0.0)  # draw at every step
+            monkeypatch.setattr(sys, "stderr", terminal)
+        torch.manual_seed(0)
+        victim, _ = split_model(build_model("cnn_small", 10, (1, 8, 8)), "s1")
+        clone, _ = split_model(build_model("cnn_small", 10, (1, 8, 8)), "s1")
+        with torch.no_grad():
+            observed = victim(images)
+        results.append(unsplit(observed, clone, (1, 8, 8), lambda x: x, settings))
+    assert capsys.readouterr() == ("", "")  # the first run's: no terminal, no bar
+    shown = terminal.getvalue()
+    for text in ("UnSplit 1/2 images", "UnSplit 2/2 clone", "12/12", "loss=", "activation_mse="):
+        assert text in shown, (text, shown)
+    assert shown.endswith("\r") and "\n" not in shown
+    assert torch.equal(results[0], results[1])
 
 
 def _checkpoint(cls, folder: Path, **kwargs) -> Path:

@@ -1,6 +1,6 @@
 """NaN/Inf guards: a run stops at the first non-finite activation, logit, loss or global weight, in one line that names
-the round, the local iteration and the clients whose rows are affected; the last checkpoint (of the previous round)
-stays on disk untouched.
+the round, the local iteration and the clients whose rows are affected; nothing of that round is checkpointed. The
+message ends at what the method knows: which checkpoint the run kept, if any, is the command line's to say.
 
 >>> import torch
 >>> from lightning_sfl.loop import Step
@@ -10,7 +10,7 @@ stays on disk untouched.
 ...     check_all_finite(step, [("logits", torch.tensor([[0.0], [float("nan")]]))])
 ... except NonFiniteError as err:
 ...     print(err)
-non-finite logits in round 3, local iteration 1, client(s) [9]; stopped, the last checkpoint is from round 2
+non-finite logits in round 3, local iteration 1, client(s) [9]
 """
 
 from __future__ import annotations
@@ -54,8 +54,7 @@ def check_all_finite(
     else:
         who = step.clients[torch.unique(step.owner[rows])].tolist() or "on another process"
     raise NonFiniteError(
-        f"non-finite {what} in round {step.round + 1}, local iteration {step.index + 1}, "
-        f"client(s) {who}; stopped, the last checkpoint is from round {step.round}"
+        f"non-finite {what} in round {step.round + 1}, local iteration {step.index + 1}, client(s) {who}"
     )
 
 
@@ -64,7 +63,4 @@ def check_global_weights(named_parameters: Iterable[tuple[str, torch.Tensor]], s
     broken global model never reaches evaluation or a checkpoint."""
     bad = [n for n, p in named_parameters if not p.isfinite().all()]
     if bad:
-        raise NonFiniteError(
-            f"non-finite global weights ({bad[0]}) after aggregating round {step.round + 1}; "
-            f"stopped, the last checkpoint is from round {step.round}"
-        )
+        raise NonFiniteError(f"non-finite global weights ({bad[0]}) after aggregating round {step.round + 1}")

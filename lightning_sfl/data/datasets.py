@@ -6,8 +6,9 @@ raw pixels for image files, ``float32`` in ``[0, 1]`` for ``digits``, ``mnist5k`
 Normalisation is deferred to :meth:`DatasetSplits.to_float`, which can run on the accelerator.
 
 Files under ``root`` are read by torchvision's own dataset classes (``.data``/``.targets``), in torchvision's layouts;
-``download=True`` uses torchvision's downloaders (which verify what they fetch). Files already on disk are read as
-they are, without torchvision's md5 checks (a re-packed copy or a subset has other sums):
+``download=True`` uses torchvision's downloaders (which verify what they fetch); a download that fails is one line and
+leaves nothing behind (:mod:`lightning_sfl.data.download`). Files already on disk are read as they are, without
+torchvision's md5 checks (a re-packed copy or a subset has other sums):
 
 - ``cifar10``: ``torchvision.datasets.CIFAR10`` (``cifar-10-batches-py/data_batch_1`` .. ``data_batch_5``,
   ``test_batch``).
@@ -42,6 +43,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lightning_sfl.data.download import ensure_files
 from lightning_sfl.errors import ConfigError, DatasetNotFoundError
 
 DATASETS: tuple[str, ...] = (
@@ -155,22 +157,6 @@ def load_dataset(
 # --------------------------------------------------------------------------------------------------- shared helpers
 
 _Parts = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]
-
-
-def _ensure_files(name: str, paths: list[Path], download: bool, downloader: Callable[[], object]) -> None:
-    """Raise a one-line ``FileNotFoundError`` for the first missing path, downloading first if ``download``."""
-    missing = [p for p in paths if not p.exists()]
-    if missing and download:
-        try:
-            downloader()
-        except Exception as err:  # network errors, torchvision integrity failures, ...
-            raise RuntimeError(f"downloading {name} failed: {type(err).__name__}: {err}") from err
-        missing = [p for p in paths if not p.exists()]
-    if missing:
-        raise DatasetNotFoundError(
-            f"{name} not found: expected {missing[0]}; pass --data.download=true to download it "
-            f"(or place the files there)"
-        )
 
 
 def _tensors(x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -290,8 +276,8 @@ def _load_leaf_synthetic(lam: float, mu: float, num_clients: int, seed: int) -> 
 
 @functools.cache
 def _as_stored(cls: type) -> type:
-    """torchvision's dataset class ``cls`` reading the files as they are on disk: :func:`_ensure_files` has checked
-    that they exist, and their md5 sums are not checked (a re-packed copy, a subset or a test fixture has other sums;
+    """torchvision's dataset class ``cls`` reading the files as they are on disk: :func:`ensure_files` has checked that
+    they exist, and their md5 sums are not checked (a re-packed copy, a subset or a test fixture has other sums;
     torchvision's own download, done with ``cls`` itself, still verifies what it fetches)."""
 
     class AsStored(cls):
@@ -321,7 +307,9 @@ def _read_cifar(name: str, root: Path, download: bool) -> _Parts:
     cls = torchvision.datasets.CIFAR10 if name == "cifar10" else torchvision.datasets.CIFAR100
     files = [f for f, _ in cls.train_list + cls.test_list]
     paths = [root / cls.base_folder / f for f in files]
-    _ensure_files(name, paths, download, lambda: cls(str(root), train=True, download=True))
+    how = f"download {cls.url} another way and extract it in {root} (it holds {cls.base_folder}/{files[0]}, …)"
+    fetch = lambda into: cls(str(into), train=True, download=True)  # noqa: E731
+    ensure_files(name, root, paths, download, fetch, how, reuse=[cls.filename])  # an archive placed in root
 
     def read(train: bool) -> tuple[torch.Tensor, torch.Tensor]:
         ds = _read(name, lambda: _as_stored(cls)(str(root), train=train))
@@ -404,7 +392,11 @@ def _load_fashion_mnist(root: Path, download: bool) -> _Parts:
 
         return *read_gz("train"), *read_gz("t10k"), 10
     try:
-        _ensure_files("fashion_mnist", extracted, download, lambda: cls(str(root), download=True))
+        files = ", ".join(f for f, _ in cls.resources)
+        how = f"download {files} from {cls.mirrors[0]} another way and place them in {root}"
+        fetch = lambda into: cls(str(into), download=True)  # noqa: E731
+        reuse = [f"{cls.__name__}/raw/{f}" for f, _ in cls.resources]
+        ensure_files("fashion_mnist", root, extracted, download, fetch, how, reuse)
     except DatasetNotFoundError as err:
         raise DatasetNotFoundError(
             f"{err}; or install Debian's package (apt-get install dataset-fashion-mnist), read from "
@@ -425,12 +417,14 @@ def _load_svhn(root: Path, download: bool) -> _Parts:
 
     cls = torchvision.datasets.SVHN
 
-    def fetch() -> None:
+    def fetch(into: Path) -> None:
         for split in ("train", "test"):
             if not (root / cls.split_list[split][1]).exists():
-                cls(str(root), split=split, download=True)
+                cls(str(into), split=split, download=True)
 
-    _ensure_files("svhn", [root / cls.split_list[s][1] for s in ("train", "test")], download, fetch)
+    urls = " and ".join(cls.split_list[s][0] for s in ("train", "test"))
+    how = f"download {urls} another way and place them in {root}"
+    ensure_files("svhn", root, [root / cls.split_list[s][1] for s in ("train", "test")], download, fetch, how)
 
     def read(split: str) -> tuple[torch.Tensor, torch.Tensor]:
         ds = _read("svhn", lambda: _as_stored(cls)(str(root), split=split))
@@ -454,7 +448,10 @@ def _load_image_folder(name: str, root: Path, download: bool, image_size: int) -
     if name == "imagenette" and download and not (base / train_split).is_dir():
         from torchvision.datasets import Imagenette
 
-        _ensure_files(name, [base / train_split], True, lambda: Imagenette(str(root), size="160px", download=True))
+        url = Imagenette._ARCHIVES["160px"][0]
+        how = f"download {url} another way and extract it in {root} (it holds {folder}/{train_split}, {test_split})"
+        fetch = lambda into: Imagenette(str(into), size="160px", download=True)  # noqa: E731
+        ensure_files(name, root, [base / train_split], True, fetch, how, reuse=[Path(url).name])
     for split in (train_split, test_split):
         if not (base / split).is_dir():
             why = "it cannot be downloaded automatically; " if download and name != "imagenette" else ""

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from lightning_sfl.privacy.progress import Progress
+
 __all__ = ["UnSplitSettings", "total_variation", "unsplit"]
 
 
@@ -69,7 +71,8 @@ def unsplit(
     """Images ``[n, *image_shape]`` in ``[0, 1]`` reconstructed from ``observed`` activations ``[n, *act]`` (see the
     module docstring). ``clone``: a freshly initialised client half (trained in place: the stolen model);
     ``to_input``: pixels ``[0, 1]`` to the client half's input (the data's normalisation). ``history`` receives one
-    ``{"attack/outer", "attack/activation_mse"}`` per alternation."""
+    ``{"attack/outer", "attack/activation_mse"}`` per alternation. On a terminal, stderr shows a bar of the steps
+    with the current phase's loss (:class:`~lightning_sfl.privacy.progress.Progress`)."""
     observed = observed.detach()
     x = torch.full((len(observed), *image_shape), 0.5, device=observed.device, requires_grad=True)
     image_opt = torch.optim.Adam([x], lr=settings.lr, amsgrad=True)
@@ -79,22 +82,27 @@ def unsplit(
     def activation_mse(images: Tensor) -> Tensor:  # per image [n]
         return (clone(to_input(images)) - observed).square().flatten(1).mean(1)
 
-    for outer in range(1, settings.outer + 1):
-        clone.requires_grad_(False)
-        for _ in range(settings.inner):
-            image_opt.zero_grad()
-            loss = activation_mse(x) + settings.tv_weight * total_variation(x)
-            if settings.l2_weight:
-                loss = loss + settings.l2_weight * x.square().flatten(1).mean(1)
-            loss.sum().backward()
-            image_opt.step()
-        clone.requires_grad_(True)
-        for _ in range(settings.inner):
-            clone_opt.zero_grad()
-            fit = activation_mse(x.detach()).mean()
-            fit.backward()
-            clone_opt.step()
-        if history is not None:
-            history.append({"attack/outer": outer, "attack/activation_mse": float(fit.detach())})
+    with Progress(2 * settings.outer * settings.inner, "UnSplit") as progress:
+        for outer in range(1, settings.outer + 1):
+            progress.describe(f"UnSplit {outer}/{settings.outer} images")
+            clone.requires_grad_(False)
+            for _ in range(settings.inner):
+                image_opt.zero_grad()
+                loss = activation_mse(x) + settings.tv_weight * total_variation(x)
+                if settings.l2_weight:
+                    loss = loss + settings.l2_weight * x.square().flatten(1).mean(1)
+                loss.sum().backward()
+                image_opt.step()
+                progress.advance(loss=loss.detach().mean())
+            progress.describe(f"UnSplit {outer}/{settings.outer} clone")
+            clone.requires_grad_(True)
+            for _ in range(settings.inner):
+                clone_opt.zero_grad()
+                fit = activation_mse(x.detach()).mean()
+                fit.backward()
+                clone_opt.step()
+                progress.advance(activation_mse=fit.detach())
+            if history is not None:
+                history.append({"attack/outer": outer, "attack/activation_mse": float(fit.detach())})
     clone.eval()
     return x.detach().clamp(0, 1)
