@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from lightning_sfl.attack_io import grid_indices, save_grid
 from lightning_sfl.errors import OneLineArgumentParser
@@ -256,12 +257,17 @@ def run_attack(args: argparse.Namespace) -> dict:
     from lightning_sfl.checkpoint import check_checkpoint
     from lightning_sfl.errors import ConfigError, check_output_folder
     from lightning_sfl.privacy.metrics import reconstruction_scores
+    from lightning_sfl.run_folder import Evaluated, checkpoint_rounds, run_of_checkpoint
 
     check_args(args)
     if args.ckpt_path == "last":
-        from lightning_sfl.lightning_cli import last_checkpoint_of_fit
+        from lightning_sfl.lightning_cli import evaluated_of_fit
 
-        args.ckpt_path = str(last_checkpoint_of_fit([a for c in args.config for a in ("--config", c)]))
+        evaluated = evaluated_of_fit([a for c in args.config for a in ("--config", c)])
+        args.ckpt_path = str(evaluated.checkpoint)
+    else:
+        path = Path(args.ckpt_path)
+        evaluated = Evaluated(path, run_of_checkpoint(path), checkpoint_rounds(path), None)
     if args.threads >= 1:
         torch.set_num_threads(args.threads)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
@@ -276,6 +282,7 @@ def run_attack(args: argparse.Namespace) -> dict:
     if act_dims != 4:
         raise ConfigError(f"{method}'s cut is not convolutional ([C, H, W] activations): no images to invert")
     model = model.to(device)
+    print(evaluated.line("attacking"), flush=True)  # every check has passed
     noise = torch.Generator().manual_seed(args.seed)  # the defence's noise on what the attacker observes
     attack = _unsplit if args.attack == "unsplit" else _inversion
     x_hat, x_test, labels, details, history = attack(args, model, splits, device, noise)

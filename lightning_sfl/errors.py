@@ -2,8 +2,8 @@
 
 ``ConfigError`` is raised at construction time for a bad argument: its message names the argument, the value
 and what is allowed. ``DatasetNotFoundError`` names the missing path. ``NonFiniteError`` stops training when a
-loss or activation is NaN/Inf, naming the round, local iteration and clients (the last good checkpoint, from
-the previous round, stays on disk).
+loss or activation is NaN/Inf, naming the round, local iteration and clients; the command line adds which checkpoint
+it kept (the previous round's, untouched) or that none was written yet.
 """
 
 from __future__ import annotations
