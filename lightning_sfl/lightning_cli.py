@@ -577,7 +577,8 @@ class SFLCLI(LightningCLI):
     def _saved_line(self) -> str:
         """``run saved: <run folder>: last checkpoint …, CSV log …, W&B offline run … (upload: wandb sync …)``: what
         the command wrote, in one line (paths inside the run folder relative to it). A W&B run of Lightning's own
-        logger (in this process) is finished here, so that W&B's summary comes before this line."""
+        logger (in this process) is finished here, so that W&B's summary comes before this line; the W&B runs of either
+        logger record the command's output up to here."""
         from lightning_sfl.wandb.online import where_logged
 
         folder = Path(os.path.abspath(self.run_folder))
@@ -597,8 +598,10 @@ class SFLCLI(LightningCLI):
                 if getattr(lg, "_experiment", None) is None:  # (never started: nothing was logged to it)
                     continue
                 mode, where = where_logged(lg.experiment)
-                if not type(lg).__module__.startswith("lightning_sfl."):  # W&B in this process: its summary now,
-                    lg.experiment.finish()  # before the command's last lines (ours keep it in wandb/messages.log)
+                if type(lg).__module__.startswith("lightning_sfl."):  # the last lines stay out of its console log
+                    lg.end_console_log()  # (W&B's summary goes to wandb/messages.log when its run ends, at exit)
+                else:  # W&B in this process: its run ends now, and its summary comes before the last lines
+                    lg.experiment.finish()
                 wandb.append(f"W&B offline run {inside(where)} (upload: wandb sync {shown_path(where)})"
                              if mode == "offline" else f"W&B run {where}")  # fmt: skip
             elif getattr(lg, "log_dir", None):

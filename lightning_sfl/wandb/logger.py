@@ -138,6 +138,12 @@ class WandbLogger(LightningWandbLogger):
         if self._process is not None:
             self._process.close()
 
+    def end_console_log(self) -> None:
+        """Stop recording this process's output in the run's console log (the run itself ends when the process
+        does): the command line's last lines stay out of it, as out of the log of a run that has finished."""
+        if self._process is not None:
+            self._process.end_console_log()
+
     def __getstate__(self) -> dict[str, Any]:
         """A copy for another process (``ddp_spawn``): without this process's worker or run; the other process
         starts its own worker for the same run id (``resume="allow"``)."""

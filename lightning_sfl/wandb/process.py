@@ -165,6 +165,12 @@ class WandbProcess:
         else:
             _finishing.append(self)
 
+    def end_console_log(self) -> None:
+        """Stop sending this process's output to the run's console log (see :meth:`init`)."""
+        if self._tee is not None:
+            self._tee.uninstall()
+            self._tee = None
+
     def wait_closed(self) -> None:
         """Wait until the worker has finished the run it was told to finish (:meth:`close`) and has exited."""
         if self._reaped:
