@@ -119,7 +119,9 @@ def run_here(trial: Trial, wait_for_wandb: bool = True) -> Outcome:
     trial.log.parent.mkdir(parents=True, exist_ok=True)
     with _ProcessState(), _output_to(trial.log):
         os.chdir(trial.cwd)
-        environment = trial.environment(dict(os.environ))
+        # PYTHONSAFEPATH: a process the trial starts with ``python -m`` (its W&B process) imports this installation's
+        # package, not a lightning_sfl/ folder in the trial's folder (as a trial of the isolate launcher does)
+        environment = {**trial.environment(dict(os.environ)), "PYTHONSAFEPATH": "1"}
         os.environ.clear()
         os.environ.update(environment)
         code = 0
