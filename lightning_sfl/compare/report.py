@@ -68,10 +68,12 @@ def _resolved_config(run_dir: Path) -> dict:
     path = run_dir / LOG_SUBDIR / "config.yaml"  # written by LightningCLI: the fully resolved config of the run
     if not path.exists():
         path = run_dir / "run_config.yaml"
-    if not path.exists():
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):  # none, or not readable: the plan's config is shown
         return {}
-    with open(path) as f:
-        return yaml.safe_load(f) or {}
+    return config if isinstance(config, dict) else {}
 
 
 def _fmt_value(v: Any) -> str:
