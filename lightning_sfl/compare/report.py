@@ -26,6 +26,8 @@ from .summary import (
     targets_of,
 )
 
+#: The end of the files paragraph of ``results.md`` when the runs log to W&B.
+WANDB_FILES = "; `wandb/`: its W&B run), `wandb/` (the comparison's own W&B run; W&B's messages in `log.txt`)."
 X_LABELS = {"round": "round", "seconds": "simulated time (s)", "bytes": "bytes exchanged (MB)"}
 
 
@@ -175,7 +177,7 @@ def results_markdown(
         "mean over seeds, when the runs logged it), `accuracy_traffic.png` (against the bytes exchanged, "
         "`comm/cumulative_bytes`, when logged), `runs/<method>/seed<seed>/` (`command.txt`: the equivalent "
         "`lightning-sfl fit` command; `run_config.yaml`: its config; `logs/`: Lightning's `metrics.csv` and resolved "
-        "`config.yaml`).",
+        "`config.yaml`" + (WANDB_FILES if getattr(args, "wandb", True) else ")."),
         "",
     ]
     return "\n".join(lines)
