@@ -696,3 +696,30 @@ def test_one_job_on_several_torch_threads_finishes(tmp_path):
         pytest.fail(f"compare --jobs 1 on two threads did not finish in 240 s:\n{out[-2000:]}")
     assert proc.returncode == 0, out[-2000:]
     assert "[compare 1/1] scala seed 0: ok" in out
+
+
+@pytest.mark.parametrize(
+    "config, out, expected",
+    [
+        ("broken.yaml", "o", "error: --config {tmp}/broken.yaml: not valid YAML ("),
+        ("empty.yaml", "o", "error: --config {tmp}/empty.yaml: expected a YAML mapping of settings (model:, data:, …), "
+         "found an empty file"),
+        ("list.yaml", "o", "error: --config {tmp}/list.yaml: expected a YAML mapping of settings (model:, data:, …), "
+         "found a YAML list"),
+        ("nope.yaml", "o", "error: --config: File does not exist: '{tmp}/nope.yaml'"),
+        (CONFIG, "/proc/nope/x", "error: --out='/proc/nope/x' "),  # os.access says root may write in /proc
+    ],
+    ids=["broken", "empty", "list", "missing", "out"],
+)  # fmt: skip
+def test_a_config_file_or_an_out_that_cannot_be_used_is_one_line_and_nothing_is_written(
+    tmp_path, capsys, config, out, expected
+):
+    (tmp_path / "broken.yaml").write_text("data: [1, 2\nmodel: 3\n")
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    before = sorted(tmp_path.iterdir())
+    with pytest.raises(SystemExit) as exc:
+        compare.main(["--config", str(tmp_path / config), "--methods", "fedavg", "--out", str(tmp_path / out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and err[0].startswith(expected.format(tmp=tmp_path)), err
+    assert sorted(tmp_path.iterdir()) == before and not Path("/proc/nope").exists()

@@ -179,3 +179,53 @@ def test_grid_and_random_sweeps_through_the_console_script(tmp_path):
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(rnd))
     no_end = _sweep(str(tmp_path / "r.yaml"), cwd=tmp_path)
     assert no_end.returncode == 2 and "--count is required" in no_end.stderr
+
+
+# ----------------------------------------------------------------------------- bad input: one line, nothing written
+GOOD = {"name": "g", "method": "grid", "parameters": {"x": {"values": [1]}}, "command": ["true", "${args}"]}
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ("method: grid\nparameters: {x: [1, 2\ncommand: [x]\n", "error: sweep='s.yaml' is not valid YAML (expected ',' "
+         "or ']', but got ':' at line 3, column 8)"),
+        ("", "error: sweep='s.yaml': a sweep file must be a YAML mapping (method, metric, parameters, command), found "
+         "an empty file"),
+        ("- method: grid\n", "error: sweep='s.yaml': a sweep file must be a YAML mapping (method, metric, parameters, "
+         "command), found a YAML list"),
+        (b"\xff\xfe\x00bad", "error: sweep='s.yaml' is not a text file (not UTF-8)"),
+        ({**GOOD, "method": "hyperband"}, "error: sweep='s.yaml': method='hyperband' is not one of: grid, random, "
+         "bayes"),
+    ],
+    ids=["broken-yaml", "empty", "list", "binary", "bad-key"],
+)  # fmt: skip
+def test_a_sweep_file_that_cannot_be_used_is_one_line_and_nothing_is_written(tmp_path, content, expected):
+    path = tmp_path / "s.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+    proc = _sweep("s.yaml", "--count", "1", cwd=tmp_path)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, expected + "\n", "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # no runs/sweeps/<name>
+
+
+def test_an_out_or_a_record_that_cannot_be_used_is_one_line(tmp_path):
+    """``--out`` that cannot be made (``/proc`` is "writable" to root by ``os.access``), a folder given as the sweep
+    file, a broken ``sweep.json`` and a bad ``--seed``: one ``error:`` line, exit code 2, nothing written."""
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(GOOD))
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "sweep.json").write_text("{not json")
+    cases = [
+        (["s.yaml", "--out", "/proc/nope/x"], "error: --out='/proc/nope/x' "),
+        (["broken"], "error: sweep='broken' is not a file"),
+        (["s.yaml", "--out", "broken"], "error: broken/sweep.json is not a sweep's record (JSONDecodeError"),
+        (["s.yaml", "--seed", "-1"], "error: --seed=-1 must be in [0, 4294967295]"),
+    ]  # fmt: skip
+    for args, expected in cases:
+        proc = _sweep(*args, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stdout == "", (args, proc.stdout, proc.stderr)
+        assert proc.stderr.startswith(expected) and proc.stderr.count("\n") == 1, (args, proc.stderr)
+    assert not Path("/proc/nope").exists()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["broken", "s.yaml", "sweep.json"]

@@ -13,11 +13,25 @@ its parent classes) are dropped for it. The seed
 sets both ``--seed_everything`` and ``--data.seed``, so for a given seed all methods train on identical client
 shards and identical per-round client and minibatch draws.
 
-Outputs in ``--out``: ``metrics.csv`` (per-round metrics of every run), ``results.md`` (one row per method) and
-``accuracy.png`` (test accuracy vs round, mean over seeds with a min-max band). Each run lives in
-``runs/<method>/seed<seed>/``: ``run_config.yaml`` (the generated config), ``command.txt`` (the equivalent
-``lightning-sfl fit`` command), ``log.txt`` (its output) and ``logs/`` (Lightning's
-``metrics.csv`` and resolved ``config.yaml``; checkpoints are deleted unless ``--keep_checkpoints``).
+Outputs in ``--out`` (made before anything is written: one that cannot be made is one ``error:`` line):
+``metrics.csv`` (per-round metrics of every run), ``results.md`` (one row per method) and ``accuracy.png`` (test
+accuracy vs round, mean over seeds with a min-max band). Each run lives in ``runs/<method>/seed<seed>/``:
+``run_config.yaml`` (the generated config), ``command.txt`` (the equivalent ``lightning-sfl fit`` command),
+``log.txt`` (its output), ``logs/`` (Lightning's ``metrics.csv``, which the comparison reads, and resolved
+``config.yaml``; checkpoints are deleted unless ``--keep_checkpoints``) and ``wandb/`` (its W&B run).
+
+W&B, as for ``fit`` (offline unless W&B's own switches, ``WANDB_MODE`` or ``wandb online``, say otherwise): every run
+is a W&B run named as a fit's run folder, ``<method>-<dataset>-<partition>-s<seed>-<key>``, grouped with the other
+seeds of its method (``<method>-<dataset>-<partition>-<key>``, ``key`` a hash of the setting without its seeds;
+``WANDB_RUN_GROUP`` if set), tagged with method, dataset, partition, seed and ``compare-<OUT's name>``, ``job_type``
+fit (:func:`wandb_env`); the comparison itself is a W&B run in ``OUT/wandb/`` (``job_type`` compare, its command as
+config and notes, its table as a ``wandb.Table``, its plots as images; W&B's messages about it in ``OUT/log.txt``;
+:mod:`.tracking`). ``--wandb false``: CSV logs only. ``--trainer.logger`` is not an override (the comparison needs
+its CSV log).
+
+While runs train, a terminal shows a status line on stderr (runs finished, running and failed, the best final test
+accuracy so far and its method: :class:`~lightning_sfl.trials.status.StatusLine`), cleared before each run's line and
+before the table; in a log or captured output there is none.
 
 ``--reuse`` skips runs whose folder holds a finished run of the same config and command, and continues an
 unfinished one from its last checkpoint (``fit --ckpt_path last``); ``--add`` adds ``--methods`` to the
@@ -32,8 +46,8 @@ The aggregation (:func:`read_lightning_metrics`, :func:`summarize`, :func:`forma
 
 Modules: :mod:`.records` (per-round records, per-run statistics, ``metrics.csv``), :mod:`.summary` (aggregation
 over seeds, the table), :mod:`.config` (configs, overrides, the run plan), :mod:`.runner` (running the plan),
-:mod:`.report` (``results.md``, ``accuracy.png``), :mod:`.options` (the command line) and :mod:`.cli`
-(:func:`main`). Every public name is importable from ``lightning_sfl.compare``.
+:mod:`.report` (``results.md``, ``accuracy.png``), :mod:`.tracking` (the comparison's W&B run), :mod:`.options` (the
+command line) and :mod:`.cli` (:func:`main`). Every public name is importable from ``lightning_sfl.compare``.
 """
 
 from lightning_sfl.trials import error_from_output
@@ -57,6 +71,7 @@ from .config import (
     plan_runs,
     resolve_config,
     resolve_method,
+    wandb_env,
 )
 from .config import _dir_name as _dir_name  # a run's folder name (used by the tests)
 from .options import OPTIONS, build_parser, command_line, parse_args, split_overrides
@@ -96,9 +111,12 @@ from .summary import (
     table_header,
     targets_of,
 )
+from .tracking import ComparisonRun, comparison_payload
 
 __all__ = [
     "ACC_KEY",
+    "ComparisonRun",
+    "comparison_payload",
     "CSV_COLUMNS",
     "CUM_BYTES_KEY",
     "FIT_FLAGS",
@@ -157,6 +175,7 @@ __all__ = [
     "table_header",
     "targets_of",
     "total_bytes",
+    "wandb_env",
     "write_metrics_csv",
     "write_report",
 ]

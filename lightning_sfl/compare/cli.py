@@ -1,4 +1,5 @@
-"""Entry point of ``lightning-sfl compare``: plan the runs, run them, write the outputs, print the table."""
+"""Entry point of ``lightning-sfl compare``: plan the runs, run them (each a W&B run too, and the comparison one of its
+own, unless ``--wandb false``), write the outputs, print the table."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from .options import command_line, methods_of, parse_args, without_methods
 from .records import RunResult, read_metrics_csv, write_metrics_csv
 from .report import write_report
 from .runner import execute
-from .summary import MethodSummary, format_table, plural, summarize
+from .summary import MethodSummary, format_table, plural, summarize, summary_cells, table_header
+from .tracking import ComparisonRun
 
 
 def kept_runs(args: argparse.Namespace) -> tuple[list[str], list[RunResult]]:
@@ -57,20 +59,21 @@ def check_out_is_ours(args: argparse.Namespace) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> list[MethodSummary]:
-    """Plan, run, and write ``metrics.csv``, ``results.md`` and ``accuracy.png``; return the summary rows."""
+    """Plan, run, and write ``metrics.csv``, ``results.md`` and ``accuracy.png``; return the summary rows. With
+    ``args.wandb``, every run is a W&B run and so is the comparison (:class:`~.tracking.ComparisonRun`)."""
     out = Path(args.out)
+    wandb = getattr(args, "wandb", True)
     try:
         check_out_is_ours(args)
         kept_methods, kept = kept_runs(args) if args.add else ([], [])
         with one_thread_before_fork():  # planning builds every run's data and method; the pool then forks
-            plan = plan_runs(args.config, args.methods, args.seeds, out, args.overrides, reuse=args.reuse)
+            plan = plan_runs(args.config, args.methods, args.seeds, out, args.overrides, reuse=args.reuse, wandb=wandb)
             if kept_methods:
                 kept_plan = plan_runs(args.config, kept_methods, args.seeds, out, args.overrides, write=False)
                 plan = kept_plan + plan
-    except ValueError as exc:  # a setting the CLI's parser rejects: one line, before any run or folder
+    except ValueError as exc:  # a setting the CLI's parser rejects, an --out that cannot be made: one line, no folder
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    out.mkdir(parents=True, exist_ok=True)
     if args.reuse:
         reused, resumed = sum(s.reuse for s in plan.runs), sum(s.resume for s in plan.runs)
         print(f"[compare] reusing {reused} finished runs with unchanged config and command; continuing {resumed} "
@@ -84,16 +87,53 @@ def run_compare(args: argparse.Namespace) -> list[MethodSummary]:
             print(f"[compare] {method}: not accepted by {plan.classes[method]}, dropped: {', '.join(dropped)}")
     new = [spec for spec in plan.runs if spec.method in args.methods]
     jobs = max(1, min(args.jobs, sum(not spec.reuse for spec in new)))
+    all_methods = [*kept_methods, *args.methods]  # the report's command reproduces the whole comparison
+    tracked = None
     with TrialPool(jobs, args.launcher, out / "submitit", args.slurm_parameters) as pool:
         pool.warm_up()  # forked from this process, which has imported what they need while planning: ready at once
-        results = kept + execute(new, pool, args.keep_checkpoints)
-    args.methods = [*kept_methods, *args.methods]  # the report's command reproduces the whole comparison
+        if wandb:  # after the fork: the workers must not hold this process's W&B run
+            command = command_line(argparse.Namespace(**{**vars(args), "methods": all_methods}))
+            tracked = ComparisonRun(out, command, run_settings(args, all_methods))
+        try:
+            results = kept + execute(new, pool, args.keep_checkpoints)
+        except BaseException:
+            if tracked is not None:  # ended when the process exits, failed
+                tracked.process.exit_code = 1
+            raise
+    args.methods = all_methods
     rows = summarize(results, args.target_acc)
     write_metrics_csv(results, out / "metrics.csv")
     write_report(args, plan, results, rows, out)
+    if tracked is not None:
+        cells = [summary_cells(r, args.target_acc, rows) for r in rows]
+        tracked.log_results(table_header(args.target_acc, rows), cells, out, accuracy_summary(rows))
     print(format_table(rows, args.target_acc))
-    print(f"[compare] wrote {out / 'results.md'}, {out / 'metrics.csv'}, {out / 'accuracy.png'}")
+    print(f"[compare] wrote {out / 'results.md'}, {out / 'metrics.csv'}, {out / 'accuracy.png'}", flush=True)
+    if tracked is not None:  # its messages go to OUT/log.txt: the lines above stay the last
+        tracked.finish(0 if any(r.n_completed for r in rows) else 1)
     return rows
+
+
+def run_settings(args: argparse.Namespace, methods: list[str]) -> dict:
+    """The comparison's settings, for its W&B run's config."""
+    return {
+        "configs": [str(c) for c in args.config],
+        "methods": methods,
+        "seeds": list(args.seeds),
+        "overrides": list(args.overrides),
+        "target_acc": args.target_acc,
+        "out": str(Path(args.out).absolute()),
+    }
+
+
+def accuracy_summary(rows: list[MethodSummary]) -> dict[str, float]:
+    """Each method's mean final and best test accuracy (fractions) over its completed runs."""
+    summary = {}
+    for row in rows:
+        if row.final_acc:
+            summary[f"final_test_acc/{row.method}"] = sum(row.final_acc) / len(row.final_acc)
+            summary[f"best_test_acc/{row.method}"] = sum(row.best_acc) / len(row.best_acc)
+    return summary
 
 
 def main(argv: Sequence[str] | None = None) -> None:

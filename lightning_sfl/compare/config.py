@@ -1,7 +1,7 @@
 """Configs and the run plan: each method's config as the CLI's own parser resolves it (the base configs, then
 ``--model <class>``, which keeps only the ``init_args`` that class accepts, then the overrides it accepts),
 checking the overrides, and laying out one run folder (``run_config.yaml``, ``command.txt``, ``fit`` arguments)
-per method × seed."""
+per method × seed, with the name, group and tags of its W&B run (:func:`wandb_env`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-#: Arguments the runner sets itself for every run; overriding them would break the comparison.
+#: Arguments the runner sets itself for every run; overriding them would break the comparison (the loggers: a CSV log
+#: that the comparison reads, and W&B's run unless ``--wandb false``).
 RESERVED_OVERRIDES = ("seed_everything", "data.seed", "trainer.logger", "trainer.default_root_dir", "config")
 #: Model arguments filled in from the data module by the CLI (not listed in the settings).
 LINKED_MODEL_ARGS = ("num_classes", "input_shape")
@@ -153,6 +154,8 @@ class RunSpec:
     #: the run started earlier with exactly this config and command and did not finish (``--reuse``): continued from
     #: its last checkpoint (``fit --ckpt_path last``: its CSV log continued, the rounds after the checkpoint dropped)
     resume: bool = False
+    #: W&B's variables for the run (:func:`wandb_env`): its name, group and tags (``None``: the variable removed)
+    env: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -178,23 +181,62 @@ def _dir_name(method: str) -> str:
     return re.sub(r"[^\w.-]", "_", method)
 
 
-def fit_args(run_config: Path, seed: int, run_dir: Path) -> list[str]:
+def fit_args(run_config: Path, seed: int, run_dir: Path, wandb: bool = True) -> list[str]:
     """Arguments of ``lightning-sfl fit`` for one run: its resolved config (overrides included), the seed, a CSV
-    logger into ``run_dir`` and no progress bar."""
+    logger into ``run_dir/logs`` (what the comparison reads; first, so Lightning's ``config.yaml`` goes beside it)
+    and, with ``wandb``, the CLI's default W&B logger into ``run_dir`` (offline unless W&B's own switches say
+    otherwise; named, tagged and grouped by the CLI as a fit's run, :func:`wandb_env`); no progress bar."""
+    loggers = [
+        "--trainer.logger=lightning_sfl.run_folder.ContinuingCSVLogger",  # <run_dir>/logs/metrics.csv, continued
+        f"--trainer.logger.save_dir={run_dir}",
+        f"--trainer.logger.name={LOG_SUBDIR}",
+    ]
+    if wandb:  # save_dir = default_root_dir: the CLI names, tags and groups it as a fit's (lightning_cli.py)
+        loggers += [
+            "--trainer.logger+=lightning_sfl.wandb.logger.WandbLogger",
+            f"--trainer.logger.save_dir={run_dir}",
+            "--trainer.logger.project=lightning-sfl",
+        ]
     return [
         "fit",
         "--config",
         str(run_config),
         f"--seed_everything={seed}",
         f"--data.seed={seed}",
-        "--trainer.logger=lightning_sfl.run_folder.ContinuingCSVLogger",  # <run_dir>/logs/metrics.csv, continued
-        f"--trainer.logger.save_dir={run_dir}",
-        f"--trainer.logger.name={LOG_SUBDIR}",
+        *loggers,
         f"--trainer.default_root_dir={run_dir}",
         "--run_name=",  # the trial's folder is the run folder
         f"--checkpoint.dirpath={run_dir / LOG_SUBDIR / 'checkpoints'}",
         *FIT_FLAGS,
     ]
+
+
+def wandb_env(config: dict, seed: int, comparison: str) -> dict[str, str | None]:
+    """W&B's variables for the run of ``config`` (a method's resolved config) with ``seed`` in the comparison named
+    ``comparison``: its name as a fit's run folder would read, ``<method>-<dataset>-<partition>-s<seed>-<key>``, its
+    group, the same for every seed of the method (``WANDB_RUN_GROUP`` if set, else
+    :func:`~lightning_sfl.run_folder.seeds_group`: ``<method>-<dataset>-<partition>-<key>``, ``key`` a hash of the
+    setting without its seeds), and the tag ``compare-<comparison>`` after those of ``WANDB_TAGS``; the CLI adds the
+    method, dataset, partition and seed tags as for any fit.
+
+    >>> cfg = {"model": {"class_path": "x.SCALA"}, "data": {"dataset": "digits", "partition": "iid", "seed": 0}}
+    >>> env = wandb_env(cfg, 3, "study")
+    >>> env["WANDB_NAME"].startswith("scala-digits-iid-s3-"), env["WANDB_RUN_GROUP"].startswith("scala-digits-iid-")
+    (True, True)
+    >>> env["WANDB_NAME"].endswith(env["WANDB_RUN_GROUP"].rsplit("-", 1)[1]), env["WANDB_TAGS"]
+    (True, 'compare-study')
+    """
+    from lightning_sfl.run_folder import run_name, seeds_group
+
+    group = seeds_group(config)
+    name = run_name({**config, "seed_everything": seed}, group.rsplit("-", 1)[1])
+    tags = [t for t in os.environ.get("WANDB_TAGS", "").split(",") if t] + [f"compare-{comparison}"]
+    return {
+        "WANDB_NAME": name,
+        "WANDB_RUN_GROUP": os.environ.get("WANDB_RUN_GROUP") or group,
+        "WANDB_TAGS": ",".join(dict.fromkeys(tags)),
+        "WANDB_RUN_ID": None,  # a run id of the environment would make every trial one run
+    }
 
 
 #: Written into a run folder when its ``fit`` finished without error (see ``--reuse``).
@@ -230,8 +272,11 @@ def plan_runs(
     overrides: Sequence[str] = (),
     write: bool = True,
     reuse: bool = False,
+    wandb: bool = True,
 ) -> Plan:
-    """Resolve methods, write one ``run_config.yaml`` per run (if ``write``) and build the ``fit`` arguments."""
+    """Resolve methods, write one ``run_config.yaml`` per run (if ``write``: ``out`` is made first, a one-line
+    :class:`~lightning_sfl.errors.ConfigError` if it cannot be) and build the ``fit`` arguments (with a W&B run
+    if ``wandb``)."""
     if len(set(methods)) != len(methods):
         raise ValueError(f"duplicate methods in {list(methods)}")
     if len(set(seeds)) != len(seeds):
@@ -244,12 +289,17 @@ def plan_runs(
         cls = resolve_method(method)
         configs_of[method], dropped[method] = method_config(configs, base, cls, overrides, check=write)
         classes[method] = class_path(cls)
+    if write:
+        from lightning_sfl.trials.folders import create_output_folder
+
+        create_output_folder("--out", out)
     for method in methods:
         header = f"# generated by lightning-sfl compare: method {method}, from {', '.join(map(str, configs))}\n"
         for seed in seeds:
             run_dir = out / "runs" / _dir_name(method) / f"seed{seed}"
             run_config = run_dir / "run_config.yaml"
-            spec = RunSpec(method, seed, run_dir, fit_args(run_config, seed, run_dir))
+            env = wandb_env(configs_of[method], seed, out.name) if wandb else {}
+            spec = RunSpec(method, seed, run_dir, fit_args(run_config, seed, run_dir, wandb), env=env)
             if write:
                 _write_run_dir(spec, run_config, configs_of[method], header, reuse)
             runs.append(spec)

@@ -26,6 +26,7 @@ OPTIONS = (
     "--keep_checkpoints",
     "--reuse",
     "--add",
+    "--wandb",
     *LAUNCHER_OPTIONS,
 )
 
@@ -83,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
         "the other methods' runs in its metrics.csv are kept, not run again, and the report covers all",
     )
     parser.add_argument(
+        "--wandb",
+        choices=["true", "false"],
+        default="true",
+        help="log each run, and the comparison itself, as a W&B run (offline unless W&B's own switches, WANDB_MODE or "
+        "`wandb online`, say otherwise; each run also keeps its CSV log, which the comparison reads); false: CSV only",
+    )
+    parser.add_argument(
         "--overrides", nargs="*", default=[], metavar="ARG", help='fit options, e.g. --overrides "--data.alpha=1"'
     )
     return parser
@@ -120,6 +128,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     rest, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(rest)
     args.overrides = overrides
+    args.wandb = args.wandb == "true"
     if args.methods is None:
         from lightning_sfl.algorithms.registry import SYNCHRONOUS, names
 
@@ -157,15 +166,15 @@ def methods_of(command: str) -> list[str]:
 
 
 def without_methods(command: str) -> list[str]:
-    """The tokens of a ``lightning-sfl compare`` command minus ``--methods ...``, ``--jobs N`` and the launcher's
-    options (which change no run's results).
+    """The tokens of a ``lightning-sfl compare`` command minus ``--methods ...``, ``--jobs N``, ``--wandb X`` and the
+    launcher's options (which change no run's results).
 
-    >>> without_methods("lightning-sfl compare --methods a b --seeds 0 --jobs 2 --out x")
+    >>> without_methods("lightning-sfl compare --methods a b --seeds 0 --jobs 2 --out x --wandb false")
     ['lightning-sfl', 'compare', '--seeds', '0', '--out', 'x']
     """
     tokens, kept, i = shlex.split(command), [], 0
     while i < len(tokens):
-        if tokens[i] in ("--jobs", "--launcher"):
+        if tokens[i] in ("--jobs", "--launcher", "--wandb"):
             i += 2
         elif tokens[i] == "--isolate":
             i += 1
@@ -199,6 +208,8 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--slurm", *args.slurm]
     if args.keep_checkpoints:
         parts.append("--keep_checkpoints")
+    if not getattr(args, "wandb", True):
+        parts += ["--wandb", "false"]
     if args.overrides:
         parts += ["--overrides", *args.overrides]
     return shlex.join(parts)

@@ -26,6 +26,8 @@ from .summary import (
     targets_of,
 )
 
+#: The end of the files paragraph of ``results.md`` when the runs log to W&B.
+WANDB_FILES = "; `wandb/`: its W&B run), `wandb/` (the comparison's own W&B run; W&B's messages in `log.txt`)."
 X_LABELS = {"round": "round", "seconds": "simulated time (s)", "bytes": "bytes exchanged (MB)"}
 
 
@@ -68,10 +70,12 @@ def _resolved_config(run_dir: Path) -> dict:
     path = run_dir / LOG_SUBDIR / "config.yaml"  # written by LightningCLI: the fully resolved config of the run
     if not path.exists():
         path = run_dir / "run_config.yaml"
-    if not path.exists():
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):  # none, or not readable: the plan's config is shown
         return {}
-    with open(path) as f:
-        return yaml.safe_load(f) or {}
+    return config if isinstance(config, dict) else {}
 
 
 def _fmt_value(v: Any) -> str:
@@ -173,7 +177,7 @@ def results_markdown(
         "mean over seeds, when the runs logged it), `accuracy_traffic.png` (against the bytes exchanged, "
         "`comm/cumulative_bytes`, when logged), `runs/<method>/seed<seed>/` (`command.txt`: the equivalent "
         "`lightning-sfl fit` command; `run_config.yaml`: its config; `logs/`: Lightning's `metrics.csv` and resolved "
-        "`config.yaml`).",
+        "`config.yaml`" + (WANDB_FILES if getattr(args, "wandb", True) else ")."),
         "",
     ]
     return "\n".join(lines)

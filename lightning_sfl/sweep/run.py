@@ -20,6 +20,17 @@ by ``(--seed, trial)``; ``bayes`` asks optuna's Gaussian-process sampler (``optu
 engine, the ``sweeps`` package, pins ``numpy<2``, which the rest of our dependencies have left behind), told every
 finished trial. ``--count`` is the sweep's total number of trials (default: the grid's size or ``run_cap``);
 ``OUT/sweep.json`` records every trial, so a second call runs only the trials that are missing or failed.
+
+No parameter set is tried twice: a draw (``random``) or a proposal (``bayes``) equal to a recorded or running trial's
+is drawn again (:meth:`Sweep.params_of`); a space with fewer parameter sets than ``--count`` (a grid, or values only)
+runs each once and says so in one line. A resumed sweep plans as one run at once: ``random`` draws trial ``k`` from
+the same generator, and the Bayesian sampler's random state continues (it is seeded by ``--seed`` and the number of
+trials recorded, :func:`sampler_seed`, so its random start-up draws do not start again from the first trial's).
+
+On a terminal, a status line on stderr (:class:`~lightning_sfl.trials.status.StatusLine`) shows the trials finished,
+running and failed and the best metric so far while trials run; it is cleared before each trial's line and before
+the table. A sweep file, ``sweep.json`` or ``--out`` that cannot be used is one ``error:`` line (exit code 2) before
+anything is written.
 """
 
 from __future__ import annotations
@@ -37,20 +48,78 @@ from typing import Any
 
 import yaml
 
-from lightning_sfl.errors import ConfigError, OneLineArgumentParser
+from lightning_sfl.errors import MAX_SEED, ConfigError, OneLineArgumentParser, check_output_folder
 from lightning_sfl.sweep.space import (
     check_sweep,
+    distinct,
     expand_command,
+    finite_points,
     grid_points,
     optuna_space,
+    point_key,
     random_generator,
     sample,
+    space_size,
 )
 from lightning_sfl.trials import Trial, TrialPool
+from lightning_sfl.trials.folders import create_output_folder
 from lightning_sfl.trials.options import add_launcher_arguments, launcher_of, slurm_parameters
+from lightning_sfl.trials.status import StatusLine
 from lightning_sfl.trials.worker import TRIAL_COMMANDS
 
 STATE = "sweep.json"
+#: Draws (``random``) or proposals (``bayes``) made for one trial before its space counts as exhausted.
+MAX_DRAWS = 1000
+#: Proposals of the Bayesian sampler for one trial before a random draw is taken instead.
+MAX_PROPOSALS = 20
+
+
+def read_sweep(path: Path) -> dict[str, Any]:
+    """The content of the sweep file ``path``, checked (:func:`~lightning_sfl.sweep.space.check_sweep`); an
+    unreadable file, broken YAML or a bad key is a one-line :class:`~lightning_sfl.errors.ConfigError` naming the
+    file."""
+    shown = f"sweep={str(path)!r}"
+    if not path.is_file():
+        raise ConfigError(f"{shown} {'is not a file' if path.exists() else 'does not exist'}")
+    try:
+        content = yaml.safe_load(path.read_text())
+    except UnicodeDecodeError:
+        raise ConfigError(f"{shown} is not a text file (not UTF-8)") from None
+    except OSError as err:
+        raise ConfigError(f"{shown} cannot be read ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{shown} is not valid YAML ({yaml_problem(err)})") from None
+    try:
+        return check_sweep(content)
+    except ConfigError as err:
+        raise ConfigError(f"{shown}: {err}") from None
+
+
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """What is wrong in a YAML text, in one line, with its place.
+
+    >>> try:
+    ...     yaml.safe_load("a: [1, 2\\nb: 3")
+    ... except yaml.YAMLError as err:
+    ...     yaml_problem(err)
+    "expected ',' or ']', but got ':' at line 2, column 2"
+    """
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or " ".join(str(err).split())
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
+
+
+def sampler_seed(seed: int, recorded: int) -> int:
+    """The seed of the Bayesian sampler of a sweep with ``recorded`` trials recorded: ``seed`` for a new sweep; for a
+    resumed one a seed drawn from ``(seed, recorded)``, so that its random draws go on rather than repeat the first
+    trials'.
+
+    >>> sampler_seed(3, 0), sampler_seed(3, 2) != sampler_seed(3, 0), sampler_seed(3, 2) == sampler_seed(3, 2)
+    (3, True, True)
+    """
+    import numpy as np
+
+    return seed if recorded == 0 else int(np.random.SeedSequence([seed, recorded]).generate_state(1)[0])
 
 
 def trial_metric(folder: Path, name: str) -> float | None:
@@ -99,26 +168,35 @@ class Sweep:
         self.path, self.out, self.seed, self.extra, self.jobs = path, out, seed, list(extra), jobs
         self.launcher, self.slurm = launcher, slurm or {}
         self.pool: TrialPool | None = None  # while :meth:`run` runs
-        try:
-            self.config = check_sweep(yaml.safe_load(path.read_text()))
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from err
+        self.status: StatusLine | None = None  # while :meth:`run` runs
+        self.config = read_sweep(path)
         self.name = str(self.config.get("name") or path.stem)
         #: the trials are ``lightning-sfl`` commands (run by the pool) rather than another program's
         self.runs_ours = expand_command(self.config["command"][:1], {}, self.config.get("program")) == ["lightning-sfl"]
         self.params = self.config["parameters"]
         metric = self.config.get("metric") or {}
         self.metric, self.goal = metric.get("name"), metric.get("goal", "minimize")
-        self.grid = grid_points(self.params) if self.config["method"] == "grid" else None
-        limits = [n for n in (count, self.config.get("run_cap"), len(self.grid) if self.grid else None) if n]
+        self.grid = distinct(grid_points(self.params)) if self.config["method"] == "grid" else None
+        #: how many parameter sets the space holds (``None``: no end)
+        self.size = len(self.grid) if self.grid is not None else space_size(self.params)
+        limits = [n for n in (count, self.config.get("run_cap"), self.size) if n]
         if not limits:
             raise ConfigError(f"--count is required: method {self.config['method']} without run_cap has no end")
         if count is not None and count < 1:
             raise ConfigError(f"--count={count} must be >= 1")
         self.count = min(limits)
+        #: said before the trials run when the space holds fewer parameter sets than asked for
+        self.note = None
+        asked = [n for n in (count, self.config.get("run_cap")) if n]
+        if self.size is not None and asked and min(asked) > self.size:
+            self.note = (f"the space holds {self.size} parameter sets: {self.size} trials, each tried once (not "
+                         f"{min(asked)})")  # fmt: skip
         self.trials: dict[int, dict[str, Any]] = {}
         self.lock = threading.Lock()
         self._load()
+        #: the parameter sets recorded or planned (by :func:`~lightning_sfl.sweep.space.point_key`): never run twice
+        self.taken = {point_key(t["params"]) for t in self.trials.values()}
+        self.exhausted = False  # no new parameter set could be found: the trials not started yet are not run
         self.study = self._study() if self.config["method"] == "bayes" else None
 
     # ------------------------------------------------------------------ state
@@ -126,12 +204,19 @@ class Sweep:
         state = self.out / STATE
         if not state.exists():
             return
-        saved = json.loads(state.read_text())
-        if saved.get("sweep") != self.config or saved.get("seed") != self.seed or saved.get("extra") != self.extra:
+        try:
+            saved = json.loads(state.read_text())
+            same = (saved.get("sweep"), saved.get("seed"), saved.get("extra")) == (self.config, self.seed, self.extra)
+            trials = {int(k): v for k, v in saved["trials"].items()} if same else {}
+            finished = {k: v for k, v in trials.items() if v.get("status") == "finished" and "params" in v}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            why = err.strerror if isinstance(err, OSError) else f"{type(err).__name__}: {err}".splitlines()[0]
+            raise ConfigError(f"{state} is not a sweep's record ({why}): choose another --out, or delete it") from None
+        if not same:
             raise ConfigError(
                 f"{self.out} holds another sweep (file, --seed or extra args differ); choose another --out"
             )
-        self.trials = {int(k): v for k, v in saved["trials"].items() if v.get("status") == "finished"}
+        self.trials = finished
 
     def _save(self) -> None:
         state = {"sweep": self.config, "seed": self.seed, "extra": self.extra, "trials": self.trials}
@@ -146,7 +231,8 @@ class Sweep:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.space, self.constants = optuna_space(self.params)
         direction = "maximize" if self.goal == "maximize" else "minimize"
-        study = optuna.create_study(direction=direction, sampler=optuna.samplers.GPSampler(seed=self.seed))
+        sampler = optuna.samplers.GPSampler(seed=sampler_seed(self.seed, len(self.trials)))
+        study = optuna.create_study(direction=direction, sampler=sampler)
         for k in sorted(self.trials):
             record = self.trials[k]
             if record.get("metric") is not None:
@@ -156,15 +242,54 @@ class Sweep:
                 )
         return study
 
-    def params_of(self, k: int) -> tuple[dict[str, Any], Any]:
-        """Trial ``k``'s parameters (and optuna's trial handle for ``bayes``)."""
-        if self.grid is not None:
-            return self.grid[k], None
-        if self.study is None:
-            return sample(self.params, random_generator(self.seed, k)), None
+    def params_of(self, k: int) -> tuple[dict[str, Any] | None, Any]:
+        """Trial ``k``'s parameters (and optuna's trial handle for ``bayes``), a set no other trial has (recorded,
+        running or planned); ``(None, None)`` once the space has no new one (said in one line)."""
         with self.lock:
+            if self.exhausted:
+                return None, None
+            if self.grid is not None:
+                params, handle = self.grid[k], None
+            elif self.study is None:
+                params, handle = self._draw(k), None
+            else:
+                params, handle = self._propose(k)
+            if params is None:
+                self.exhausted = True
+                self._say(f"[sweep {self.name}] trial {k}: every parameter set of the space has been tried; no more "
+                          "trials are run")  # fmt: skip
+                return None, None
+            self.taken.add(point_key(params))
+            return params, handle
+
+    def _draw(self, k: int) -> dict[str, Any] | None:
+        """``random``: the first draw of trial ``k``'s generator that no other trial has; in a space of few sets whose
+        draws keep repeating (values of small probability), one of the sets left, chosen by the same generator."""
+        rng = random_generator(self.seed, k)
+        for _ in range(MAX_DRAWS):
+            point = sample(self.params, rng)
+            if point_key(point) not in self.taken:
+                return point
+        left = [p for p in finite_points(self.params) if point_key(p) not in self.taken] if self.size else []
+        return left[int(rng.integers(len(left)))] if left else None
+
+    def _propose(self, k: int) -> tuple[dict[str, Any] | None, Any]:
+        """``bayes``: the sampler's proposal; one equal to another trial's is told failed (the sampler learns
+        nothing from it) and the sampler asked again; after :data:`MAX_PROPOSALS` such, a random draw
+        (:meth:`_draw`) is given to the sampler as the trial's parameters."""
+        import optuna
+
+        for _ in range(MAX_PROPOSALS):
             handle = self.study.ask(self.space)
-        return {**self.constants, **handle.params}, handle
+            params = {**self.constants, **handle.params}
+            if point_key(params) not in self.taken:
+                return params, handle
+            self.study.tell(handle, state=optuna.trial.TrialState.FAIL)
+        params = self._draw(k)
+        if params is None:
+            return None, None
+        self.study.enqueue_trial({n: params[n] for n in self.space})
+        return params, self.study.ask(self.space)
 
     # ------------------------------------------------------------------ running
     def command(self, params: dict[str, Any]) -> list[str]:
@@ -176,8 +301,12 @@ class Sweep:
             cmd.append("--torch_threads=1")
         return cmd
 
-    def run_trial(self, k: int) -> dict[str, Any]:
-        params, handle = self.params_of(k)
+    def run_trial(self, k: int, planned: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """Run trial ``k`` with the ``planned`` parameters (else :meth:`params_of`'s) and record it; ``None``: not run,
+        every parameter set has been tried."""
+        params, handle = (planned, None) if planned is not None else self.params_of(k)
+        if params is None:
+            return None
         folder = self.out / f"trial-{k}"
         folder.mkdir(parents=True, exist_ok=True)
         env = {
@@ -188,6 +317,8 @@ class Sweep:
         }
         cmd = self.command(params)
         shown = cmd[1:]  # recorded: the command after its program
+        if self.status is not None:
+            self.status.trial_started()
         if cmd[0] == "lightning-sfl" and cmd[1:2] and cmd[1] in TRIAL_COMMANDS:
             trial = Trial(cmd[1:], cwd=folder, log=folder / "log.txt", env={**env, "WANDB_SWEEP_ID": None})
             code = self.pool.run(trial).exit_code
@@ -196,7 +327,8 @@ class Sweep:
                 cmd = [sys.executable, "-m", "lightning_sfl.cli", *cmd[1:]]
             env = {**{k: v for k, v in os.environ.items() if k != "WANDB_SWEEP_ID"}, **env}
             with open(folder / "log.txt", "w") as log:
-                proc = subprocess.run(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+                proc = subprocess.run(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, check=False)  # fmt: skip
             code = proc.returncode
         metric = trial_metric(folder, self.metric) if self.metric and code == 0 else None
         status = "finished" if code == 0 else f"failed (exit {code}, see {folder / 'log.txt'})"
@@ -207,36 +339,69 @@ class Sweep:
                 self.study.tell(handle, metric if ok else None, state=None if ok else _failed())
             self.trials[k] = record
             self._save()
-        print(
-            f"[sweep {self.name}] trial {k}: {status}"
-            + (f", {self.metric}={metric:.4g}" if metric is not None else ""),
-            flush=True,
+        if self.status is not None:
+            self.status.trial_ended(code == 0, metric, f"trial {k}")
+        self._say(
+            f"[sweep {self.name}] trial {k}: {status}" + (f", {self.metric}={metric:.4g}" if metric is not None else "")
         )
         return record
 
+    def _say(self, line: str) -> None:
+        """A line of the sweep's output (below the status line, if one is shown)."""
+        if self.status is not None:
+            self.status.say(line)
+        else:
+            print(line, flush=True)
+
     def run(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
+        """Run the trials that are not recorded as finished into ``out`` (which must exist: :func:`main` makes it)."""
         todo = [k for k in range(self.count) if k not in self.trials]
         print(
             f"[sweep {self.name}] {self.config['method']}: {self.count} trials, {len(self.trials)} already finished, "
             f"{len(todo)} to run -> {self.out}",
             flush=True,
         )
+        if self.note:
+            print(f"[sweep {self.name}] {self.note}", flush=True)
         jobs = max(1, min(self.jobs, len(todo)))
+        status = StatusLine("sweep", self.count, self.metric or "", self.goal)
+        status.finished = len(self.trials)
+        for k, t in self.trials.items():
+            status.consider(t.get("metric"), f"trial {k}")
         with TrialPool(jobs, self.launcher, self.out / "submitit", self.slurm) as self.pool:
             if todo and self.runs_ours:  # the workers' fork server imports while the first trials are planned
                 self.pool.warm_up()
-            if jobs == 1 or self.grid is not None or self.study is None:
-                with ThreadPoolExecutor(max_workers=jobs) as threads:
-                    list(threads.map(self.run_trial, todo))
-                return
-            with ThreadPoolExecutor(max_workers=jobs) as threads:  # bayes: ask when a worker frees up
-                running = set()
-                for k in todo:
-                    if len(running) >= jobs:
-                        _, running = wait(running, return_when=FIRST_COMPLETED)
-                    running.add(threads.submit(self.run_trial, k))
-                wait(running)
+            with status:
+                self.status = status
+                try:
+                    self._run_all(todo, jobs)
+                finally:
+                    self.status = None
+
+    def plan(self, todo: list[int]) -> dict[int, dict[str, Any]]:
+        """``grid`` and ``random``: the parameters of the trials ``todo``, drawn in trial order before any runs (as in a
+        sweep run at once), up to the end of the space."""
+        planned = {}
+        for k in todo:
+            params, _ = self.params_of(k)
+            if params is None:
+                break
+            planned[k] = params
+        return planned
+
+    def _run_all(self, todo: list[int], jobs: int) -> None:
+        if self.study is None:
+            planned = self.plan(todo)
+            with ThreadPoolExecutor(max_workers=jobs) as threads:
+                list(threads.map(self.run_trial, planned, planned.values()))
+            return
+        with ThreadPoolExecutor(max_workers=jobs) as threads:  # bayes: ask when a worker frees up
+            running = set()
+            for k in todo:
+                if len(running) >= jobs:
+                    _, running = wait(running, return_when=FIRST_COMPLETED)
+                running.add(threads.submit(self.run_trial, k))
+            wait(running)
 
     # ------------------------------------------------------------------ report
     def table(self) -> str:
@@ -287,14 +452,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = build_parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     try:
-        if not args.sweep.is_file():
-            raise ConfigError(f"sweep={str(args.sweep)!r} does not exist")
         if args.jobs < 1:
             raise ConfigError(f"--jobs={args.jobs} must be >= 1")
-        name = (yaml.safe_load(args.sweep.read_text()) or {}).get("name") or args.sweep.stem
+        if not 0 <= args.seed <= MAX_SEED:
+            raise ConfigError(f"--seed={args.seed} must be in [0, {MAX_SEED}] (numpy's seeds)")
+        name = read_sweep(args.sweep).get("name") or args.sweep.stem
         out = args.out or Path("runs") / "sweeps" / str(name)
+        check_output_folder("--out", out)
         launcher, slurm = launcher_of(args), slurm_parameters(args.slurm)
         sweep = Sweep(args.sweep, out, args.count, args.seed, extra, args.jobs, launcher, slurm)
+        create_output_folder("--out", out)  # the last check: nothing is written before it
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

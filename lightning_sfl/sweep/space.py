@@ -14,6 +14,9 @@ True
 [{'a': 1, 'b': 'x'}, {'a': 2, 'b': 'x'}]
 >>> expand_command(["lightning-sfl", "fit", "${args}"], {"model.lr": 0.1, "data.seed": 2})
 ['lightning-sfl', 'fit', '--model.lr=0.1', '--data.seed=2']
+
+A sweep never tries one parameter set twice: :func:`point_key` says when two sets are the same, :func:`space_size`
+how many sets a space holds (``None``: too many to run out of), :func:`finite_points` lists them.
 """
 
 from __future__ import annotations
@@ -81,7 +84,8 @@ def distribution_of(name: str, spec: dict[str, Any]) -> str:
 def check_sweep(sweep: Any) -> dict[str, Any]:
     """The sweep file's content, checked: one-line errors naming the key and what is allowed."""
     if not isinstance(sweep, dict):
-        raise ConfigError("a sweep file must be a YAML mapping (method, metric, parameters, command)")
+        found = "an empty file" if sweep is None else f"a YAML {type(sweep).__name__}"
+        raise ConfigError(f"a sweep file must be a YAML mapping (method, metric, parameters, command), found {found}")
     if sweep.get("method") not in METHODS:
         raise ConfigError(f"method={sweep.get('method')!r} is not one of: {', '.join(METHODS)}")
     metric = sweep.get("metric") or {}
@@ -110,6 +114,71 @@ def grid_points(params: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     names = list(params)
     choices = [[spec["value"]] if "value" in spec else list(spec["values"]) for spec in params.values()]
     return [dict(zip(names, combo)) for combo in itertools.product(*choices)]
+
+
+def point_key(point: dict[str, Any]) -> str:
+    """What identifies a parameter set (the same values, whatever their order; a value read back from a sweep's JSON
+    record is the value drawn).
+
+    >>> point_key({"b": 1, "a": 0.5}) == point_key({"a": 0.5, "b": 1})
+    True
+    """
+    return json.dumps(point, sort_keys=True, default=str)
+
+
+def distinct(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``points`` without the repeats of an earlier one (a grid whose ``values`` repeat a value), in order.
+
+    >>> distinct([{"a": 1}, {"a": 2}, {"a": 1}])
+    [{'a': 1}, {'a': 2}]
+    """
+    seen: set[str] = set()
+    kept = []
+    for point in points:
+        if point_key(point) not in seen:
+            seen.add(point_key(point))
+            kept.append(point)
+    return kept
+
+
+def _finite_choices(name: str, spec: dict[str, Any]) -> list[Any] | None:
+    """The values a parameter can take, if they are few enough to list (constant, values with a non-zero
+    probability, int_uniform); ``None`` for the others."""
+    dist = distribution_of(name, spec)
+    if dist == "constant":
+        return [spec["value"]]
+    if dist in ("categorical", "categorical_w_probabilities"):
+        p = spec.get("probabilities") or [1] * len(spec["values"])
+        return [v for v, w in zip(spec["values"], p) if w > 0]
+    if dist == "int_uniform" and spec["max"] - spec["min"] < 1_000_000:
+        return list(range(spec["min"], spec["max"] + 1))
+    return None
+
+
+def space_size(params: dict[str, dict[str, Any]]) -> int | None:
+    """How many parameter sets the space holds, if every parameter takes listable values (see
+    :func:`finite_points`); ``None`` otherwise (a continuous distribution: no end).
+
+    >>> space_size({"a": {"values": [1, 2, 3]}, "b": {"min": 1, "max": 2}, "c": {"value": 0}})
+    6
+    >>> space_size({"a": {"values": [1, 2]}, "lr": {"min": 0.1, "max": 1.0}}) is None
+    True
+    """
+    size = 1
+    for name, spec in params.items():
+        choices = _finite_choices(name, spec)
+        if choices is None:
+            return None
+        size *= len(choices)
+    return size
+
+
+def finite_points(params: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every parameter set of a space whose :func:`space_size` is known, in grid order."""
+    choices = [_finite_choices(name, spec) for name, spec in params.items()]
+    if any(c is None for c in choices):
+        raise ValueError("the space has a continuous parameter: its points cannot be listed")
+    return [dict(zip(params, combo)) for combo in itertools.product(*choices)]
 
 
 def random_generator(seed: int, trial: int) -> np.random.Generator:

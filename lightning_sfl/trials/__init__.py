@@ -28,6 +28,10 @@ Launchers (``TrialPool(launcher=...)``):
     each trial a job of `submitit <https://github.com/facebookincubator/submitit>`_ (``pip install
     'lightning-sfl[slurm]'``) on SLURM, or on this machine with submitit's local executor (the same code path
     without a cluster); its logs and pickles in the pool's ``folder``.
+
+Beside the pool: :mod:`.status` (the live status line both commands show on a terminal while trials run),
+:mod:`.folders` (their ``--out``, made for real before anything is written) and :mod:`.options` (the launcher's
+command-line options).
 """
 
 from .pool import LAUNCHERS, TrialPool, one_thread_before_fork

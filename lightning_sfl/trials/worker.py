@@ -55,13 +55,16 @@ class _ProcessState:
 
 @contextlib.contextmanager
 def _output_to(path) -> None:
-    """Everything this process writes meanwhile goes to ``path``: Python's ``sys.stdout``/``sys.stderr`` and file
-    descriptors 1 and 2 (C libraries, child processes that inherit them)."""
+    """Everything this process writes meanwhile goes to ``path`` (emptied first): Python's ``sys.stdout``/
+    ``sys.stderr`` and file descriptors 1 and 2 (C libraries, child processes that inherit them). Every write goes to
+    the file's end (append mode), as the trial's W&B process, which opens the file on its own, writes there too: no
+    write overwrites another's."""
     streams = sys.stdout, sys.stderr
     for stream in streams:
         stream.flush()
     saved = os.dup(1), os.dup(2)
-    with open(path, "w", buffering=1, encoding="utf-8", errors="backslashreplace") as log:
+    open(path, "w").close()
+    with open(path, "a", buffering=1, encoding="utf-8", errors="backslashreplace") as log:
         os.dup2(log.fileno(), 1), os.dup2(log.fileno(), 2)
         sys.stdout = sys.stderr = log
         try:
@@ -116,7 +119,9 @@ def run_here(trial: Trial, wait_for_wandb: bool = True) -> Outcome:
     trial.log.parent.mkdir(parents=True, exist_ok=True)
     with _ProcessState(), _output_to(trial.log):
         os.chdir(trial.cwd)
-        environment = trial.environment(dict(os.environ))
+        # PYTHONSAFEPATH: a process the trial starts with ``python -m`` (its W&B process) imports this installation's
+        # package, not a lightning_sfl/ folder in the trial's folder (as a trial of the isolate launcher does)
+        environment = {**trial.environment(dict(os.environ)), "PYTHONSAFEPATH": "1"}
         os.environ.clear()
         os.environ.update(environment)
         code = 0
