@@ -111,6 +111,21 @@ def check_output_folder(name: str, folder: str | os.PathLike | None) -> None:
                 parent.rmdir()
 
 
+def yaml_problem(err: Exception) -> str:
+    """What is wrong in a YAML text, in one line, with its place.
+
+    >>> import yaml
+    >>> try:
+    ...     yaml.safe_load("a: [1, 2\\nb: 3")
+    ... except yaml.YAMLError as err:
+    ...     yaml_problem(err)
+    "expected ',' or ']', but got ':' at line 2, column 2"
+    """
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or " ".join(str(err).split())
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
+
+
 class OneLineArgumentParser(argparse.ArgumentParser):
     """``argparse``'s parser whose errors are one ``error:`` line and exit code 2, like ``fit``'s (no usage dump),
     and which takes no abbreviated option names."""

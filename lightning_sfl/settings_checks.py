@@ -11,7 +11,7 @@ from typing import Any
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-from lightning_sfl.errors import ConfigError, NonFiniteError, reported_cause
+from lightning_sfl.errors import ConfigError, NonFiniteError, reported_cause, yaml_problem
 
 __all__ = [
     "TRAINER_RULES",
@@ -106,8 +106,7 @@ def check_config_files(argv) -> None:
         try:
             content = yaml.safe_load(path.read_text())
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            problem = " ".join(str(exc).split())
-            raise ConfigError(f"--config {name}: not valid YAML ({problem})") from None
+            raise ConfigError(f"--config {name}: not valid YAML ({yaml_problem(exc)})") from None
         if not isinstance(content, dict):
             found = "an empty file" if content is None else f"a YAML {type(content).__name__}"
             raise ConfigError(f"--config {name}: expected a YAML mapping of settings (model:, data:, …), found {found}")

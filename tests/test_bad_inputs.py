@@ -123,7 +123,7 @@ BAD: list[tuple[list[str], str]] = [
     # config files that hold no settings
     (["--config=empty.yaml"], "--config empty.yaml: expected a YAML mapping of settings (model:, data:, …), found an"),
     (["--config", "list.yaml"], "--config list.yaml: expected a YAML mapping of settings (model:, data:, …), found a"),
-    (["--config", "broken.yaml"], "--config broken.yaml: not valid YAML (while parsing a flow node"),
+    (["--config", "broken.yaml"], "--config broken.yaml: not valid YAML (expected the node content, but found"),
     # a typo in a config file: the option and the file
     (["--config", "typo.yaml"], "does not accept option 'modle.lr' (set in --config typo.yaml)"),
     (["--config=typo_model.yaml"], "--model.help SCALA) (set in --config typo_model.yaml)"),  # --model.lrr: not an …

@@ -33,20 +33,6 @@ def comparison_payload(columns: list[str], data: list[list[str]], images: dict[s
     return payload
 
 
-def _spawned(make):
-    """``make()`` with ``PYTHONSAFEPATH`` set meanwhile, so that the process it starts (``python -m``) imports this
-    installation's package, not a ``lightning_sfl/`` folder in the working folder."""
-    before = os.environ.get("PYTHONSAFEPATH")
-    os.environ["PYTHONSAFEPATH"] = "1"
-    try:
-        return make()
-    finally:
-        if before is None:
-            del os.environ["PYTHONSAFEPATH"]
-        else:
-            os.environ["PYTHONSAFEPATH"] = before
-
-
 class ComparisonRun:
     """The W&B run of a comparison into ``out`` made by ``command`` (see the module docstring); ``settings``: the
     run's config beside the command."""
@@ -69,7 +55,7 @@ class ComparisonRun:
         }
         if os.environ.get("WANDB_RUN_GROUP"):
             init["group"] = os.environ["WANDB_RUN_GROUP"]
-        self.process = _spawned(wandb_process.WandbProcess)
+        self.process = wandb_process.WandbProcess()
         before, wandb_process.output_path = wandb_process.output_path, str(out / "log.txt")
         try:
             self.process.init(init, offline=None)  # the worker takes its output file now

@@ -48,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from lightning_sfl.errors import MAX_SEED, ConfigError, OneLineArgumentParser, check_output_folder
+from lightning_sfl.errors import MAX_SEED, ConfigError, OneLineArgumentParser, check_output_folder, yaml_problem
 from lightning_sfl.sweep.space import (
     check_sweep,
     distinct,
@@ -93,20 +93,6 @@ def read_sweep(path: Path) -> dict[str, Any]:
         return check_sweep(content)
     except ConfigError as err:
         raise ConfigError(f"{shown}: {err}") from None
-
-
-def yaml_problem(err: yaml.YAMLError) -> str:
-    """What is wrong in a YAML text, in one line, with its place.
-
-    >>> try:
-    ...     yaml.safe_load("a: [1, 2\\nb: 3")
-    ... except yaml.YAMLError as err:
-    ...     yaml_problem(err)
-    "expected ',' or ']', but got ':' at line 2, column 2"
-    """
-    mark = getattr(err, "problem_mark", None)
-    problem = getattr(err, "problem", None) or " ".join(str(err).split())
-    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
 
 
 def sampler_seed(seed: int, recorded: int) -> int:

@@ -107,7 +107,10 @@ class WandbProcess:
         parent_to_child, child_reads = os.pipe()[::-1]  # (write end, read end)
         parent_reads, child_to_parent = os.pipe()
         cmd = [sys.executable, "-m", "lightning_sfl.wandb.process", str(child_reads), str(child_to_parent)]
-        self._proc = subprocess.Popen(cmd, pass_fds=(child_reads, child_to_parent), stdin=subprocess.DEVNULL)
+        # PYTHONSAFEPATH: ``python -m`` imports this installation's package, not a lightning_sfl/ folder in the working
+        # folder (Python 3.11+; the worker changes to the run's folder itself before wandb.init)
+        env = {**os.environ, "PYTHONSAFEPATH": "1"}
+        self._proc = subprocess.Popen(cmd, pass_fds=(child_reads, child_to_parent), stdin=subprocess.DEVNULL, env=env)
         os.close(child_reads), os.close(child_to_parent)
         self._send_end = Connection(parent_to_child, readable=False)
         self._recv_end = Connection(parent_reads, writable=False)
@@ -455,21 +458,24 @@ def prestart() -> None:
 
 
 def may_log_to_wandb(args: list[str]) -> bool:
-    """False when the ``fit`` arguments ``args`` set ``--trainer.logger`` to something other than a W&B logger
-    (``false``, a ``CSVLogger``: what ``compare`` and ``sweep`` trials pass): then no W&B worker is pre-started for
-    it. True otherwise, a logger set in a config file included (the default logger is W&B's).
+    """False when the ``fit`` arguments ``args`` set ``--trainer.logger`` (and append with ``--trainer.logger+``)
+    only loggers other than W&B's (``false``, a ``CSVLogger``: what ``compare --wandb false`` trials pass): then no
+    W&B worker is pre-started for it. True otherwise, a logger set in a config file included (the default logger is
+    W&B's), and a compare trial's CSV logger followed by ``--trainer.logger+=…WandbLogger``.
 
     >>> may_log_to_wandb(["--trainer.logger=lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir=x"])
     False
     >>> may_log_to_wandb(["--trainer.logger", "false"]), may_log_to_wandb(["--config", "a.yaml"])
     (False, True)
+    >>> may_log_to_wandb(["--trainer.logger=CSVLogger", "--trainer.logger+=lightning_sfl.wandb.logger.WandbLogger"])
+    True
     """
+    values = []
     for i, arg in enumerate(args):
         key, equals, value = arg.partition("=")
-        if key == "--trainer.logger":
-            value = value if equals else (args[i + 1] if i + 1 < len(args) else "")
-            return "wandb" in value.lower()
-    return True
+        if key in ("--trainer.logger", "--trainer.logger+"):
+            values.append(value if equals else (args[i + 1] if i + 1 < len(args) else ""))
+    return not values or any("wandb" in value.lower() for value in values)
 
 
 def prestart_for(args: list[str]) -> None:
