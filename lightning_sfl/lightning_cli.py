@@ -12,13 +12,8 @@ of the model are filled in from the data module.
 from __future__ import annotations
 
 import argparse
-import atexit
-import contextlib
-import json
 import os
-import re
 import sys
-import warnings
 from pathlib import Path
 from typing import Literal
 
@@ -31,7 +26,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
-from lightning_sfl.algorithms import ALGORITHMS, SplitFedAlgorithm
+from lightning_sfl.algorithms import SplitFedAlgorithm
 from lightning_sfl.callbacks import (
     CommunicationBytes,
     GradientDissimilarity,
@@ -56,25 +51,19 @@ from lightning_sfl.errors import (
 )
 from lightning_sfl.loop import Federation
 from lightning_sfl.run_folder import (
-    FOLDER_ENV,
     Evaluated,
     RecordRun,
-    RunLock,
-    claim_new,
     evaluated_checkpoint,
-    latest_run,
     named_run,
-    next_record,
-    next_run,
     run_key,
-    seeds_group,
     shown_path,
-    trim_rounds,
 )
+from lightning_sfl.run_placement import RunPlacement, kept_checkpoint, saved_line
 from lightning_sfl.settings_checks import (
     check_config_files,
     check_rounds_to_resume,
     check_trainer_settings,
+    resolve_algorithm_names,
     user_error_line,
     with_config_file,
 )
@@ -91,20 +80,8 @@ TRAINER_DEFAULTS = {
 }
 
 
-def _remove_if_empty(folder: Path, with_parent: bool) -> None:
-    """Remove the run folder ``folder`` if nothing was written to it, and its parent too if ``with_parent`` (the
-    ``default_root_dir`` the run created) and it is left empty."""
-    with contextlib.suppress(OSError):  # (something wrote to it meanwhile: it stays)
-        if folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
-            if with_parent and folder.parent.is_dir() and not any(folder.parent.iterdir()):
-                folder.parent.rmdir()
-
-
 #: The LightningCLI subcommands offered (the console script adds ``compare``).
 SUBCOMMANDS = ("fit", "validate", "test")
-#: The subcommands that evaluate a checkpoint (and keep their records in ``<run>/<subcommand>-<n>/``).
-EVALUATIONS = ("validate", "test")
 
 
 class SFLCLI(LightningCLI):
@@ -114,30 +91,27 @@ class SFLCLI(LightningCLI):
         own_argv = sys.argv[1:]
         if args is not None:  # the arguments are ``args``, not this process's command line (a compare or a sweep calls
             sys.argv[1:] = []  # this in-process under its own): Lightning would warn that it was given both
-        self.run_folder: Path | None = None
-        self.evaluated: Evaluated | None = None  # what validate/test evaluate (_choose_evaluated)
+        self.placement: RunPlacement | None = None  # where the run lives (chosen before anything is instantiated)
         self._offline_line: str | None = None  # W&B cannot be reached: why this run logs offline
-        self._args, self._lock, self._new_folder, self._held, self._made_root = args, None, False, False, False
+        self._args = args
         failed = True
         try:
             self._init(args, run)
             failed = False
         finally:
             sys.argv[1:] = own_argv
-            self._release_run_folder(remove_if_empty=failed or run)
+            if self.placement is not None:  # (with run=False the caller's fit is not held; its empty folder goes
+                self.placement.release(remove_if_empty=failed or run)  # at the end of the process)
 
-    def _release_run_folder(self, remove_if_empty: bool) -> None:
-        """Let go of the run folder (with ``run=False``, when the CLI is built: the caller's fit is not held); a folder
-        this process created and the command left empty (it failed with a one-line error, or wrote elsewhere) is
-        removed; with ``run=False`` that is left to the end of the process (the caller may never fit)."""
-        if self._lock is not None:
-            self._lock.release()
-        if not (self._new_folder and self.run_folder is not None):
-            return
-        if remove_if_empty:
-            _remove_if_empty(self.run_folder, self._made_root)
-        else:
-            atexit.register(_remove_if_empty, self.run_folder.resolve(), self._made_root)  # (the caller may chdir)
+    @property
+    def run_folder(self) -> Path | None:
+        """The run's folder (an evaluation's: its record folder ``<run>/<subcommand>-<n>``)."""
+        return self.placement.folder if self.placement is not None else None
+
+    @property
+    def evaluated(self) -> Evaluated | None:
+        """What ``validate``/``test`` evaluate."""
+        return self.placement.evaluated if self.placement is not None else None
 
     def _init(self, args, run: bool) -> None:
         check_config_files(args if args is not None else sys.argv[1:])
@@ -275,7 +249,7 @@ class SFLCLI(LightningCLI):
             )
         if isinstance(trainer.accelerator, CUDAAccelerator):  # on the CPU torch's setting would switch oneDNN to TF32
             torch.set_float32_matmul_precision(self.config.get(self.subcommand, self.config)["matmul_precision"])
-        self._claim_run_folder()
+        self.placement.claim()
         return trainer
 
     def before_instantiate_classes(self) -> None:
@@ -301,23 +275,23 @@ class SFLCLI(LightningCLI):
             for lg in lightnings:  # (ours decides so in its own W&B process: offline=None)
                 lg.init_args.offline = True
         self._go_offline_if_unreachable(wandb_loggers)
-        if self._command in EVALUATIONS:
-            resumed = None
-            self._choose_evaluated(config, key)
+        args = self._args if self._args is not None else sys.argv[1:]
+        self.placement = RunPlacement(self._command, RunPlacement.argv_of(args))
+        resumed = self.placement.choose(config, key)
+        if self.evaluated is not None:
             recorded.ckpt_path = str(self.evaluated.checkpoint)
         else:
-            resumed = self._choose_run_folder(config, key)
             for argument in ("ckpt_path", "weights_only"):  # fit's own arguments, not settings: config.yaml starts a
                 recorded.pop(argument, None)  # new run (with --ckpt_path last: continues the latest); compare reads it
         self.save_config_kwargs["recorded"] = recorded
-        self._place_in_run_folder(config, loggers)
+        self.placement.place_loggers(config, loggers)
         if not loggers:  # Lightning would write the resolved config to default_root_dir, shared by every run
             self.save_config_kwargs["config_filename"] = str((self.run_folder / "config.yaml").resolve())
         if self.subcommand == "fit" and resumed is not None:
             continuing = [lg for lg in loggers if str(getattr(lg, "class_path", "")).endswith("ContinuingCSVLogger")]
             csv_logs = [Path(lg.init_args.save_dir) / str(lg.init_args.get("name") or "") / "metrics.csv"
                         for lg in continuing]  # fmt: skip
-            self._continue(config, resumed, wandb_loggers, csv_logs)
+            self.placement.continue_run(config, resumed, wandb_loggers, csv_logs)
         elif self.subcommand == "fit" and config.get("ckpt_path") and str(config.get("ckpt_path")) not in SPECIAL:
             check_rounds_to_resume(check_checkpoint(config.ckpt_path), config.get("trainer", {}).get("max_epochs"))
 
@@ -339,114 +313,10 @@ class SFLCLI(LightningCLI):
         if self._offline_line and self.trainer.is_global_zero:
             print(self._offline_line, file=sys.stderr, flush=True)
 
-    def _choose_run_folder(self, config, key: str) -> Path | None:
-        """The fit's folder (:mod:`lightning_sfl.run_folder`), held by this process: a new one for a new ``fit``; the
-        latest of this configuration for ``--ckpt_path last``; the one the first process chose for the other processes
-        of a DDP run. Returns the checkpoint to resume (``fit --ckpt_path last`` where the latest run has one), else
-        ``None``."""
-        root, name = named_run(config, key)
-        ckpt = config.get("ckpt_path")
-        if not self._inherit_run_folder():
-            if name == "":
-                self.run_folder = root
-            elif ckpt == "last":
-                self.run_folder = latest_run(root, name)
-            if self.run_folder is None:
-                self.run_folder, self._new_folder = next_run(root, name), True
-        checkpoint = config.get("checkpoint")
-        if checkpoint is not None and not checkpoint.get("dirpath"):
-            checkpoint.dirpath = str(self.run_folder / "checkpoints")
-        last = Path(checkpoint.dirpath) / "last.ckpt" if checkpoint is not None else None
-        return last if ckpt == "last" and last is not None and last.is_file() else None
-
-    def _choose_evaluated(self, config, key: str) -> None:
-        """``validate``/``test``: the checkpoint evaluated (:func:`~lightning_sfl.run_folder.evaluated_checkpoint`:
-        ``--ckpt_path`` itself, or for ``last`` the latest run of this configuration that reached its
-        ``trainer.max_epochs``; none given is a one-line error), checked; its records go to a new folder
-        ``<run>/<subcommand>-<n>`` (a checkpoint kept outside a run folder: a new run folder ``<name>-<subcommand>``),
-        never into the fit's own files."""
-        root, name = named_run(config, key)
-        dirpath = (config.get("checkpoint") or {}).get("dirpath")
-        wanted = config.get("trainer", {}).get("max_epochs")
-        self.evaluated = evaluated_checkpoint(config.get("ckpt_path"), root, name, wanted, dirpath, self._command)
-        if config.get("ckpt_path") == "last":  # (a given path was checked as it was parsed, _parse_ckpt_path)
-            model = config.get("model")
-            check_checkpoint(self.evaluated.checkpoint, expected_class=getattr(model, "class_path", None))
-            config.ckpt_path = str(self.evaluated.checkpoint)
-        if not self._inherit_run_folder():
-            run = self.evaluated.run
-            self.run_folder = next_record(run, self._command) if run else next_run(root, f"{name}-{self._command}")
-            self._new_folder = True
-        checkpoint = config.get("checkpoint")
-        if checkpoint is not None and not checkpoint.get("dirpath"):  # the checkpointer the fit had (an evaluation
-            checkpoint.dirpath = os.path.realpath(self.evaluated.checkpoint.parent)  # writes nothing with it)
-
-    def _inherit_run_folder(self) -> bool:
-        """In a process Lightning launched for DDP: the first process's run folder (not held again); else False and
-        this process chooses (and will hold) its own."""
-        child = any(int(os.environ.get(var, "0") or 0) > 0 for var in ("LOCAL_RANK", "NODE_RANK", "RANK"))
-        inherited = os.environ.get(FOLDER_ENV, "")
-        self._held = not (child and inherited)
-        if not self._held:
-            self.run_folder = Path(inherited)
-        return not self._held
-
-    def _claim_run_folder(self) -> None:
-        """Create (a new run) and hold the run folder, once every setting has been checked and before anything is
-        written; the processes of a DDP run learn it from :data:`~lightning_sfl.run_folder.FOLDER_ENV`."""
-        if not self._held or self._lock is not None:
-            return
-        self._made_root = not self.run_folder.parent.exists()
-        if self._new_folder:
-            claim_new(self.run_folder)
-        else:
-            self.run_folder.mkdir(parents=True, exist_ok=True)
-        self._lock = RunLock(self.run_folder, command=" ".join(["lightning-sfl", *self._argv()]))
-        self._lock.acquire()
-        os.environ[FOLDER_ENV] = str(self.run_folder)
-
     @property
     def _command(self) -> str:
         """The subcommand; ``fit`` for a CLI made with ``run=False`` (whose trainer the caller runs)."""
         return self.subcommand or "fit"
-
-    def _argv(self) -> list[str]:
-        """The command's arguments, for the run folder's lock (``args`` may also be a dict of settings)."""
-        args = self._args if self._args is not None else sys.argv[1:]
-        return [str(a) for a in args] if isinstance(args, list | tuple) else [json.dumps(args, default=str)]
-
-    def _place_in_run_folder(self, config, loggers: list) -> None:
-        """Loggers writing to ``trainer.default_root_dir`` (the defaults: W&B and CSV) or to their own default folder
-        (``.``: e.g. ``--trainer.logger lightning.pytorch.loggers.WandbLogger``) write to the run folder instead;
-        W&B's run is named after it, tagged with method, dataset, partition and seed, grouped with the runs of the same
-        configuration but for the seeds (:func:`seeds_group`), typed by subcommand (``validate``/``test`` write into
-        their own record folder, :meth:`_choose_evaluated`)."""
-        root = config.get("trainer", {}).get("default_root_dir")
-        model = config.get("model")
-        method = str(getattr(model, "class_path", "")).rsplit(".", 1)[-1]
-        data = config.get("data") or {}
-        tags = [t for t in (method, data.get("dataset"), data.get("partition")) if t]
-        tags.append(f"seed{config.get('seed_everything')}")
-        for lg in loggers:
-            init = getattr(lg, "init_args", None)
-            if init is None or init.get("save_dir") not in (TRAINER_DEFAULTS["default_root_dir"], root, ".", None):
-                continue
-            init.save_dir = str(self.run_folder)
-            cls = str(lg.class_path)
-            if cls.endswith("WandbLogger"):  # W&B's own variables (a sweep's trials: WANDB_NAME, ...) come first
-                init.name = init.get("name") or os.environ.get("WANDB_NAME") or self._wandb_name()
-                if cls.startswith("lightning_sfl."):
-                    given = [t for t in os.environ.get("WANDB_TAGS", "").split(",") if t]
-                    init.tags = list(dict.fromkeys([*given, *tags]))
-                    init.group = os.environ.get("WANDB_RUN_GROUP") or seeds_group(config)
-                    init.job_type = os.environ.get("WANDB_JOB_TYPE") or self._command
-
-    def _wandb_name(self) -> str:
-        """The W&B run's name: the run folder's; an evaluation's ``<run>-<subcommand>-<n>``."""
-        evaluated = self.evaluated
-        if evaluated is not None and evaluated.run is not None and self.run_folder.parent == evaluated.run:
-            return f"{evaluated.run.name}-{self.run_folder.name}"
-        return self.run_folder.name
 
     def before_validate(self) -> None:
         """Say which run and round is evaluated (``validating runs/… (round 100 of 100)``)."""
@@ -466,26 +336,8 @@ class SFLCLI(LightningCLI):
         system = self.config_init[self.subcommand].get("clock")
         Federation.build(self.model, self.datamodule, system=system)
         self._say_offline()
-        if self.trainer.is_global_zero and self._lock is not None:
+        if self.trainer.is_global_zero and self.placement.held:
             print(f"run folder: {shown_path(self.run_folder)}", flush=True)
-
-    @staticmethod
-    def _continue(config, last: Path, wandb_loggers: list, csv_logs: list[Path]) -> None:
-        """``fit --ckpt_path last`` (how a cluster job re-runs its command) continues the latest run of the same
-        configuration: its ``last.ckpt`` (checked; fewer rounds than it holds is a one-line error), its W&B run (the id
-        the checkpoint records) and its CSV logs ``csv_logs`` (the rows of rounds after the checkpoint dropped)."""
-        loaded = check_checkpoint(last)  # loaded safely, one-line errors
-        check_rounds_to_resume(loaded, config.get("trainer", {}).get("max_epochs"))
-        # Lightning warns that the checkpoint folder is not empty: it holds this run's own checkpoints, continued on
-        # purpose (a folder held by one process, never shared across runs). Only that exact folder is left unsaid.
-        folder = re.escape(os.path.realpath(last.parent))
-        warnings.filterwarnings("ignore", message=f"Checkpoint directory {folder} exists and is not empty")
-        for path in csv_logs:
-            trim_rounds(path, int(loaded.get("epoch", -1)) + 1)
-        run_id = (loaded.get("lightning_sfl") or {}).get("wandb_id")
-        for lg in wandb_loggers:
-            if run_id and not lg.init_args.get("id") and not lg.init_args.get("version"):
-                lg.init_args.id = run_id  # Lightning's WandbLogger resumes a given id ("allow")
 
     def _parse_ckpt_path(self) -> None:
         """Check a given checkpoint safely before Lightning reads its hyperparameters (one-line errors for
@@ -518,30 +370,17 @@ class SFLCLI(LightningCLI):
             diverged = reported_cause(exc)
             if subcommand != "fit" or not isinstance(diverged, NonFiniteError):
                 raise
-            kept = self._kept_checkpoint()
+            kept = kept_checkpoint(self.trainer.checkpoint_callback)
             raise NonFiniteError(f"{diverged}; stopped, {kept or 'no checkpoint was written yet'}") from None
 
     def _interrupted_line(self, subcommand: str, cause: str) -> str:
         line = f"interrupted ({cause}) in round {self.trainer.current_epoch + 1}"
         if subcommand != "fit":
             return line
-        kept = self._kept_checkpoint()
+        kept = kept_checkpoint(self.trainer.checkpoint_callback)
         if kept is None:
             return f"{line}; no round had finished: nothing to continue"
         return f"{line}; {kept}: continue with the same command and --ckpt_path last"
-
-    def _kept_checkpoint(self) -> str | None:
-        """``round N's checkpoint is kept (runs/…/last.ckpt)``: the fit's checkpoint a stopped run leaves, or
-        ``None`` when none was written."""
-        callback = self.trainer.checkpoint_callback
-        last = Path(callback.dirpath or "") / "last.ckpt" if callback else None
-        if last is not None and not last.exists():
-            relink_last(last)  # the stop came while the link was being replaced: point it at the newest round
-        if last is None or not last.exists():
-            return None
-        saved = re.search(r"epoch=(\d+)", last.resolve().name)
-        kept = f"round {int(saved.group(1)) + 1}'s checkpoint is kept" if saved else "the last checkpoint is kept"
-        return f"{kept} ({shown_path(last)})"
 
     def after_fit(self) -> None:
         """Where the run's records went (:meth:`_saved_line`), then its result last: the final test accuracy of the
@@ -575,63 +414,10 @@ class SFLCLI(LightningCLI):
             print(f"test accuracy: {float(metrics['test/acc']):.4f} at round {rounds}", flush=True)
 
     def _saved_line(self) -> str:
-        """``run saved: <run folder>: last checkpoint …, CSV log …, W&B offline run … (upload: wandb sync …)``: what
-        the command wrote, in one line (paths inside the run folder relative to it). A W&B run of Lightning's own
-        logger (in this process) is finished here, so that W&B's summary comes before this line; the W&B runs of either
-        logger record the command's output up to here."""
-        from lightning_sfl.wandb.online import where_logged
-
-        folder = Path(os.path.abspath(self.run_folder))
-
-        def inside(path) -> str:
-            path = Path(os.path.abspath(path))
-            return os.path.relpath(path, folder) if path.is_relative_to(folder) else shown_path(path)
-
-        parts, wandb = [], []
-        checkpoint = getattr(self.trainer.checkpoint_callback, "last_model_path", "") or getattr(
-            self.trainer.checkpoint_callback, "best_model_path", ""
-        )
-        if checkpoint and self._command == "fit":
-            parts.append(f"last checkpoint {inside(checkpoint)}")
-        for lg in self.trainer.loggers:
-            if str(type(lg).__name__).endswith("WandbLogger"):
-                if getattr(lg, "_experiment", None) is None:  # (never started: nothing was logged to it)
-                    continue
-                mode, where = where_logged(lg.experiment)
-                if type(lg).__module__.startswith("lightning_sfl."):  # the last lines stay out of its console log
-                    lg.end_console_log()  # (W&B's summary goes to wandb/messages.log when its run ends, at exit)
-                else:  # W&B in this process: its run ends now, and its summary comes before the last lines
-                    lg.experiment.finish()
-                wandb.append(f"W&B offline run {inside(where)} (upload: wandb sync {shown_path(where)})"
-                             if mode == "offline" else f"W&B run {where}")  # fmt: skip
-            elif getattr(lg, "log_dir", None):
-                metrics = Path(lg.log_dir) / "metrics.csv"
-                parts.append(f"CSV log {inside(metrics)}" if metrics.is_file() else f"logs in {inside(lg.log_dir)}")
-            else:
-                parts.append(f"logs in {inside(lg.save_dir)}")
-        parts += wandb  # last: its upload command
-        return f"run saved: {shown_path(self.run_folder)}" + (": " + ", ".join(parts) if parts else "")
-
-
-def relink_last(last: Path) -> None:
-    """Point ``last`` (``last.ckpt``, a link Lightning replaces after every round's checkpoint: first it removes the old
-    link, then it makes the new one) at the newest round checkpoint beside it that loads. A Ctrl-C or SIGTERM between
-    the two leaves no ``last.ckpt``, though the round's checkpoint was written; without a loadable one, nothing."""
-    from lightning_sfl.checkpoint import check_checkpoint
-    from lightning_sfl.errors import ConfigError
-
-    def epoch(path: Path) -> int:
-        found = re.search(r"epoch=(\d+)", path.name)
-        return int(found.group(1)) if found else -1
-
-    for candidate in sorted(last.parent.glob("epoch=*.ckpt"), key=epoch, reverse=True):
-        try:
-            check_checkpoint(candidate)
-        except ConfigError:  # written only in part (the interrupt came while it was being saved)
-            continue
-        last.unlink(missing_ok=True)  # a dangling link
-        last.symlink_to(candidate.name)
-        return
+        """:func:`~lightning_sfl.run_placement.saved_line` of this command (a fit's last checkpoint included)."""
+        callback = self.trainer.checkpoint_callback
+        checkpoint = (getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "")) or None
+        return saved_line(self.run_folder, checkpoint if self._command == "fit" else None, self.trainer.loggers)
 
 
 class _ParseOnly(SFLCLI):
@@ -698,32 +484,6 @@ def evaluated_of_fit(args: list[str], command: str = "attack") -> Evaluated:
 def last_checkpoint_of_fit(args: list[str]) -> Path:
     """The checkpoint :func:`evaluated_of_fit` chooses."""
     return evaluated_of_fit(args).checkpoint
-
-
-def resolve_algorithm_names(argv: list[str]) -> list[str]:
-    """Let ``--model scala`` (a registry name) or ``--model SCALA`` stand for the class path, and the same for
-    ``--model.help``; an unknown name is a one-line error listing the valid ones."""
-    names = {**{k: cls for k, cls in ALGORITHMS.items()}, **{cls.__name__: cls for cls in ALGORITHMS.values()}}
-    out = list(argv)
-    for i, arg in enumerate(out):
-        option = arg.split("=", 1)[0]
-        if option not in ("--model", "--model.help"):
-            continue
-        if "=" in arg:
-            j, value = i, arg.split("=", 1)[1]
-        elif i + 1 < len(out):
-            j, value = i + 1, out[i + 1]
-        else:
-            continue
-        if "." in value or value.startswith(("{", "-")) or value.endswith((".yaml", ".yml", ".json")):
-            continue  # class path, inline dict or config file: jsonargparse's business
-        if value not in names:
-            raise ConfigError(
-                f"{option.removeprefix('--')}={value!r} is not one of: {', '.join(ALGORITHMS)} (or their class names)"
-            )
-        path = f"lightning_sfl.algorithms.{names[value].__name__}"
-        out[j] = path if j != i else f"{option}={path}"
-    return out
 
 
 def run(args: list[str] | None = None) -> None:

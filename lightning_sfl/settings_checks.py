@@ -18,6 +18,7 @@ __all__ = [
     "check_config_files",
     "check_rounds_to_resume",
     "check_trainer_settings",
+    "resolve_algorithm_names",
     "user_error_line",
     "with_config_file",
 ]
@@ -162,3 +163,31 @@ def with_config_file(line: str, argv) -> str:
         if _holds(settings, unknown.group(1).split(".")):
             return f"{line} (set in --config {name})"
     return line
+
+
+def resolve_algorithm_names(argv: list[str]) -> list[str]:
+    """Let ``--model scala`` (a registry name) or ``--model SCALA`` stand for the class path, and the same for
+    ``--model.help``; an unknown name is a one-line error listing the valid ones."""
+    from lightning_sfl.algorithms import ALGORITHMS
+
+    names = {**{k: cls for k, cls in ALGORITHMS.items()}, **{cls.__name__: cls for cls in ALGORITHMS.values()}}
+    out = list(argv)
+    for i, arg in enumerate(out):
+        option = arg.split("=", 1)[0]
+        if option not in ("--model", "--model.help"):
+            continue
+        if "=" in arg:
+            j, value = i, arg.split("=", 1)[1]
+        elif i + 1 < len(out):
+            j, value = i + 1, out[i + 1]
+        else:
+            continue
+        if "." in value or value.startswith(("{", "-")) or value.endswith((".yaml", ".yml", ".json")):
+            continue  # class path, inline dict or config file: jsonargparse's business
+        if value not in names:
+            raise ConfigError(
+                f"{option.removeprefix('--')}={value!r} is not one of: {', '.join(ALGORITHMS)} (or their class names)"
+            )
+        path = f"lightning_sfl.algorithms.{names[value].__name__}"
+        out[j] = path if j != i else f"{option}={path}"
+    return out

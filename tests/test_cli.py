@@ -366,8 +366,8 @@ def test_default_root_dir_holds_everything_of_a_run(tmp_path):
 
 def test_runs_are_grouped_by_their_setting_and_named_by_their_configuration():
     """W&B's group of a run leaves out the seeds (its seeds are one group); the run folder's name keeps them."""
-    from lightning_sfl.lightning_cli import resolved_config, run_key, seeds_group
-    from lightning_sfl.run_folder import run_name
+    from lightning_sfl.lightning_cli import resolved_config
+    from lightning_sfl.run_folder import run_key, run_name, seeds_group
 
     base = ["--config", str(REPO / "configs/digits/scala.yaml")]
     configs = [

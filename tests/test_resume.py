@@ -241,7 +241,7 @@ def test_an_interrupt_between_the_round_checkpoint_and_its_link_keeps_the_round(
     from _helpers import trained_checkpoint
 
     from lightning_sfl.algorithms import SCALA
-    from lightning_sfl.lightning_cli import relink_last
+    from lightning_sfl.run_placement import relink_last
 
     last = trained_checkpoint(SCALA, tmp_path)
     (saved,) = tmp_path.glob("epoch=*.ckpt")
