@@ -194,22 +194,24 @@ def test_fedcbs_is_fedavg_plus_fedcbs_selection():
     assert c.selection.counts.sum() == 2 * 4  # its state moved with the 2 rounds of 4 clients
 
 
-#: Methods compared in float64: SCALA-PE's decoders take Adam steps on near-zero gradients (Adam divides by their
-#: size), which turns float32 rounding differences of 1e-7 between the two banks into 1e-2 in the global model after
-#: two rounds of the SSIM hinge; in float64 the banks agree to 1e-12.
-FLOAT64_BANK_CHECK = {"scala_pe"}
+#: Methods whose per-client inversion decoders are compared too.
+INVERSION_BANK_CHECK = {"scala_pe"}
 #: ... and with a short warm-up of the decoders (the same per-client loop in both banks).
 BANK_CHECK_KWARGS = {"scala_pe": SHORT_WARMUP}
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_stacked_client_bank_equals_sequential(name):
-    """Every method gives the same global model with the batched (vmap) bank as with the reference loop."""
+    """Every method gives the same global model with the batched (vmap) bank as with the reference loop, in float64,
+    where the two agree to 1e-12. In float32 their rounding differs by 1e-7 (the stacked bank's batched kernels sum
+    in another order), which can grow to 1e-3 in the global model after two rounds: with torch 2.14.1 on an AMD EPYC
+    for FedAvg, FedAvgM, FedNova and SplitFedV1 with momentum (two rounds of one step, or one of two, stay within
+    1.2e-7; a max-pool tie broken the other way is the likeliest cause, not pinned down), and everywhere for SCALA-PE,
+    whose decoders take Adam steps on near-zero gradients."""
     momentum = 0.0 if name in ASYNC_METHODS else 0.5  # asynchronous steps leave clients out: stacked needs plain SGD
-    precision, atol = ("64-true", 1e-9) if name in FLOAT64_BANK_CHECK else ("32-true", 1e-5)
-    kwargs = {"momentum": momentum, "precision": precision, **BANK_CHECK_KWARGS.get(name, {})}
+    kwargs = {"momentum": momentum, "precision": "64-true", **BANK_CHECK_KWARGS.get(name, {})}
     a, _ = train(name, client_bank="sequential", **kwargs)
     b, _ = train(name, client_bank="stacked", **kwargs)
-    _assert_same(a, b, atol=atol)
-    if name in FLOAT64_BANK_CHECK:  # the decoders too
-        torch.testing.assert_close(a.inversion_params, b.inversion_params, rtol=0, atol=atol)
+    _assert_same(a, b, atol=1e-9)
+    if name in INVERSION_BANK_CHECK:  # the decoders too
+        torch.testing.assert_close(a.inversion_params, b.inversion_params, rtol=0, atol=1e-9)

@@ -120,6 +120,7 @@ BAD: list[tuple[list[str], str]] = [
     (["--ckpt_path=fedavg.ckpt"], "was written by lightning_sfl.algorithms.FedAvg, not lightning_sfl.algorithms.SCALA"),
     (["--data.batch_size=100000"], "batch_size=100000 is larger than the 1437 training rows of all 20 clients"),
     (["--data.dataset=cifar10"], "cifar10 not found"),
+    (["--data.dataset=cifar10", "--data.download=true", "--data.root=x"], "downloading cifar10 failed: the server"),
     # config files that hold no settings
     (["--config=empty.yaml"], "--config empty.yaml: expected a YAML mapping of settings (model:, data:, …), found an"),
     (["--config", "list.yaml"], "--config list.yaml: expected a YAML mapping of settings (model:, data:, …), found a"),
@@ -139,7 +140,12 @@ GOOD: list[list[str]] = [
 
 
 def _env() -> dict[str, str]:
-    return {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "PYTHONWARNINGS": "ignore"}
+    """This environment without W&B's switches, and without a network whether this machine has one or not (every
+    request to another host goes to a proxy that refuses it)."""
+    refused = "http://127.0.0.1:9"
+    offline = {"http_proxy": refused, "https_proxy": refused, "no_proxy": "127.0.0.1,localhost"}
+    own = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    return {**own, "PYTHONWARNINGS": "ignore", **offline}
 
 
 def _console(folder: Path, args: list[str]) -> subprocess.CompletedProcess:
@@ -264,6 +270,8 @@ OTHER_COMMANDS = [
     (["test", "--config", CONFIG], "test needs a checkpoint: --ckpt_path PATH (a checkpoint file) or --ckpt_path last"),
     (["test", "--config", CONFIG, "--ckpt_path", "foreign.ckpt"], "foreign.ckpt"),
     (["cuts", "--arch", "resnet99"], "argument --arch: invalid choice: 'resnet99'"),  # no usage dump
+    (["sweep", "broken.yaml"], "sweep='broken.yaml' is not valid YAML (expected the node content"),
+    (["attack", "--ckpt_path", "other"], "ckpt_path='other' is a folder, not a checkpoint file"),
     (["cuts", "--arch", "cnn_small", "--input_shape", "1", "2", "2"], "expects input shape (C, H, W) with H, W >= 8"),
 ]
 
