@@ -1,7 +1,9 @@
 """Shared test settings: one torch thread (small models on a shared 2-core CPU run fastest that way) and W&B
 offline so no test can reach a server; a test session that leaves a run's output in the repository's folder fails."""
 
+import http.server
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -33,3 +35,26 @@ def run_dir(tmp_path, monkeypatch):
     """Run CLI commands inside a fresh directory (relative ``runs/`` and ``data/`` land there)."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+class _Refusing(http.server.BaseHTTPRequestHandler):
+    """A W&B address that answers every request with 401: reachable, but it refuses every key."""
+
+    def _refuse(self) -> None:
+        self.send_response(401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_POST = do_HEAD = _refuse
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def wandb_401():
+    """The address of a local HTTP server that answers (401) every request: W&B's online check finds it reachable."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()

@@ -370,13 +370,16 @@ def test_cached_parser_prints_what_the_cli_prints(agent_command, capsys):
     ],
     ids=["default", "env-online", "env-offline", "env-disabled", "wandb-online", "wandb-offline", "agent"],
 )
-def test_wandbs_own_switches_decide_the_mode(env, settings, offline, mode, tmp_path, monkeypatch):
+def test_wandbs_own_switches_decide_the_mode(env, settings, offline, mode, tmp_path, monkeypatch, wandb_401):
     """W&B's switches (WANDB_MODE, `wandb online|offline`, an agent's environment) win over the CLI's offline
     default, and no overlay config is needed for a sweep: the CLI's logger leaves the choice to its W&B process
     (``offline=None``), which sets ``WANDB_MODE`` to ``init_mode(None)`` if that is not None; Lightning's own
-    WandbLogger given by class path is set offline by the CLI unless a switch says otherwise."""
+    WandbLogger given by class path is set offline by the CLI unless a switch says otherwise. (W&B is reachable here,
+    with a key: the check that sends an online run offline when it is not, tests/test_wandb_online.py, passes.)"""
     from lightning_sfl.wandb.process import init_mode
 
+    monkeypatch.setenv("WANDB_BASE_URL", wandb_401)
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     monkeypatch.chdir(tmp_path)
     for key in ("WANDB_MODE", "WANDB_SWEEP_ID"):
         monkeypatch.delenv(key, raising=False)

@@ -4,16 +4,12 @@ written offline, nothing is lost, and one line says why. Real sockets and a real
 
 from __future__ import annotations
 
-import http.server
 import os
 import re
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
-
-import pytest
 
 from lightning_sfl.wandb.online import logs_online, offline_reason
 
@@ -26,36 +22,14 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-class _Refusing(http.server.BaseHTTPRequestHandler):
-    """A W&B address that answers every request with 401 (a server that refuses the key)."""
-
-    def _refuse(self) -> None:
-        self.send_response(401)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    do_GET = do_POST = do_HEAD = _refuse
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture
-def refusing_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-
-
-def test_the_reason_an_online_run_cannot_start(monkeypatch, tmp_path, refusing_server):
+def test_the_reason_an_online_run_cannot_start(monkeypatch, tmp_path, wandb_401):
     """No key (no ``WANDB_API_KEY``, an empty netrc); a closed port; a server that answers (even 401) is reachable."""
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
     (tmp_path / "netrc").write_text("")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setenv("WANDB_BASE_URL", refusing_server)
-    assert offline_reason() == f"no API key for {refusing_server} (wandb login, or WANDB_API_KEY)"
-    host = refusing_server.removeprefix("http://").split(":")[0]
+    monkeypatch.setenv("WANDB_BASE_URL", wandb_401)
+    assert offline_reason() == f"no API key for {wandb_401} (wandb login, or WANDB_API_KEY)"
+    host = wandb_401.removeprefix("http://").split(":")[0]
     (tmp_path / "netrc").write_text(f"machine {host} login user password {'k' * 40}\n")
     assert offline_reason() is None  # the key from netrc, the server answers
     port = _closed_port()
@@ -70,14 +44,14 @@ def test_which_loggers_would_start_an_online_run(monkeypatch):
     assert not logs_online(None) and not logs_online(False)
 
 
-def test_a_server_that_refuses_the_run_gives_an_offline_run_and_one_line(tmp_path, refusing_server):
+def test_a_server_that_refuses_the_run_gives_an_offline_run_and_one_line(tmp_path, wandb_401):
     """The check passes (a key, a server that answers) but ``wandb.init`` fails online: the worker starts the run
     offline, the command says why in one line before its last lines, exits 0, and the offline run holds the
     accuracy the command printed."""
     from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(WANDB_MODE="online", WANDB_BASE_URL=refusing_server, WANDB_API_KEY="k" * 40, PYTHONWARNINGS="ignore")
+    env.update(WANDB_MODE="online", WANDB_BASE_URL=wandb_401, WANDB_API_KEY="k" * 40, PYTHONWARNINGS="ignore")
     cmd = [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", str(REPO / "configs/digits/scala.yaml")]
     cmd += ["--trainer.max_epochs=2", "--trainer.enable_progress_bar=false"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -24,7 +24,7 @@ def create_output_folder(name: str, folder: str | os.PathLike) -> Path:
     >>> create_output_folder("--out", "/proc/nope/x")
     Traceback (most recent call last):
     ...
-    lightning_sfl.errors.ConfigError: --out='/proc/nope/x' cannot be created (No such file or directory: /proc/nope)
+    lightning_sfl.errors.ConfigError: --out='/proc/nope/x' cannot be written: no such file or directory (/proc/nope)
     """
     check_output_folder(name, folder)
     path = Path(folder).expanduser()
