@@ -73,9 +73,11 @@ def test_every_run_is_a_wandb_run_named_tagged_and_grouped_as_a_fits(compared):
             with open(run_dir / "logs" / "metrics.csv") as f:  # the CSV log the comparison reads stays
                 accs = [float(r["test/acc"]) for r in csv.DictReader(f) if r.get("test/acc")]
             assert run.summary["test/acc"] == pytest.approx(accs[-1])
-            log = (run_dir / "log.txt").read_text()  # the trial's lines and W&B's, none written over another
-            assert "final test accuracy:" in log and "wandb: Tracking run with wandb version" in log
-            assert f"wandb: Run data is saved locally in {found}" in log
+            log = (run_dir / "log.txt").read_text()  # the trial's lines; W&B's in its run's messages.log
+            assert log.rstrip().splitlines()[-1].startswith("final test accuracy:") and "wandb:" not in log
+            messages = (run_dir / "wandb" / "messages.log").read_text()
+            assert "wandb: Tracking run with wandb version" in messages
+            assert f"wandb: Run data is saved locally in {found}" in messages
     assert all(len(g) == 1 for g in groups.values()) and groups["scala"] != groups["fedavg"]  # a group per method
 
 

@@ -114,7 +114,8 @@ def test_slurm_parameters_need_key_value():
 def test_a_warm_workers_wandb_process_serves_its_next_trial_with_that_trials_name_folder_and_log(tmp_path):
     """A warm worker tells W&B to finish a trial's run and goes on; once written, the W&B process is taken back and
     serves the next trial's run: written in that trial's folder (not the first trial's), under its name, with its
-    console messages in its log, and the same summary as the trial's CSV log."""
+    messages in that run's ``wandb/messages.log`` (not in the trial's log), and the same summary as the trial's CSV
+    log."""
     import time
 
     from lightning_sfl.trials.worker import run_here
@@ -144,4 +145,5 @@ def test_a_warm_workers_wandb_process_serves_its_next_trial_with_that_trials_nam
         with open(next(run_folder.glob("csv/metrics.csv"))) as f:
             accs = [float(r["test/acc"]) for r in csv.DictReader(f) if r.get("test/acc")]
         assert run.run["display_name"] == name and run.summary["test/acc"] == pytest.approx(accs[-1])
-        assert "wandb: Run summary" in (tmp_path / name / "log.txt").read_text()
+        assert "wandb: Run summary" in (run_folder / "wandb" / "messages.log").read_text()  # W&B's own, in its run
+        assert "wandb:" not in (tmp_path / name / "log.txt").read_text()
