@@ -55,6 +55,12 @@ BROKEN = f"{Broken.__module__}.Broken"
 
 
 # ====================================================================== synthetic metrics
+def _compare(argv: list[str]) -> None:
+    """``lightning-sfl compare ARGV`` without W&B runs (``--wandb false``): what these tests check is in the CSV logs
+    and the report; compare's W&B runs are tests/test_compare_wandb.py's."""
+    compare.main(["--wandb", "false", *argv])
+
+
 def _run(method: str, seed: int, accs, cum_bytes=None, **extra) -> RunResult:
     records = []
     for i, acc in enumerate(accs, 1):
@@ -375,7 +381,7 @@ def compared(tmp_path_factory):
         "--trainer.max_epochs=2",
         "--model.lr=0.1",
     ]
-    compare.main(argv)
+    _compare(argv)
     return out, methods
 
 
@@ -465,7 +471,7 @@ def test_subprocess_jobs_reproduce_the_in_process_runs(compared, tmp_path, monke
     decoy.mkdir(parents=True)
     (decoy / "__init__.py").write_text("raise ImportError('the working directory shadowed the package')\n")
     monkeypatch.chdir(decoy.parent)
-    compare.main(
+    _compare(
         [
             "--config",
             CONFIG,
@@ -500,7 +506,7 @@ def test_subprocess_jobs_reproduce_the_in_process_runs(compared, tmp_path, monke
 def test_all_runs_failing_exits_nonzero_but_writes_results(tmp_path):
     out = tmp_path / "fail"
     with pytest.raises(SystemExit) as exc:
-        compare.main(
+        _compare(
             ["--config", CONFIG, "--methods", BROKEN, "--out", str(out), "--overrides", "--trainer.max_epochs=1"]
         )
     assert exc.value.code == 1
@@ -554,7 +560,7 @@ def test_reuse_continues_a_killed_run_from_its_last_checkpoint_exactly(tmp_path,
     just before it logs the round's training metrics, and a kill between the two loses that row.)"""
     args = ["--config", CONFIG, "--methods", "scala", "--seeds", "0", "--overrides", "--trainer.max_epochs=40"]
     killed = ["--out", str(tmp_path / "killed")]
-    cmd = [sys.executable, "-m", "lightning_sfl.cli", "compare", *args[:6], *killed, *args[6:]]
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", "compare", "--wandb", "false", *args[:6], *killed, *args[6:]]
     run = tmp_path / "killed" / "runs" / "scala" / "seed0"
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -569,10 +575,10 @@ def test_reuse_continues_a_killed_run_from_its_last_checkpoint_exactly(tmp_path,
         time.sleep(0.02)
     assert (run / "logs" / "checkpoints" / "last.ckpt").is_file() and not (run / "done").exists()
     written = (run / "run_config.yaml").stat().st_mtime_ns
-    compare.main([*args[:6], "--out", str(tmp_path / "killed"), "--reuse", *args[6:]])
+    _compare([*args[:6], "--out", str(tmp_path / "killed"), "--reuse", *args[6:]])
     assert "continuing 1 unfinished ones from their last checkpoint" in capsys.readouterr().out
     assert (run / "run_config.yaml").stat().st_mtime_ns == written  # the folder was kept, not made anew
-    compare.main([*args[:6], "--out", str(tmp_path / "whole"), *args[6:]])
+    _compare([*args[:6], "--out", str(tmp_path / "whole"), *args[6:]])
     assert (run / "done").exists()
     assert (tmp_path / "killed" / "metrics.csv").read_text() == (tmp_path / "whole" / "metrics.csv").read_text()
 
@@ -591,7 +597,7 @@ def test_a_bad_setting_is_one_line_before_any_folder(tmp_path, capsys, overrides
     empty.mkdir()
     overrides = [o.format(empty=empty) for o in overrides]
     with pytest.raises(SystemExit) as exc:
-        compare.main(["--config", CONFIG, "--methods", "splitfedv1", "scala", "--out", str(out), "--overrides",
+        _compare(["--config", CONFIG, "--methods", "splitfedv1", "scala", "--out", str(out), "--overrides",
                       *overrides])  # fmt: skip
     assert exc.value.code == 2 and not out.exists() and not any(empty.iterdir())
     err = capsys.readouterr().err.strip().splitlines()
@@ -604,12 +610,12 @@ def test_add_runs_only_the_new_method_and_reports_the_whole_comparison(tmp_path,
                 "--overrides", "--trainer.max_epochs=1"]  # fmt: skip
 
     first, second = _two_methods()
-    compare.main(argv(first, second, out=tmp_path / "both"))  # the reference: both methods in one command
+    _compare(argv(first, second, out=tmp_path / "both"))  # the reference: both methods in one command
     both = compare.read_metrics_csv(tmp_path / "both" / "metrics.csv")
     both_md = (tmp_path / "both" / "results.md").read_text().replace(str(tmp_path / "both"), str(tmp_path))
-    compare.main(argv(first))  # only the first, then the second added
+    _compare(argv(first))  # only the first, then the second added
     capsys.readouterr()
-    compare.main(argv(second, extra=["--add", "--jobs", "2"]))
+    _compare(argv(second, extra=["--add", "--jobs", "2"]))
     out = capsys.readouterr().out
     assert "keeping the runs of 1 method" in out and "1 runs (1 method × 1 seed)" in out
     added = compare.read_metrics_csv(tmp_path / "metrics.csv")
@@ -624,19 +630,19 @@ def test_add_runs_only_the_new_method_and_reports_the_whole_comparison(tmp_path,
 def test_add_refuses_another_command_or_missing_runs(tmp_path, capsys):
     base = ["--config", CONFIG, "--seeds", "0", "--out", str(tmp_path)]
     with pytest.raises(SystemExit) as exc:
-        compare.main([*base, "--methods", "fedavg", "--add"])
+        _compare([*base, "--methods", "fedavg", "--add"])
     assert exc.value.code == 2 and "--add: no comparison" in capsys.readouterr().err
-    compare.main([*base, "--methods", "fedavg", "--overrides", "--trainer.max_epochs=1"])
+    _compare([*base, "--methods", "fedavg", "--overrides", "--trainer.max_epochs=1"])
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
-        compare.main([*base, "--methods", "fedprox", "--add", "--overrides", "--trainer.max_epochs=2"])
+        _compare([*base, "--methods", "fedprox", "--add", "--overrides", "--trainer.max_epochs=2"])
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and len(err) == 1 and "produced by another command" in err[0]
     other = ["--config", CONFIG, "--seeds", "0", "--out", str(tmp_path / "other")]
-    compare.main([*other, "--methods", "fedavg", BROKEN, "--overrides", "--trainer.max_epochs=1"])
+    _compare([*other, "--methods", "fedavg", BROKEN, "--overrides", "--trainer.max_epochs=1"])
     capsys.readouterr()  # the broken method's run failed before logging a row: it cannot be kept
     with pytest.raises(SystemExit) as exc:
-        compare.main([*other, "--methods", "fedprox", "--add", "--overrides", "--trainer.max_epochs=1"])
+        _compare([*other, "--methods", "fedprox", "--add", "--overrides", "--trainer.max_epochs=1"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and f"lacks runs ({BROKEN} seed 0)" in err
 
@@ -645,17 +651,17 @@ def test_an_out_made_by_another_comparison_is_refused_unless_add_or_reuse(tmp_pa
     """``compare`` into an ``--out`` holding another comparison stops with one line and changes nothing there; the
     same command again replaces its own results, and ``--reuse`` builds on the other's finished runs."""
     base = ["--config", CONFIG, "--seeds", "0", "--out", str(tmp_path), "--overrides", "--trainer.max_epochs=1"]
-    compare.main(["--methods", "fedavg", *base])
+    _compare(["--methods", "fedavg", *base])
     written = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
-        compare.main(["--methods", "fedprox", *base])
+        _compare(["--methods", "fedprox", *base])
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: --out {tmp_path} holds another")
     assert "--methods fedavg" in err[0] and not (tmp_path / "runs" / "fedprox").exists()
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == written
-    compare.main(["--methods", "fedavg", *base])  # the same comparison again
-    compare.main(["--methods", "fedavg", "fedprox", "--reuse", *base])
+    _compare(["--methods", "fedavg", *base])  # the same comparison again
+    _compare(["--methods", "fedavg", "fedprox", "--reuse", *base])
     assert "reusing 1 finished runs" in capsys.readouterr().out
 
 
@@ -682,7 +688,8 @@ def test_one_job_on_several_torch_threads_finishes(tmp_path):
     """``compare --jobs 1`` with runs on two torch threads (a config without ``torch_threads: 1``, e.g. every
     Fashion-MNIST one): planning builds the runs' data and methods in this process, then the warm worker is forked
     from it; a parallel region run on two threads before the fork left the worker's first one waiting forever."""
-    cmd = [sys.executable, "-m", "lightning_sfl.cli", "compare", "--config", str(REPO / "configs/digits/scala.yaml")]
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", "compare", "--wandb", "false", "--config"]
+    cmd += [str(REPO / "configs/digits/scala.yaml")]
     cmd += ["--methods", "scala", "--seeds", "0", "--jobs", "1", "--out", str(tmp_path / "o")]
     cmd += ["--overrides", "--trainer.max_epochs=1", "--torch_threads=2"]
     env = {**os.environ, "WANDB_MODE": "disabled"}
@@ -719,7 +726,7 @@ def test_a_config_file_or_an_out_that_cannot_be_used_is_one_line_and_nothing_is_
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
     before = sorted(tmp_path.iterdir())
     with pytest.raises(SystemExit) as exc:
-        compare.main(["--config", str(tmp_path / config), "--methods", "fedavg", "--out", str(tmp_path / out)])
+        _compare(["--config", str(tmp_path / config), "--methods", "fedavg", "--out", str(tmp_path / out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and len(err) == 1 and err[0].startswith(expected.format(tmp=tmp_path)), err
     assert sorted(tmp_path.iterdir()) == before and not Path("/proc/nope").exists()
