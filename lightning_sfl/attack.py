@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from lightning_sfl.attack_io import grid_indices, save_grid
 from lightning_sfl.errors import OneLineArgumentParser
@@ -257,7 +256,8 @@ def run_attack(args: argparse.Namespace) -> dict:
     from lightning_sfl.checkpoint import check_checkpoint
     from lightning_sfl.errors import ConfigError, check_output_folder
     from lightning_sfl.privacy.metrics import reconstruction_scores
-    from lightning_sfl.run_folder import Evaluated, checkpoint_rounds, run_of_checkpoint
+    from lightning_sfl.run_folder import Evaluated
+    from lightning_sfl.wandb.online import announce_offline
 
     check_args(args)
     if args.ckpt_path == "last":
@@ -266,8 +266,7 @@ def run_attack(args: argparse.Namespace) -> dict:
         evaluated = evaluated_of_fit([a for c in args.config for a in ("--config", c)])
         args.ckpt_path = str(evaluated.checkpoint)
     else:
-        path = Path(args.ckpt_path)
-        evaluated = Evaluated(path, run_of_checkpoint(path), checkpoint_rounds(path), None)
+        evaluated = Evaluated.of(args.ckpt_path, None)
     if args.threads >= 1:
         torch.set_num_threads(args.threads)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
@@ -282,6 +281,7 @@ def run_attack(args: argparse.Namespace) -> dict:
     if act_dims != 4:
         raise ConfigError(f"{method}'s cut is not convolutional ([C, H, W] activations): no images to invert")
     model = model.to(device)
+    offline = None if args.no_wandb else announce_offline()  # W&B online that cannot start: offline, said now
     print(evaluated.line("attacking"), flush=True)  # every check has passed
     noise = torch.Generator().manual_seed(args.seed)  # the defence's noise on what the attacker observes
     attack = _unsplit if args.attack == "unsplit" else _inversion
@@ -307,7 +307,8 @@ def run_attack(args: argparse.Namespace) -> dict:
     )
     save_grid(x_test[shown].cpu(), x_hat[shown].cpu(), grid, title=title)
     if not args.no_wandb:
-        log_to_wandb(args.wandb_project, metrics, history, grid, (ckpt.get("lightning_sfl") or {}).get("wandb_id"))
+        trained_by = (ckpt.get("lightning_sfl") or {}).get("wandb_id")
+        args.wandb_saved = log_to_wandb(args.wandb_project, metrics, history, grid, trained_by, offline=offline)
     return metrics
 
 
@@ -398,4 +399,5 @@ def main(argv: list[str]) -> None:
         f"{m['attack']} attack on {m['method']} after {rounds} ({m['dataset']}, activations "
         f"{m['activation_shape']}){stolen}: MSE {m['mse']:.4f}, SSIM {m['ssim']:.4f}, PSNR {m['psnr']:.2f} dB over "
         f"{m['test_images']} test images; wrote {args.written_to}"
+        + (f"; {args.wandb_saved}" if getattr(args, "wandb_saved", None) else "")
     )

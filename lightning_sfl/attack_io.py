@@ -11,13 +11,15 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["claim_output_folder", "grid_indices", "log_to_wandb", "output_folder", "save_grid", "write_scores"]
+__all__ = [
+    "claim_output_folder", "grid_indices", "log_to_wandb", "output_folder", "save_grid", "write_scores",
+]  # fmt: skip
 
 
 def output_folder(ckpt_path: str | os.PathLike, out: str | os.PathLike | None) -> Path:
     """Where the attack writes, not created: ``out`` if given; else, for a checkpoint in a run folder
     (:func:`~lightning_sfl.run_folder.run_of_checkpoint`), the run's first free ``attack-<n>`` (never the fit's own
-    files); else a folder ``attack`` next to the checkpoint.
+    files); else the first free ``attack-<n>`` next to the checkpoint.
 
     >>> import tempfile
     >>> run = Path(tempfile.mkdtemp())
@@ -26,27 +28,29 @@ def output_folder(ckpt_path: str | os.PathLike, out: str | os.PathLike | None) -
     >>> output_folder(run / "checkpoints" / "last.ckpt", None) == run / "attack-1"
     True
     >>> output_folder("elsewhere/model.ckpt", None), output_folder("elsewhere/model.ckpt", "out")
-    (PosixPath('elsewhere/attack'), PosixPath('out'))
+    (PosixPath('elsewhere/attack-1'), PosixPath('out'))
     """
-    from lightning_sfl.run_folder import next_record, run_of_checkpoint
+    from lightning_sfl.run_folder import next_record
 
-    if out:
-        return Path(out)
-    run = run_of_checkpoint(ckpt_path)
-    return next_record(run, "attack") if run is not None else Path(ckpt_path).parent / "attack"
+    return Path(out) if out else next_record(_beside(ckpt_path), "attack")
+
+
+def _beside(ckpt_path: str | os.PathLike) -> Path:
+    """The folder an attack's ``attack-<n>`` goes in: the checkpoint's run folder, else the checkpoint's folder."""
+    from lightning_sfl.run_folder import run_of_checkpoint
+
+    return run_of_checkpoint(ckpt_path) or Path(ckpt_path).parent
 
 
 def claim_output_folder(ckpt_path: str | os.PathLike, out: str | os.PathLike | None) -> Path:
-    """:func:`output_folder`, created (a run's ``attack-<n>`` by :func:`~lightning_sfl.run_folder.claim_record`: of two
+    """:func:`output_folder`, created (an ``attack-<n>`` by :func:`~lightning_sfl.run_folder.claim_record`: of two
     attacks at once, each gets its own)."""
-    from lightning_sfl.run_folder import claim_record, run_of_checkpoint
+    from lightning_sfl.run_folder import claim_record
 
-    run = None if out else run_of_checkpoint(ckpt_path)
-    if run is not None:
-        return claim_record(run, "attack")
-    folder = output_folder(ckpt_path, out)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    if not out:
+        return claim_record(_beside(ckpt_path), "attack")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return Path(out)
 
 
 def write_scores(out: Path, metrics: dict) -> None:
@@ -59,20 +63,39 @@ def write_scores(out: Path, metrics: dict) -> None:
     )
 
 
-def log_to_wandb(project: str, metrics: dict, history: list[dict], grid: Path, trained_by: str | None):
+def log_to_wandb(
+    project: str, metrics: dict, history: list[dict], grid: Path, trained_by: str | None, offline: str | None = None
+) -> str:
     """One W&B run (``job_type=attack``; files under the output folder): the attacker's curves per epoch, then the
     scores and the picture of reconstructions; the summary holds the scores. Offline unless W&B's own switches (as
-    for ``fit``: ``WANDB_MODE``, ``wandb online``) say otherwise."""
+    for ``fit``: ``WANDB_MODE``, ``wandb online``) say otherwise, or ``offline`` says why it cannot be online. W&B's
+    own messages go to ``wandb/messages.log`` there, not the terminal. Returns where the run is, for the result line
+    (``W&B offline run … (upload: wandb sync …)``)."""
     import wandb
 
-    from lightning_sfl.wandb.process import wandb_switch
+    from lightning_sfl.process.streams import output_to
+    from lightning_sfl.run_folder import shown_path
+    from lightning_sfl.wandb.process import MESSAGES, wandb_switch
+
+    mode = "offline" if offline else (wandb_switch() or "offline")
+    (grid.parent / "wandb").mkdir(exist_ok=True)
+    with output_to(grid.parent / "wandb" / MESSAGES):
+        kind, where = _log_run(wandb, project, metrics, history, grid, trained_by, mode)
+    if kind == "offline":
+        return f"W&B offline run {shown_path(where)} (upload: wandb sync {shown_path(where)})"
+    return f"W&B run {where}"
+
+
+def _log_run(wandb, project, metrics, history, grid, trained_by, mode: str) -> tuple[str, str]:
+    """:func:`log_to_wandb`'s run, in ``mode``; returns :func:`~lightning_sfl.wandb.online.where_logged`."""
+    from lightning_sfl.wandb.online import where_logged
 
     scores = ("mse", "ssim", "psnr", "best_val_mse", "best_epoch", "clone_accuracy", "final_activation_mse")
     config = {k: v for k, v in metrics.items() if k not in scores}
     run = wandb.init(
         project=project,
         dir=str(grid.parent),
-        mode=wandb_switch() or "offline",
+        mode=mode,
         job_type="attack",
         name=f"{metrics['attack']}-{metrics['method']}",
         tags=["attack", metrics["attack"], metrics["method"]],
@@ -91,8 +114,10 @@ def log_to_wandb(project: str, metrics: dict, history: list[dict], grid: Path, t
         caption = f"{metrics['method']}: test images (top) and the attacker's reconstructions (bottom)"
         run.log({**scores, "attack/reconstructions": wandb.Image(str(grid), caption=caption)})
         run.summary.update(scores)
+        where = where_logged(run)
     finally:
         run.finish()
+    return where
 
 
 def grid_indices(labels, n: int):

@@ -12,7 +12,6 @@ of the model are filled in from the data module.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Literal
@@ -50,6 +49,7 @@ from lightning_sfl.errors import (
     seed_number,
 )
 from lightning_sfl.loop import Federation
+from lightning_sfl.process.streams import ddp_child
 from lightning_sfl.run_folder import (
     Evaluated,
     RecordRun,
@@ -239,13 +239,14 @@ class SFLCLI(LightningCLI):
         except (MisconfigurationException, ValueError, ImportError) as exc:  # Lightning refuses the trainer's
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__  # settings (an
             if isinstance(exc, ImportError):  # accelerator or strategy this machine cannot run), before any run
-                reason = f"accelerator={config.get('accelerator')!r} needs a package this machine lacks: {reason}"
+                reason = f"a package this machine lacks: {reason}"
             raise ConfigError(f"trainer: {reason}") from None
-        refused = self.model.one_process_only() if self.model is not None and trainer.world_size > 1 else None
+        several = trainer.world_size > 1 and self._command == "fit"
+        refused = self.model.one_process_only() if self.model is not None and several else None
         if refused is not None:  # before DDP starts its processes (each would refuse it at setup, after a start)
             raise ConfigError(
                 f"{refused} runs on one process; --trainer.devices {trainer.num_devices} and --trainer.num_nodes "
-                f"{trainer.num_nodes} would start {trainer.world_size} (give --trainer.devices 1)"
+                f"{trainer.num_nodes} would start {trainer.world_size} (give --trainer.devices 1 --trainer.num_nodes 1)"
             )
         if isinstance(trainer.accelerator, CUDAAccelerator):  # on the CPU torch's setting would switch oneDNN to TF32
             torch.set_float32_matmul_precision(self.config.get(self.subcommand, self.config)["matmul_precision"])
@@ -257,10 +258,10 @@ class SFLCLI(LightningCLI):
         recorded = config.clone()  # the command's own settings, before the run is placed: what config.yaml records
         key = run_key(config)
         check_trainer_settings(config.get("trainer", {}))
-        for name, folder in (
-            ("trainer.default_root_dir", config.get("trainer", {}).get("default_root_dir")),
-            ("checkpoint.dirpath", (config.get("checkpoint") or {}).get("dirpath")),
-        ):
+        folders = [("trainer.default_root_dir", config.get("trainer", {}).get("default_root_dir"))]
+        if self._command == "fit":  # (an evaluation writes no checkpoint: the fit's folder may be read-only)
+            folders.append(("checkpoint.dirpath", (config.get("checkpoint") or {}).get("dirpath")))
+        for name, folder in folders:
             check_output_folder(name, folder)
         threads = config.get("torch_threads")
         if threads is not None:
@@ -301,9 +302,8 @@ class SFLCLI(LightningCLI):
         and one line says why (printed when the command starts, :meth:`_say_offline`)."""
         from lightning_sfl.wandb.online import logs_online, offline_line, offline_reason
 
-        child = any(int(os.environ.get(var, "0") or 0) > 0 for var in ("LOCAL_RANK", "NODE_RANK", "RANK"))
         online = [lg for lg in wandb_loggers if logs_online(lg.init_args.get("offline"))]
-        reason = offline_reason() if online and not child else None
+        reason = offline_reason() if online and not ddp_child() else None
         if reason is not None:
             for lg in online:
                 lg.init_args.offline = True
@@ -370,14 +370,14 @@ class SFLCLI(LightningCLI):
             diverged = reported_cause(exc)
             if subcommand != "fit" or not isinstance(diverged, NonFiniteError):
                 raise
-            kept = kept_checkpoint(self.trainer.checkpoint_callback)
+            kept = kept_checkpoint(self.trainer.checkpoint_callback, self.trainer.is_global_zero)
             raise NonFiniteError(f"{diverged}; stopped, {kept or 'no checkpoint was written yet'}") from None
 
     def _interrupted_line(self, subcommand: str, cause: str) -> str:
         line = f"interrupted ({cause}) in round {self.trainer.current_epoch + 1}"
         if subcommand != "fit":
             return line
-        kept = kept_checkpoint(self.trainer.checkpoint_callback)
+        kept = kept_checkpoint(self.trainer.checkpoint_callback, self.trainer.is_global_zero)
         if kept is None:
             return f"{line}; no round had finished: nothing to continue"
         return f"{line}; {kept}: continue with the same command and --ckpt_path last"
@@ -481,11 +481,6 @@ def evaluated_of_fit(args: list[str], command: str = "attack") -> Evaluated:
     return evaluated_checkpoint("last", root, name, config.get("trainer", {}).get("max_epochs"), dirpath, command)
 
 
-def last_checkpoint_of_fit(args: list[str]) -> Path:
-    """The checkpoint :func:`evaluated_of_fit` chooses."""
-    return evaluated_of_fit(args).checkpoint
-
-
 def run(args: list[str] | None = None) -> None:
     """``fit``/``validate``/``test`` with ``args`` (default ``sys.argv[1:]``); see :func:`lightning_sfl.cli.main`.
 
@@ -506,12 +501,26 @@ def run(args: list[str] | None = None) -> None:
         print(f"error: {line}", file=sys.stderr)
         raise SystemExit(2) from None
     except RunInterrupted as exc:
-        if int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:
+        _end_wandb_runs(exc.exit_code)
+        if not ddp_child():
             print(str(exc), file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
     except Exception as exc:
         found = user_error_line(exc)
         if found is None:
             raise
+        _end_wandb_runs(found[1])
         print(f"error: {found[0]}", file=sys.stderr)
         raise SystemExit(found[1]) from None
+
+
+def _end_wandb_runs(exit_code: int) -> None:
+    """Before a command's error or interruption line: every W&B run of this process ends now, with ``exit_code``
+    (its worker's messages go to its folder; Lightning's in-process logger prints W&B's summary now, before the
+    line), so that nothing of W&B's follows the command's last line."""
+    from lightning_sfl.wandb import process as wandb_process
+
+    wandb_process.finish_all(exit_code)
+    wandb = sys.modules.get("wandb")  # (imported only if a W&B logger ran in this process)
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.run.finish(exit_code=exit_code)

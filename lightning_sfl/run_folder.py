@@ -3,7 +3,9 @@ run of the command line writes (``checkpoints/``, the CSV log ``csv/metrics.csv`
 ``config.yaml``), named so that a person can read it and the same command finds it again.
 
 - A new ``fit`` takes the first free name (``…-<key>``, then ``…-<key>-v2``, …: an earlier run is never overwritten);
-  ``fit``, ``validate`` and ``test`` with ``--ckpt_path last`` take the latest run of the same configuration.
+  ``fit --ckpt_path last`` continues the latest run of the same configuration; ``validate``, ``test`` and ``attack``
+  with ``--ckpt_path last`` read the latest that reached the rounds their configuration names (:func:`finished_run`)
+  and keep their records in ``<run>/<command>-<n>/`` (:func:`next_record`).
 - A live process holds its run folder (:class:`RunLock`): a second process that would write there stops with one line
   naming the holder, so two runs never share checkpoints and ``last.ckpt`` never points across runs.
 - Resuming continues the CSV log in the same file (:class:`ContinuingCSVLogger`, :func:`trim_rounds`).
@@ -250,6 +252,15 @@ class Evaluated:
     wanted: int | None
     fallback: bool = False
 
+    @classmethod
+    def of(cls, path: str | os.PathLike, wanted: int | None, run: Path | None = None, last: bool = False) -> Evaluated:
+        """The checkpoint file ``path``: the run folder it lies in (or ``run``), the rounds it holds; ``last``: it is
+        what ``--ckpt_path last`` found, and ``fallback`` says whether it holds fewer rounds than ``wanted``."""
+        path = Path(path)
+        rounds = checkpoint_rounds(path)
+        short = last and wanted is not None and rounds is not None and rounds < wanted
+        return cls(path, run or run_of_checkpoint(path), rounds, wanted, fallback=short)
+
     def line(self, doing: str) -> str:
         """What is evaluated, for the command's first line: ``validating runs/<run> (round 100 of 100)``."""
         where = shown_path(self.run if self.run is not None else self.checkpoint)
@@ -272,9 +283,13 @@ def evaluated_checkpoint(
             f"{command} needs a checkpoint: --ckpt_path PATH (a checkpoint file) or --ckpt_path last (the latest fit "
             "of this configuration)"
         )
+    if str(ckpt_path) in ("best", "hpc", "registry"):
+        raise ConfigError(
+            f"ckpt_path={str(ckpt_path)!r}: {command} takes a checkpoint file, or last (the latest fit of this "
+            "configuration)"
+        )
     if str(ckpt_path) != "last":
-        path = Path(ckpt_path)
-        return Evaluated(path, run_of_checkpoint(path), checkpoint_rounds(path), wanted)
+        return Evaluated.of(ckpt_path, wanted)
     if dirpath or name == "":
         path = Path(dirpath) / "last.ckpt" if dirpath else root / "checkpoints" / "last.ckpt"
         if not path.is_file():
@@ -282,8 +297,7 @@ def evaluated_checkpoint(
                 f"ckpt_path='last': no checkpoint of this configuration in {path.parent} (fit it first with the same "
                 "options, or give the checkpoint's path)"
             )
-        run = run_of_checkpoint(path) or (root if name == "" else latest_run(root, name))
-        return Evaluated(path, run, checkpoint_rounds(path), wanted)
+        return Evaluated.of(path, wanted, run=root if name == "" else None, last=True)
     found = finished_run(root, name, wanted)
     if found is None:
         raise ConfigError(

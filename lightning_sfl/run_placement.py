@@ -23,6 +23,8 @@ import warnings
 from pathlib import Path
 
 from lightning_sfl.checkpoint import check_checkpoint
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.process.streams import ddp_child
 from lightning_sfl.run_folder import (
     FOLDER_ENV,
     Evaluated,
@@ -45,11 +47,6 @@ __all__ = ["EVALUATIONS", "RunPlacement", "kept_checkpoint", "relink_last", "sav
 EVALUATIONS = ("validate", "test")
 #: The ``save_dir`` of a logger the user did not place: the CLI's default (``runs``) and Lightning's loggers' (``.``).
 UNPLACED = ("runs", ".", None)
-
-
-def _ddp_child() -> bool:
-    """Whether this process is one Lightning launched for DDP (a rank other than 0)."""
-    return any(int(os.environ.get(var, "0") or 0) > 0 for var in ("LOCAL_RANK", "NODE_RANK", "RANK"))
 
 
 def _remove_if_empty(folder: Path, with_parent: bool) -> None:
@@ -93,9 +90,21 @@ class RunPlacement:
             if self.folder is None:
                 self.folder, self._new = next_run(root, name), True
         checkpoint = config.get("checkpoint")
-        if checkpoint is not None and not checkpoint.get("dirpath"):
+        given = checkpoint is not None and checkpoint.get("dirpath")
+        if checkpoint is not None and not given:
             checkpoint.dirpath = str(self.folder / "checkpoints")
         last = Path(checkpoint.dirpath) / "last.ckpt" if checkpoint is not None else None
+        if ckpt is None and self._held:  # a new run: never into another run's files (a re-run of its config.yaml)
+            if name == "" and (root / "config.yaml").is_file():
+                raise ConfigError(
+                    f"trainer.default_root_dir={str(root)!r} already holds a run (run_name ''): continue it with "
+                    "--ckpt_path last, or give another --trainer.default_root_dir or --run_name"
+                )
+            if given and last.exists():
+                raise ConfigError(
+                    f"checkpoint.dirpath={str(checkpoint.dirpath)!r} holds another run's checkpoints (last.ckpt): "
+                    "continue that run with --ckpt_path last, or give another --checkpoint.dirpath"
+                )
         return last if ckpt == "last" and last is not None and last.is_file() else None
 
     def _choose_evaluated(self, config, root: Path, name: str) -> None:
@@ -111,6 +120,8 @@ class RunPlacement:
             config.ckpt_path = str(self.evaluated.checkpoint)
         if not self._inherit():
             run = self.evaluated.run
+            if run is None:  # a checkpoint kept elsewhere: a folder of this command's own, named by the configuration
+                run = root if name == "" else None
             self.folder = next_record(run, self.command) if run else next_run(root, f"{name}-{self.command}")
             self._new = True
         checkpoint = config.get("checkpoint")
@@ -121,7 +132,7 @@ class RunPlacement:
         """In a process Lightning launched for DDP: the first process's folder (not held again): True. Else False:
         this process chooses (and will hold) its own."""
         inherited = os.environ.get(FOLDER_ENV, "")
-        self._held = not (_ddp_child() and inherited)
+        self._held = not (ddp_child() and inherited)
         if not self._held:
             self.folder = Path(inherited)
         return not self._held
@@ -185,10 +196,13 @@ class RunPlacement:
         if not self._held or self._lock is not None:
             return
         self._made_root = not self.folder.parent.exists()
-        if self._new:
-            claim_new(self.folder)
-        else:
-            self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            if self._new:
+                claim_new(self.folder)
+            else:
+                self.folder.mkdir(parents=True, exist_ok=True)
+        except PermissionError as exc:  # (e.g. a validate of another user's run: its records go inside the run)
+            raise ConfigError(f"cannot create {self.folder}: {exc.strerror.lower()}") from None
         self._lock = RunLock(self.folder, command=" ".join(["lightning-sfl", *self.argv]))
         self._lock.acquire()
         os.environ[FOLDER_ENV] = str(self.folder)
@@ -238,11 +252,12 @@ def relink_last(last: Path) -> None:
         return
 
 
-def kept_checkpoint(callback) -> str | None:
+def kept_checkpoint(callback, first_process: bool = True) -> str | None:
     """``round N's checkpoint is kept (runs/…/last.ckpt)``: the checkpoint a stopped fit leaves, from its checkpoint
-    callback ``callback``; ``None`` when none was written."""
+    callback ``callback``; ``None`` when none was written. The first process of a DDP run (``first_process``) mends a
+    ``last.ckpt`` link the stop cut (:func:`relink_last`)."""
     last = Path(callback.dirpath or "") / "last.ckpt" if callback else None
-    if last is not None and not last.exists():
+    if last is not None and not last.exists() and first_process and callback.save_last == "link":
         relink_last(last)  # the stop came while the link was being replaced: point it at the newest round
     if last is None or not last.exists():
         return None

@@ -19,7 +19,7 @@ from lightning_sfl.algorithms import SCALA, SCALAPE, FedAvg, SplitFedV1
 from lightning_sfl.attack import check_args, grid_indices, parse_args, save_grid, train_attacker
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.privacy.metrics import mse_per_image, psnr_per_image, ssim_per_image
-from lightning_sfl.wandb.offline import read_offline_run
+from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -127,7 +127,7 @@ def test_attack_scores_a_split_checkpoint_and_logs_it_to_wandb(tmp_path):
     out = _attack("--ckpt_path", str(ckpt), "--epochs", "3", "--train_size", "300", "--grid", "4", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "MSE" in out.stdout and "SSIM" in out.stdout and "PSNR" in out.stdout
-    folder = tmp_path / "ckpt" / "attack"
+    folder = tmp_path / "ckpt" / "attack-1"  # beside a checkpoint kept outside a run folder
     m = json.loads((folder / "metrics.json").read_text())
     assert m["method"] == "SCALAPE" and m["activation_shape"] == [8, 4, 4]
     assert m["attack_train_images"] + m["attack_val_images"] == 300
@@ -145,6 +145,11 @@ def test_attack_scores_a_split_checkpoint_and_logs_it_to_wandb(tmp_path):
     image = run.last("attack/reconstructions")
     assert image["_type"] == "image-file" and run.file(image["path"]).stat().st_size > 0 and run.images
     assert run.config["method"] == "SCALAPE" and run.config["width"] == 64 and run.run["job_type"] == "attack"
+    # W&B's own messages stay in its folder; the result line, last, names the W&B run and how to upload it
+    assert "wandb:" not in out.stdout + out.stderr and "wandb sync" in (folder / "wandb" / "messages.log").read_text()
+    (record,) = find_offline_runs(folder)
+    upload = f"W&B offline run {record.relative_to(tmp_path)} (upload: wandb sync {record.relative_to(tmp_path)})"
+    assert out.stdout.strip().splitlines()[-1].endswith(upload)
 
 
 def test_attack_is_reproducible_sees_the_wider_cut_and_can_skip_wandb(tmp_path):
@@ -254,7 +259,7 @@ def test_the_result_line_is_the_last_a_terminal_shows(tmp_path, monkeypatch):
     assert "decoder epoch 1/1" in shown
     last = shown.rstrip("\n").split("\n")[-1].split("\r")[-1]  # what the terminal's last line shows
     assert last.startswith("inversion attack on SCALA after 1 round (digits") and last.endswith(
-        f"wrote {tmp_path / 'ckpt' / 'attack'}"), shown[-500:]  # fmt: skip
+        f"wrote {tmp_path / 'ckpt' / 'attack-1'}"), shown[-500:]  # fmt: skip
 
 
 def test_a_scala_pe_checkpoint_of_an_earlier_version_still_loads(tmp_path):

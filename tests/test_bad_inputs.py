@@ -100,6 +100,9 @@ BAD: list[tuple[list[str], str]] = [
     (["--trainer.default_root_dir=fedavg.ckpt"], "trainer.default_root_dir='fedavg.ckpt' is a file, not a folder"),
     (["--checkpoint.dirpath=fedavg.ckpt"], "checkpoint.dirpath='fedavg.ckpt' is a file, not a folder"),
     (["--run_name=../elsewhere"], "run_name='../elsewhere' must be one folder name"),
+    # a new run never writes into another run's files (re-running a compare run's or a custom folder's config.yaml)
+    (["--trainer.default_root_dir=taken", "--run_name="], "trainer.default_root_dir='taken' already holds a run"),
+    (["--checkpoint.dirpath=held"], "checkpoint.dirpath='held' holds another run's checkpoints (last.ckpt)"),
     # options of this stop's datasets and server optimisers
     (["--data.partition=natural"], "partition='natural' (the dataset's own clients) goes with dataset="),
     (["--data.dataset=leaf_synthetic", "--data.partition=natural", "--data.leaf_mu=-1"], "must be >= 0"),
@@ -164,6 +167,10 @@ def _checkpoints(folder: Path) -> None:
     torch.save({**good, "lightning_sfl": {"algorithm": "lightning_sfl.algorithms.FedAvg"}}, folder / "fedavg.ckpt")
     torch.save({"state_dict": {"fc.weight": torch.zeros(1)}}, folder / "foreign.ckpt")
     torch.save(good, folder / "full.ckpt")
+    (folder / "taken").mkdir()  # another run's folder and checkpoint folder
+    (folder / "taken" / "config.yaml").write_text("seed_everything: 0\n")
+    (folder / "held").mkdir()
+    torch.save(good, folder / "held" / "last.ckpt")
     (folder / "truncated.ckpt").write_bytes((folder / "full.ckpt").read_bytes()[:100])
     (folder / "full.ckpt").unlink()
 
@@ -268,6 +275,7 @@ OTHER_COMMANDS = [
     (["validate", "--config", CONFIG, "--ckpt_path", "last"], "ckpt_path='last': no run of this configuration"),
     (["validate", "--config", CONFIG], "validate needs a checkpoint: --ckpt_path PATH (a checkpoint file) or"),
     (["test", "--config", CONFIG], "test needs a checkpoint: --ckpt_path PATH (a checkpoint file) or --ckpt_path last"),
+    (["validate", "--config", CONFIG, "--ckpt_path", "best"], "ckpt_path='best': validate takes a checkpoint file, or"),
     (["test", "--config", CONFIG, "--ckpt_path", "foreign.ckpt"], "foreign.ckpt"),
     (["cuts", "--arch", "resnet99"], "argument --arch: invalid choice: 'resnet99'"),  # no usage dump
     (["sweep", "broken.yaml"], "sweep='broken.yaml' is not valid YAML (expected the node content"),
@@ -360,8 +368,8 @@ def test_wandb_online_without_a_server_logs_offline_with_one_line_and_loses_noth
     proc = _terminal(tmp_path, ["fit", "--config", CONFIG, "--trainer.max_epochs=2"], env)
     assert proc.returncode == 0, proc.stdout[-3000:]
     said = [line for line in _lines(proc) if line.startswith("W&B:")]
-    assert said == [f"W&B: cannot reach http://127.0.0.1:{port} (connection refused); this run logs offline (upload "
-                    "it later with the wandb sync command printed at the end)"], proc.stdout[-3000:]  # fmt: skip
+    assert said == [f"W&B: cannot reach http://127.0.0.1:{port} (connection refused); this run logs offline (nothing "
+                    "is lost: wandb sync uploads it later)"], proc.stdout[-3000:]  # fmt: skip
     assert "Error" not in proc.stdout and _lines(proc)[-1].startswith("final test accuracy: ")
     [run] = tmp_path.glob("runs/*")
     [record] = find_offline_runs(run / "wandb")

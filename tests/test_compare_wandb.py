@@ -98,6 +98,9 @@ def test_the_comparison_is_a_wandb_run_with_its_table_and_plot(compared):
     assert run.last("accuracy")["_type"] == "image-file" and any("accuracy_" in p for p in run.images)
     assert 0 <= run.summary["final_test_acc/scala"] <= 1
     assert "wandb: Run summary" in (out / "log.txt").read_text()  # W&B's footer in its log, not on the terminal
+    console = "".join(r["output_raw"]["line"] for r in run.records if "output_raw" in r)
+    assert "[compare] wrote" in console or "[compare 4/4]" in console  # the comparison's own lines are its log's
+    assert "running, " not in console and "\x1b[K" not in console  # the status line's redrawing is not
 
 
 def test_the_last_lines_are_the_table_and_the_status_line_showed_and_went(compared):

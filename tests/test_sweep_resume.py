@@ -55,7 +55,7 @@ def _params(out: Path) -> list[dict]:
 @pytest.mark.parametrize(
     "method, parameters, seed",
     [
-        ("bayes", {"lr": LOG_LR}, "0"),  # today: the resumed sampler's first draw is trial 0's again
+        ("bayes", {"lr": LOG_LR}, "0"),  # before: the resumed sampler's first draw was trial 0's again
         ("random", {"x": {"values": [-3, -2, -1, 0, 1, 2]}}, "0"),  # seed 0 draws 2, 0, 2, 0 from these six
         ("bayes", {"x": {"values": [-3, -2, -1, 0, 1, 2]}}, "0"),  # the sampler's random start-up repeats values too
     ],

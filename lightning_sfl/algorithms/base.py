@@ -106,6 +106,10 @@ def checked_floor(value: float) -> float:
     return float(value)
 
 
+#: The cut point when none is given (methods without a server half take the whole model and ignore it).
+DEFAULT_SPLIT_POINT = "s2"
+
+
 class SplitFedAlgorithm(
     FederationMember, GlobalModelEvaluation, MethodState, ActivationDefences, InversionDefence, L.LightningModule
 ):
@@ -180,7 +184,7 @@ class SplitFedAlgorithm(
     def __init__(
         self,
         arch: str = "cnn_small",
-        split_point: str = "s2",
+        split_point: str = DEFAULT_SPLIT_POINT,
         local_iters: int = 5,
         lr: float = 0.01,
         momentum: float = 0.0,
@@ -260,11 +264,13 @@ class SplitFedAlgorithm(
         the whole model and an empty server), with a bottleneck at the cut unless ``bottleneck_channels`` is 0."""
         net = build_model(arch, num_classes, input_shape)
         channels = self.bottleneck_channels
-        client, server = split_model(net, split_point)  # (a cut point the model does not have is one line for all)
         if not self.has_server_half:
+            if split_point != DEFAULT_SPLIT_POINT:  # (unused, but a cut point the model lacks is a mistake: one line)
+                split_model(net, split_point)
             if channels:
                 raise ConfigError(f"bottleneck_channels={channels} needs a split method; {type(self).__name__} is not")
             return net[:], nn.Sequential()
+        client, server = split_model(net, split_point)
         return (client, server) if channels == 0 else add_bottleneck(client, server, channels, input_shape)
 
     def configure_schedule(self) -> Schedule:

@@ -4,12 +4,14 @@ own, unless ``--wandb false``), write the outputs, print the table."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from lightning_sfl.trials import TrialPool, one_thread_before_fork
+from lightning_sfl.wandb.online import announce_offline
 
 from .config import plan_runs
 from .options import command_line, methods_of, parse_args, without_methods
@@ -89,6 +91,8 @@ def run_compare(args: argparse.Namespace) -> list[MethodSummary]:
     jobs = max(1, min(args.jobs, sum(not spec.reuse for spec in new)))
     all_methods = [*kept_methods, *args.methods]  # the report's command reproduces the whole comparison
     tracked = None
+    if wandb and announce_offline():  # W&B online that cannot start here: every run offline, said once
+        os.environ["WANDB_MODE"] = "offline"  # (before the workers fork: they take it)
     with TrialPool(jobs, args.launcher, out / "submitit", args.slurm_parameters) as pool:
         pool.warm_up()  # forked from this process, which has imported what they need while planning: ready at once
         if wandb:  # after the fork: the workers must not hold this process's W&B run

@@ -213,8 +213,9 @@ def fit_args(run_config: Path, seed: int, run_dir: Path, wandb: bool = True) -> 
 
 def wandb_env(config: dict, seed: int, comparison: str) -> dict[str, str | None]:
     """W&B's variables for the run of ``config`` (a method's resolved config) with ``seed`` in the comparison named
-    ``comparison``: its name as a fit's run folder would read, ``<method>-<dataset>-<partition>-s<seed>-<key>``, its
-    group, the same for every seed of the method (``WANDB_RUN_GROUP`` if set, else
+    ``comparison``: its name, read as a fit's run folder is, ``<method>-<dataset>-<partition>-s<seed>-<key>`` but with
+    its group's ``key`` (a fit's folder has the hash of its whole configuration, seeds included), its group, the same
+    for every seed of the method (``WANDB_RUN_GROUP`` if set, else
     :func:`~lightning_sfl.run_folder.seeds_group`: ``<method>-<dataset>-<partition>-<key>``, ``key`` a hash of the
     setting without its seeds), and the tag ``compare-<comparison>`` after those of ``WANDB_TAGS``; the CLI adds the
     method, dataset, partition and seed tags as for any fit.

@@ -12,23 +12,12 @@ import sys
 import time
 from typing import TextIO
 
+from lightning_sfl.process.streams import is_terminal
+
 __all__ = ["INTERVAL", "Progress", "is_terminal"]
 
 #: Seconds between two draws of a bar (and reads of the values it shows).
 INTERVAL = 0.5
-
-
-def is_terminal(stream) -> bool:
-    """Whether ``stream`` is an open terminal (``isatty()``); ``False`` for files, pipes, closed or odd streams.
-
-    >>> import io
-    >>> is_terminal(io.StringIO()), is_terminal(None)
-    (False, False)
-    """
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):
-        return False
 
 
 class Progress:

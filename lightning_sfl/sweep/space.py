@@ -142,14 +142,19 @@ def distinct(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _finite_choices(name: str, spec: dict[str, Any]) -> list[Any] | None:
-    """The values a parameter can take, if they are few enough to list (constant, values with a non-zero
-    probability, int_uniform); ``None`` for the others."""
+    """The values a parameter can take, each once, if they are few enough to list (constant, values with a non-zero
+    probability, int_uniform); ``None`` for the others.
+
+    >>> _finite_choices("x", {"values": [1, 2, 1]})
+    [1, 2]
+    """
     dist = distribution_of(name, spec)
     if dist == "constant":
         return [spec["value"]]
     if dist in ("categorical", "categorical_w_probabilities"):
         p = spec.get("probabilities") or [1] * len(spec["values"])
-        return [v for v, w in zip(spec["values"], p) if w > 0]
+        kept = [v for v, w in zip(spec["values"], p) if w > 0]
+        return list({json.dumps(v, sort_keys=True, default=str): v for v in kept}.values())  # (a repeated value once)
     if dist == "int_uniform" and spec["max"] - spec["min"] < 1_000_000:
         return list(range(spec["min"], spec["max"] + 1))
     return None

@@ -26,6 +26,8 @@ import threading
 import time
 from typing import TextIO
 
+from lightning_sfl.process.streams import is_terminal
+
 __all__ = ["StatusLine", "elapsed_text", "status_text"]
 
 #: Erases from the cursor to the end of the line (ANSI "erase in line"), after a carriage return.
@@ -72,18 +74,12 @@ def status_text(
     return line if width <= 0 or len(line) <= width else line[: max(0, width - 3)] + "..."
 
 
-def _is_terminal(stream: TextIO) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # no isatty, or a closed stream
-        return False
-
-
 class StatusLine:
     """The status line of ``total`` trials (see the module docstring). ``metric`` and ``goal`` (``maximize`` or
     ``minimize``) say which value of :meth:`trial_ended` is the best; ``stream``: where the line goes (default
-    ``sys.stderr``), drawn only if it is a terminal. Its ``write`` is taken when the line is made, so a console
-    capture installed later (W&B's, in a command's own W&B run) does not record the line's redrawing.
+    ``sys.stderr``), drawn only if it is a terminal. It writes with the stream's own ``write`` (its class's), so a
+    console capture wrapped around it, before or after (W&B's, in a command's own W&B run), does not record the line's
+    redrawing.
 
     Safe to call from several threads (``compare`` and ``sweep`` run trials in threads)."""
 
@@ -97,8 +93,9 @@ class StatusLine:
         every: float = 2.0,
     ) -> None:
         self.stream = sys.stderr if stream is None else stream
-        self.enabled = _is_terminal(self.stream)
-        self._write, self._flush = self.stream.write, self.stream.flush
+        self.enabled = is_terminal(self.stream)
+        # the stream's own write, not a wrapper a console capture (W&B's, a command's own W&B run) put on it
+        self._write, self._flush = type(self.stream).write.__get__(self.stream), self.stream.flush
         self.label, self.total, self.metric, self.goal, self.every = label, total, metric, goal, every
         self.finished = self.running = self.failed = 0
         self.best_value: float | None = None

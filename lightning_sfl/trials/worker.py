@@ -10,13 +10,14 @@ the worker waits for all of them before it ends."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
 import traceback
 import warnings
 from multiprocessing.connection import Connection
+
+from lightning_sfl.process.streams import output_to
 
 from .spec import Outcome, Trial, read_error
 
@@ -51,30 +52,6 @@ class _ProcessState:
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
         warnings.filters[:] = self.filters
         warnings._filters_mutated()
-
-
-@contextlib.contextmanager
-def _output_to(path) -> None:
-    """Everything this process writes meanwhile goes to ``path`` (emptied first): Python's ``sys.stdout``/
-    ``sys.stderr`` and file descriptors 1 and 2 (C libraries, child processes that inherit them). Every write goes to
-    the file's end (append mode), as the trial's W&B process, which opens the file on its own, writes there too: no
-    write overwrites another's."""
-    streams = sys.stdout, sys.stderr
-    for stream in streams:
-        stream.flush()
-    saved = os.dup(1), os.dup(2)
-    open(path, "w").close()
-    with open(path, "a", buffering=1, encoding="utf-8", errors="backslashreplace") as log:
-        os.dup2(log.fileno(), 1), os.dup2(log.fileno(), 2)
-        sys.stdout = sys.stderr = log
-        try:
-            yield
-        finally:
-            with contextlib.suppress(Exception):
-                log.flush()
-            sys.stdout, sys.stderr = streams
-            os.dup2(saved[0], 1), os.dup2(saved[1], 2)
-            os.close(saved[0]), os.close(saved[1])
 
 
 #: The subcommands a trial runs (``compare`` and ``sweep`` do not nest: a sweep runs those as processes of their own).
@@ -117,7 +94,7 @@ def run_here(trial: Trial, wait_for_wandb: bool = True) -> Outcome:
     start = time.perf_counter()
     trial.cwd.mkdir(parents=True, exist_ok=True)
     trial.log.parent.mkdir(parents=True, exist_ok=True)
-    with _ProcessState(), _output_to(trial.log):
+    with _ProcessState(), output_to(trial.log):
         os.chdir(trial.cwd)
         # PYTHONSAFEPATH: a process the trial starts with ``python -m`` (its W&B process) imports this installation's
         # package, not a lightning_sfl/ folder in the trial's folder (as a trial of the isolate launcher does)

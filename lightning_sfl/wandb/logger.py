@@ -34,6 +34,7 @@ from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from lightning_sfl.wandb import process as wandb_process
 from lightning_sfl.wandb.process import (
     WATCH_REFUSED,
     RemoteRun,
@@ -146,8 +147,13 @@ class WandbLogger(LightningWandbLogger):
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy for another process (``ddp_spawn``): without this process's worker or run; the other process
-        starts its own worker for the same run id (``resume="allow"``)."""
+        starts its own worker for the same run id (``resume="allow"``), its W&B messages where this one's go."""
         state = self.__dict__.copy()
         state["_process"] = None
         state["_experiment"] = None
+        state["_messages_to_file"] = wandb_process.messages_to_file
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        wandb_process.messages_to_file = wandb_process.messages_to_file or state.pop("_messages_to_file", False)
+        self.__dict__.update(state)

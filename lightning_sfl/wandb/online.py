@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 from lightning_sfl.wandb.process import wandb_switch
 
-__all__ = ["logs_online", "offline_line", "offline_reason", "server_of", "where_logged"]
+__all__ = ["announce_offline", "logs_online", "offline_line", "offline_reason", "server_of", "where_logged"]
 
 #: Seconds the check waits for W&B's server to answer before the run goes offline.
 TIMEOUT = 3.0
@@ -83,7 +83,19 @@ def offline_reason(timeout: float = TIMEOUT) -> str | None:
 
 def offline_line(reason: str) -> str:
     """The one line a command prints when it logs offline for ``reason``."""
-    return f"W&B: {reason}; this run logs offline (upload it later with the wandb sync command printed at the end)"
+    return f"W&B: {reason}; this run logs offline (nothing is lost: wandb sync uploads it later)"
+
+
+def announce_offline() -> str | None:
+    """For a command whose W&B runs W&B's own switches make online (``attack``, ``compare``): why they cannot start
+    here (:func:`offline_reason`), said now in one line on stderr; ``None`` when they are offline anyway or can
+    start."""
+    import sys
+
+    reason = offline_reason() if logs_online(None) else None
+    if reason is not None:
+        print(offline_line(reason), file=sys.stderr, flush=True)
+    return reason
 
 
 def where_logged(run) -> tuple[str, str | None]:

@@ -39,6 +39,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from lightning_sfl.process.streams import ddp_child
+
 __all__ = [
     "RemoteRun",
     "WandbProcess",
@@ -451,8 +453,7 @@ def prestart() -> None:
     """Start a worker now (it imports W&B while the caller imports Lightning); the next :func:`take` gets it. Only
     where this process is rank zero (no ``LOCAL_RANK``/``RANK`` other than 0 in the environment)."""
     global _spare
-    ranks = [os.environ.get(k) for k in ("LOCAL_RANK", "RANK", "NODE_RANK")]
-    if _spare is None and all(r in (None, "", "0") for r in ranks):
+    if _spare is None and not ddp_child():
         _spare = WandbProcess()
 
 
