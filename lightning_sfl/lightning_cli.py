@@ -63,6 +63,7 @@ from lightning_sfl.settings_checks import (
     check_config_files,
     check_rounds_to_resume,
     check_trainer_settings,
+    lacking_package_line,
     resolve_algorithm_names,
     user_error_line,
     with_config_file,
@@ -239,14 +240,15 @@ class SFLCLI(LightningCLI):
         except (MisconfigurationException, ValueError, ImportError) as exc:  # Lightning refuses the trainer's
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__  # settings (an
             if isinstance(exc, ImportError):  # accelerator or strategy this machine cannot run), before any run
-                reason = f"a package this machine lacks: {reason}"
+                reason = lacking_package_line(config, reason)
             raise ConfigError(f"trainer: {reason}") from None
         several = trainer.world_size > 1 and self._command == "fit"
         refused = self.model.one_process_only() if self.model is not None and several else None
         if refused is not None:  # before DDP starts its processes (each would refuse it at setup, after a start)
             raise ConfigError(
                 f"{refused} runs on one process; --trainer.devices {trainer.num_devices} and --trainer.num_nodes "
-                f"{trainer.num_nodes} would start {trainer.world_size} (give --trainer.devices 1 --trainer.num_nodes 1)"
+                f"{trainer.num_nodes} would start {trainer.world_size} (give --trainer.devices 1"
+                f"{' --trainer.num_nodes 1' if trainer.num_nodes > 1 else ''})"
             )
         if isinstance(trainer.accelerator, CUDAAccelerator):  # on the CPU torch's setting would switch oneDNN to TF32
             torch.set_float32_matmul_precision(self.config.get(self.subcommand, self.config)["matmul_precision"])

@@ -18,6 +18,7 @@ __all__ = [
     "check_config_files",
     "check_rounds_to_resume",
     "check_trainer_settings",
+    "lacking_package_line",
     "resolve_algorithm_names",
     "user_error_line",
     "with_config_file",
@@ -76,6 +77,24 @@ def check_trainer_settings(trainer: dict) -> None:
     for name, refused, requirement in TRAINER_RULES:
         if refused(trainer.get(name)):
             raise ConfigError(f"trainer.{name}={trainer[name]} {requirement}")
+
+
+#: Accelerators Lightning runs with torch alone; another one that fails to start lacks a package.
+_TORCH_ACCELERATORS = (None, "auto", "cpu", "gpu", "cuda", "mps")
+
+
+def lacking_package_line(trainer: dict, message: str) -> str:
+    """The line for a trainer setting that needs a package this machine lacks, from Lightning's ``ImportError``
+    ``message`` (``Requirement 'torch_xla>=1.13' not met. HINT: …``): the setting and the package, no pip hint.
+
+    >>> lacking_package_line({"accelerator": "tpu"}, "Requirement 'torch_xla>=1.13' not met. HINT: Try running …")
+    "accelerator='tpu' needs a package this machine lacks (torch_xla>=1.13)"
+    """
+    found = re.search(r"Requirement '([^']+)' not met", message)
+    package = found.group(1) if found else message.split(". HINT")[0]
+    accelerator = trainer.get("accelerator")
+    name = "accelerator" if isinstance(accelerator, str) and accelerator not in _TORCH_ACCELERATORS else "strategy"
+    return f"{name}={trainer.get(name)!r} needs a package this machine lacks ({package})"
 
 
 def user_error_line(exc: BaseException) -> tuple[str, int] | None:

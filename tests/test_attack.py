@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +26,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _attack(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The command as a user runs it: W&B speaks (no ``WANDB_SILENT``), so where its messages go can be checked."""
     cmd = [sys.executable, "-m", "lightning_sfl.cli", "attack", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd)
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SILENT"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
 
 
 def _checkpoint(cls, folder: Path, **kwargs) -> Path:
