@@ -506,9 +506,7 @@ def test_subprocess_jobs_reproduce_the_in_process_runs(compared, tmp_path, monke
 def test_all_runs_failing_exits_nonzero_but_writes_results(tmp_path):
     out = tmp_path / "fail"
     with pytest.raises(SystemExit) as exc:
-        _compare(
-            ["--config", CONFIG, "--methods", BROKEN, "--out", str(out), "--overrides", "--trainer.max_epochs=1"]
-        )
+        _compare(["--config", CONFIG, "--methods", BROKEN, "--out", str(out), "--overrides", "--trainer.max_epochs=1"])
     assert exc.value.code == 1
     assert "0/1" in (out / "results.md").read_text() and (out / "accuracy.png").is_file()
 

@@ -173,8 +173,13 @@ def test_an_archive_placed_in_root_is_used_and_not_fetched_again(tmp_path, monke
         (urllib.error.URLError(socket.gaierror(-2, "Name or service not known")), "no network"),
         (urllib.error.URLError(OSError(101, "Network is unreachable")), "no network"),
         (urllib.error.URLError(TimeoutError("timed out")), "the connection timed out"),
-        (RuntimeError("Error downloading x.gz:\nTried http://h/, got:\n<urlopen error [Errno -3] Temporary failure in "
-                      "name resolution>\n"), "no network"),  # fmt: skip
+        (
+            RuntimeError(
+                "Error downloading x.gz:\nTried http://h/, got:\n<urlopen error [Errno -3] Temporary failure in "
+                "name resolution>\n"
+            ),
+            "no network",
+        ),  # fmt: skip
         (RuntimeError("File not found or corrupted."), "the downloaded file failed its integrity check"),
         (PermissionError(13, "Permission denied", "/data/x.tar.gz"), "no permission to write in /data"),
     ],

@@ -140,9 +140,7 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
-def download_into(
-    name: str, root: Path, fetch: Callable[[Path], object], how: str, reuse: Sequence[str] = ()
-) -> None:
+def download_into(name: str, root: Path, fetch: Callable[[Path], object], how: str, reuse: Sequence[str] = ()) -> None:
     """Run ``fetch(folder)`` (a torchvision download into ``folder``) in a new folder under ``root`` and move what it
     wrote into ``root``. On failure nothing is left (neither what was fetched nor the folders made for ``root``) and a
     one-line :class:`~lightning_sfl.errors.DatasetNotFoundError` says so: ``downloading <name> failed: <why>; <how>``
