@@ -70,9 +70,10 @@ def main(args: list[str] | None = None) -> None:
 
         cuts_main(argv[1:])
         return
-    from lightning_sfl.wandb.process import prestart_for
+    if "lightning" not in sys.modules:  # W&B's worker imports W&B while this process imports Lightning (its
+        from lightning_sfl.wandb.process import prestart_for  # WandbLogger takes it); with Lightning imported already
 
-    prestart_for(argv[1:])  # W&B's worker imports W&B while this process imports Lightning (its WandbLogger takes it)
+        prestart_for(argv[1:])  # there is nothing to overlap: a worker starts when a run logs, not for a bad input
     from lightning_sfl.lightning_cli import run
 
     run(args)

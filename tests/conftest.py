@@ -30,6 +30,34 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+#: Tests that took 1.5 s or more on two cores (``tests/slow.txt``, written by ``tests/slow_list.py``): marked
+#: ``slow``, so that ``-m "not extended and not slow"`` is the README's quick command. ``True``: its setup alone did.
+SLOW = {
+    node: flag == "setup"
+    for node, _, flag in (
+        line.strip().partition(" ") for line in (REPO / "tests" / "slow.txt").read_text().splitlines() if line
+    )
+    if not node.startswith("#")
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks ``slow`` the tests listed in :data:`SLOW`, and every test of a file that shares a module- or session-wide
+    fixture with a listed test whose setup was slow (the fixture would otherwise be built, slowly, in the quick
+    command by the first of them to run)."""
+    heavy = {(item.path, name) for item in items if SLOW.get(item.nodeid) for name in _shared_fixtures(item)}
+    for item in items:
+        if item.nodeid in SLOW or any((item.path, name) in heavy for name in _shared_fixtures(item)):
+            item.add_marker(pytest.mark.slow)
+
+
+def _shared_fixtures(item) -> list[str]:
+    """The fixtures of a test built once for several tests (scope module, package or session)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs if info is not None else {}
+    return [name for name, found in defs.items() if found and found[-1].scope in ("module", "package", "session")]
+
+
 @pytest.fixture
 def run_dir(tmp_path, monkeypatch):
     """Run CLI commands inside a fresh directory (relative ``runs/`` and ``data/`` land there)."""

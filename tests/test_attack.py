@@ -155,6 +155,7 @@ def test_attack_scores_a_split_checkpoint_and_logs_it_to_wandb(tmp_path):
     assert out.stdout.strip().splitlines()[-1].endswith(upload)
 
 
+@pytest.mark.extended  # ~25 s on two cores; the attack command's scores and W&B run are checked in CI
 def test_attack_is_reproducible_sees_the_wider_cut_and_can_skip_wandb(tmp_path):
     """Same seed, same numbers; SCALA's checkpoint is attacked through its 64-channel cut."""
     ckpt = _checkpoint(SCALA, tmp_path / "ckpt")

@@ -551,6 +551,7 @@ def _logged_round_end(metrics_csv: Path, rounds: int) -> bool:
         return False
 
 
+@pytest.mark.extended  # ~40 s on two cores; --reuse of finished and missing runs runs in CI
 def test_reuse_continues_a_killed_run_from_its_last_checkpoint_exactly(tmp_path, capsys):
     """A comparison killed (SIGKILL to its process group) in its run's third round: ``--reuse`` continues the run
     from its last checkpoint (``fit --ckpt_path last``, its CSV log continued) and every round's metrics equal an
@@ -682,6 +683,7 @@ def test_argument_errors_are_one_line_like_fits(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
 
 
+@pytest.mark.extended  # ~25 s on two cores: a check of torch's threads in a job, not of compare's results
 def test_one_job_on_several_torch_threads_finishes(tmp_path):
     """``compare --jobs 1`` with runs on two torch threads (a config without ``torch_threads: 1``, e.g. every
     Fashion-MNIST one): planning builds the runs' data and methods in this process, then the warm worker is forked

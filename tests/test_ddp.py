@@ -67,21 +67,23 @@ FLOAT64 = ("--trainer.precision=64-true",)
 #: tiny-clients case (the same method, plus clients with no rows on a process), FedAvg's aggregation in FedDyn,
 #: FedNova and FedAdam (FedAvg plus a regulariser and per-client state, a step-count normalisation, server moments).
 #: FedProx (FedAvg plus a parameter-only regulariser) has none either: FedDyn's case runs an FL regulariser, and the
-#: last case a split method's parameter-only one. CI runs five cases (SCALA, SplitFedV2, FedDyn, FedAdam, the split
-#: regulariser); the other five are ``extended`` (``pytest -m extended``: ~2.5 min more on two cores).
+#: last case a split method's parameter-only one. CI runs two cases (SCALA, FedAdam); the other eight are
+#: ``extended`` (``pytest -m extended``: ~5 min more on two cores).
 @pytest.mark.parametrize(
     "method,extra",
     [
-        ("splitfedv2", ()),
+        pytest.param("splitfedv2", (), marks=pytest.mark.extended),
         pytest.param("sfl_local_loss", (), marks=pytest.mark.extended),
         ("scala", TINY_CLIENTS),
-        ("feddyn", FLOAT64),
+        pytest.param("feddyn", FLOAT64, marks=pytest.mark.extended),
         pytest.param("fednova", (), marks=pytest.mark.extended),
         pytest.param("scaffold", FLOAT64, marks=pytest.mark.extended),
         ("fedadam", ()),
         pytest.param("fedconcat", (), marks=pytest.mark.extended),
         pytest.param("s2fl", (), marks=pytest.mark.extended),
-        ("minibatch_sfl", (*FLOAT64, "--model=toy_methods.ProximalSFL", "--model.mu=1.0")),
+        pytest.param(
+            "minibatch_sfl", (*FLOAT64, "--model=toy_methods.ProximalSFL", "--model.mu=1.0"), marks=pytest.mark.extended
+        ),
     ],
     ids=[
         "splitfedv2",

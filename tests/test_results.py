@@ -96,8 +96,9 @@ def test_committed_study_covers_every_method_and_seed(study, setting):
     "study,setting,method,rounds",
     [
         ("digits", "quantity_a1_k20", "scala", 50),
-        ("digits", "dirichlet_b0.1_k50", "fedavg", 50),
-        ("mnist5k", "quantity_a2_k20", "fedavg", 5),  # the first 5 of 50 rounds: a full run costs ~2 min
+        pytest.param("digits", "dirichlet_b0.1_k50", "fedavg", 50, marks=pytest.mark.extended),
+        # the first 5 of 50 rounds: a full run costs ~2 min
+        pytest.param("mnist5k", "quantity_a2_k20", "fedavg", 5, marks=pytest.mark.extended),
     ],
 )
 def test_committed_numbers_are_reproduced_by_the_command(study, setting, method, rounds, tmp_path):
@@ -186,7 +187,14 @@ def test_semi_sfl_ends_above_supervised_only_after_20_rounds_on_digits():
     "study,setting,script_args,method,rounds",
     [
         ("gas", "digits_shards2", ("configs/digits/gas.yaml", "shards"), "gas", 10),
-        ("semi_sfl", "digits_dirichlet0.1", ("configs/digits/semi_sfl.yaml", "dirichlet"), "semi_sfl", 3),
+        pytest.param(
+            "semi_sfl",
+            "digits_dirichlet0.1",
+            ("configs/digits/semi_sfl.yaml", "dirichlet"),
+            "semi_sfl",
+            3,
+            marks=pytest.mark.extended,
+        ),
     ],
 )
 def test_gas_and_semi_sfl_numbers_are_reproduced_by_their_command(

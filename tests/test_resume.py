@@ -99,7 +99,8 @@ def _csv_rounds(folder: Path, pattern: str = "csv/version_*/metrics.csv") -> dic
     return out
 
 
-@pytest.mark.parametrize("config,rounds", [("scala", 30), ("gas", 10)])
+#: GAS (asynchronous, 10 rounds) in CI; SCALA's 30 rounds (~60 s on two cores) with ``-m extended``.
+@pytest.mark.parametrize("config,rounds", [pytest.param("scala", 30, marks=pytest.mark.extended), ("gas", 10)])
 def test_kill_minus_9_then_resume_gives_the_uninterrupted_metrics(config, rounds, tmp_path):
     """A real SIGKILL of a training process, then ``--ckpt_path last``: same per-round accuracy as a run that
     was never interrupted (GAS: the asynchronous clock, in-flight clients' slots, buffers and statistics too)."""
@@ -138,6 +139,7 @@ def test_kill_minus_9_then_resume_gives_the_uninterrupted_metrics(config, rounds
     assert resumed == full
 
 
+@pytest.mark.extended  # ~45 s on two cores; kill -9 and resume run in CI with GAS above
 def test_cluster_resume_finds_last_and_continues_the_same_wandb_run_after_kill_minus_9(tmp_path):
     """A preempted job re-runs the same command with ``--ckpt_path last`` (no hand-chosen checkpoint folder): it
     finds the run's latest checkpoint and continues the same W&B run, so the round axis is unbroken."""
@@ -191,7 +193,10 @@ def uninterrupted(tmp_path_factory) -> dict[int, str]:
     return _csv_rounds(next(folder.glob("runs/*")), "csv/metrics.csv")
 
 
-@pytest.mark.parametrize("signal_name,exit_code", [("SIGTERM", 143), ("SIGINT", 130)])
+#: SIGTERM (a cluster's preemption) in CI; Ctrl-C (SIGINT, the same path with exit code 130) with ``-m extended``.
+@pytest.mark.parametrize(
+    "signal_name,exit_code", [("SIGTERM", 143), pytest.param("SIGINT", 130, marks=pytest.mark.extended)]
+)
 def test_sigterm_or_ctrl_c_says_one_line_and_the_same_command_continues_exactly(
     signal_name, exit_code, request, tmp_path
 ):

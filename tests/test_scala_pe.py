@@ -186,6 +186,7 @@ def test_images_are_the_inputs_de_normalised():
     torch.testing.assert_close(model.images(dm.splits.to_float(raw)), raw.float().clamp(0, 1), atol=1e-6, rtol=0)
 
 
+@pytest.mark.extended  # ~25 s on two cores; SCALA-PE trains in test_algorithms' registry-driven runs
 def test_a_two_round_run_of_the_digits_config_trains_and_reaches_wandb(tmp_path):
     """``lightning-sfl fit --config configs/digits/scala_pe.yaml`` for 2 rounds, with the CLI's default loggers (W&B
     offline): it trains (the server loss falls, accuracy rises from round 1 to round 2, measured against the run's own

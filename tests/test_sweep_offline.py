@@ -160,6 +160,7 @@ def test_digits_sweep_runs_offline_prints_its_table_and_resumes(tmp_path):
     assert len(json.loads((out / "sweep.json").read_text())["trials"]) == 3
 
 
+@pytest.mark.extended  # ~25 s on two cores; the digits sweep (console script, resume) runs in CI
 def test_grid_and_random_sweeps_through_the_console_script(tmp_path):
     base = {
         "metric": {"name": "test/acc", "goal": "maximize"},

@@ -116,6 +116,7 @@ def _attack(*args: str, cwd: Path) -> dict:
     return out
 
 
+@pytest.mark.extended  # two trainings and two attacks each: ~60 s of CI; the attacks on fixed activations run above
 def test_each_attack_recovers_more_from_an_undefended_client_than_from_a_noised_one(tmp_path):
     """SCALA (cut after its first conv block) trained without and with ``tanh`` + Laplace(1) noise on its uploads;
     both attackers see the uploads as sent. Each attack's MSE on the defended client is higher by a margin;
@@ -225,22 +226,29 @@ def test_resume_with_every_defence_on_is_exact_and_traffic_is_unchanged(cls, tmp
     assert not torch.equal(plain.client.net[0].weight, full.client.net[0].weight)  # the defences did act
 
 
-@pytest.mark.parametrize(
-    "option",
-    [
-        "--model.nopeek_weight=0.5",
-        "--model.activation_noise=0.3",
-        "--model.noise_bound=tanh",
-        "--model.bottleneck_channels=8",
-        "--model.inversion_gamma=0.3",
-    ],
+DEFENCE_OPTIONS = (
+    "--model.nopeek_weight=0.5",
+    "--model.activation_noise=0.3",
+    "--model.noise_bound=tanh",
+    "--model.bottleneck_channels=8",
+    "--model.inversion_gamma=0.3",
 )
-def test_every_defence_runs_from_a_digits_config(option, tmp_path):
-    cmd = [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", str(REPO / "configs/digits/scala.yaml")]
-    cmd += ["--trainer.max_epochs=2", "--trainer.logger=false", "--trainer.enable_progress_bar=false", option]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "final test accuracy" in out.stdout and "Warning" not in out.stderr
+
+
+def test_every_defence_runs_from_a_digits_config(tmp_path):
+    """Each defence option on the digits SCALA config, through the command line's entry point (one process for the
+    five, so Lightning is imported once): a finished fit, no warning."""
+    from cli_in_one_process import run_in_one_process
+
+    base = ["fit", "--config", str(REPO / "configs/digits/scala.yaml"), "--trainer.max_epochs=2"]
+    base += ["--trainer.logger=false", "--trainer.enable_progress_bar=false"]
+    folders = [tmp_path / f"defence{i}" for i in range(len(DEFENCE_OPTIONS))]
+    for folder in folders:
+        folder.mkdir()
+    runs = run_in_one_process([(f, [*base, option]) for f, option in zip(folders, DEFENCE_OPTIONS)])
+    for option, out in zip(DEFENCE_OPTIONS, runs):
+        assert out.code == 0, f"{option}: {out.stderr[-3000:]}"
+        assert "final test accuracy" in out.stdout and "Warning" not in out.stderr, option
 
 
 def test_defences_need_a_plain_split_upload():
