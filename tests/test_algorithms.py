@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 from _helpers import SHORT_WARMUP, data_kwargs, method_kwargs, quiet_trainer
+from fingerprints import committed, fingerprint
 
 from lightning_sfl.algorithms import ALGORITHMS, ASYNC_METHODS, SEMI_METHODS
-from lightning_sfl.callbacks import CommunicationBytes
+from lightning_sfl.callbacks import CommunicationBytes, SimulatedClock
 from lightning_sfl.data import FederatedDataModule
 
 METHODS = ALGORITHMS
@@ -208,10 +209,19 @@ def test_stacked_client_bank_equals_sequential(name):
     for FedAvg, FedAvgM, FedNova and SplitFedV1 with momentum (two rounds of one step, or one of two, stay within
     1.2e-7; a max-pool tie broken the other way is the likeliest cause, not pinned down), and everywhere for SCALA-PE,
     whose decoders take Adam steps on near-zero gradients."""
-    momentum = 0.0 if name in ASYNC_METHODS else 0.5  # asynchronous steps leave clients out: stacked needs plain SGD
-    kwargs = {"momentum": momentum, "precision": "64-true", **BANK_CHECK_KWARGS.get(name, {})}
-    a, _ = train(name, client_bank="sequential", **kwargs)
-    b, _ = train(name, client_bank="stacked", **kwargs)
+    (a, a_trainer), (b, b_trainer) = bank_check_run(name, "sequential"), bank_check_run(name, "stacked")
     _assert_same(a, b, atol=1e-9)
     if name in INVERSION_BANK_CHECK:  # the decoders too
         torch.testing.assert_close(a.inversion_params, b.inversion_params, rtol=0, atol=1e-9)
+    # and each run is bitwise the one of the code before the restructuring (tests/fingerprints.py)
+    before = committed()
+    for bank, model, trainer in (("sequential", a, a_trainer), ("stacked", b, b_trainer)):
+        assert fingerprint(model, trainer) == before[f"{name}/{bank}"], f"{name} with the {bank} bank changed"
+
+
+def bank_check_run(name: str, bank: str):
+    """``name`` trained for two rounds in float64 with the ``bank`` client bank (with momentum, but for asynchronous
+    methods, whose steps leave clients out), logging its traffic and simulated clock: the model and its trainer."""
+    momentum = 0.0 if name in ASYNC_METHODS else 0.5  # asynchronous steps leave clients out: stacked needs plain SGD
+    kwargs = {"momentum": momentum, "precision": "64-true", **BANK_CHECK_KWARGS.get(name, {})}
+    return train(name, client_bank=bank, callbacks=[CommunicationBytes(), SimulatedClock()], **kwargs)
