@@ -1,12 +1,14 @@
 """Fingerprints of every registered method: 2 rounds on digits in float64, with each client bank, as
 ``test_algorithms.py::test_stacked_client_bank_equals_sequential`` trains them. A fingerprint holds the SHA-256 of
 the method's whole ``state_dict`` (every tensor's bytes, keys sorted: client and server halves, per-client state,
-server moments, decoders) and the exact final values of the traffic (``comm/cumulative_bytes``), the simulated clock
-(``clock/elapsed_seconds``) and the test accuracy.
+server moments, decoders), the state's norm and the exact final values of the traffic (``comm/cumulative_bytes``),
+the simulated clock (``clock/elapsed_seconds``) and the test accuracy.
 
 ``tests/fingerprints.json`` holds those of the code before the "Version 4" restructuring (issue 55): a change of
 structure must leave each of them bitwise equal, except where it changes the arithmetic on purpose (the test names
-those cases). Write them anew, on the two-core CPU machine CI runs on, with::
+those cases). Bitwise on the machine that wrote them (``"machine"``: torch and CPU); on another, whose kernels may
+round otherwise, the norm and the logged values to a relative 1e-9. Write them anew, on the two-core CPU machine CI
+runs on, with::
 
     .venv/bin/python tests/fingerprints.py > tests/fingerprints.json
 """
@@ -46,16 +48,57 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
+def state_norm(state: dict[str, torch.Tensor]) -> float:
+    """The Euclidean norm of every floating-point tensor of a ``state_dict`` together, in float64: what is compared,
+    to 1e-9, on a machine other than the one that wrote the fingerprints (whose kernels may round otherwise)."""
+    floats = [v for v in state.values() if torch.is_tensor(v) and v.is_floating_point()]
+    squares = [v.detach().double().square().sum() for v in floats]
+    return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
+
+
+def machine() -> str:
+    """The torch version and CPU that fingerprints are bitwise for."""
+    cpu = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), "unknown")
+    return f"torch {torch.__version__} on {cpu}"
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
 def fingerprint(model, trainer) -> dict:
     """The fingerprint of a trained ``model`` (see the module docstring)."""
     metrics = trainer.callback_metrics
     logged = {key: float(metrics[key]).hex() for key in KEYS if key in metrics}
-    return {"state": state_digest(model.state_dict()), **logged}
+    state = model.state_dict()
+    return {"state": state_digest(state), "norm": state_norm(state).hex(), **logged}
 
 
 def committed() -> dict[str, dict]:
-    """The committed fingerprints, by ``"<method>/<bank>"``."""
+    """The committed fingerprints, by ``"<method>/<bank>"`` (and ``"machine"``: where they were written)."""
     return json.loads(COMMITTED.read_text())
+
+
+def differences(found: dict, expected: dict, same_machine: bool) -> list[str]:
+    """What differs between two fingerprints: anything, bitwise, on the machine that wrote ``expected``; elsewhere
+    the norm of the state and the logged values beyond a relative 1e-9.
+
+    >>> a = {"state": "x", "norm": (2.0).hex(), "test/acc": (0.5).hex()}
+    >>> differences({**a, "state": "y"}, a, True), differences({**a, "state": "y"}, a, False)
+    (['state'], [])
+    >>> differences({**a, "norm": (2.1).hex()}, a, False)
+    ['norm']
+    """
+    if same_machine:
+        return sorted(k for k in expected if found.get(k) != expected[k])
+    numbers = [k for k in expected if k != "state"]
+    return sorted(
+        k for k in numbers if k not in found or abs(float.fromhex(found[k]) - float.fromhex(expected[k])) > 1e-9 * max(
+            1.0, abs(float.fromhex(expected[k])))
+    )  # fmt: skip
 
 
 def main() -> None:
@@ -65,7 +108,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from test_algorithms import ALGORITHMS, bank_check_run
 
-    found = {}
+    found = {"machine": machine()}
     for name in sorted(ALGORITHMS):
         for bank in ("sequential", "stacked"):
             model, trainer = bank_check_run(name, bank)
