@@ -11,6 +11,8 @@ logs, when a round ends (the ``on_round_end`` event, after the FL phase):
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from lightning_sfl.callbacks.round_callback import RoundCallback
 from lightning_sfl.loop import RoundEnd
 
@@ -21,6 +23,7 @@ class CommunicationBytes(RoundCallback):
     def __init__(self) -> None:
         self.cumulative = 0
 
+    @override
     def on_round_end(self, trainer, pl_module, event: RoundEnd) -> None:
         totals = event.ledger.totals()
         self.cumulative += totals["total"]
@@ -28,8 +31,10 @@ class CommunicationBytes(RoundCallback):
         metrics["comm/cumulative_bytes"] = float(self.cumulative)
         pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
 
+    @override
     def state_dict(self) -> dict:
         return {"cumulative": self.cumulative}
 
+    @override
     def load_state_dict(self, state_dict: dict) -> None:
         self.cumulative = int(state_dict["cumulative"])

@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
+from typing_extensions import override
 
 from lightning_sfl.callbacks.round_callback import RoundCallback
 from lightning_sfl.errors import whole_number
@@ -193,9 +194,11 @@ class GradientDissimilarity(RoundCallback):
         metrics["dissimilarity/round"] = float(round_idx)
         return metrics
 
+    @override
     def on_federation(self, trainer, pl_module, federation: Federation) -> None:
         self.federation = federation
 
+    @override
     def on_round_start(self, trainer, pl_module, step: Step) -> None:
         round_idx = step.round
         if not self.should_measure(round_idx) or not len(step.clients):

@@ -25,6 +25,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+from typing_extensions import override
 
 from lightning_sfl.callbacks.round_callback import RoundCallback
 from lightning_sfl.loop import Federation
@@ -83,9 +84,11 @@ class PartitionReport(RoundCallback):
     def __init__(self) -> None:
         self.federation: Federation | None = None
 
+    @override
     def on_federation(self, trainer: L.Trainer, pl_module: L.LightningModule, federation: Federation) -> None:
         self.federation = federation
 
+    @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.loggers or self.federation is None:
             return

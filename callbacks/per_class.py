@@ -38,6 +38,7 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
+from typing_extensions import override
 
 from lightning_sfl.errors import whole_number
 from lightning_sfl.wandb.payloads import log_built, per_class_payload
@@ -125,23 +126,30 @@ class PerClassAccuracy(L.Callback):
                     log_built(logger, per_class_payload, args, step=trainer.global_step)
 
     # ------------------------------------------------------------------ Lightning hooks
+    @override
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
         self._start(trainer, pl_module)
 
+    @override
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         self._update(pl_module, outputs, batch)
 
+    @override
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         self._end(trainer, pl_module)
 
+    @override
     def on_test_epoch_start(self, trainer, pl_module) -> None:
         self._start(trainer, pl_module)
 
+    @override
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         self._update(pl_module, outputs, batch)
 
+    @override
     def on_test_epoch_end(self, trainer, pl_module) -> None:
         self._end(trainer, pl_module)
 
+    @override
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self._active = False

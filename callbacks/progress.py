@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
+from typing_extensions import override
 
 _SHOWN = {"test/acc": "acc", "train/server_loss": "server_loss", "train/client_loss": "client_loss"}
 
@@ -67,6 +68,7 @@ class RoundProgressBar(TQDMProgressBar):
         self._round_start = math.inf  # no round yet
         self._drawn = -math.inf  # when the iteration was last shown
 
+    @override
     def init_train_tqdm(self) -> Tqdm:
         return Tqdm(
             desc="Rounds",
@@ -79,6 +81,7 @@ class RoundProgressBar(TQDMProgressBar):
             smoothing=0,
         )
 
+    @override
     def get_metrics(self, trainer, pl_module) -> dict[str, float | str]:
         metrics = trainer.callback_metrics
         shown: dict[str, float | str] = {}
@@ -89,14 +92,17 @@ class RoundProgressBar(TQDMProgressBar):
             shown["MB"] = f"{float(metrics['comm/cumulative_bytes']) / 1e6:.1f}"
         return shown
 
+    @override
     def on_train_start(self, trainer, pl_module) -> None:
         self.train_progress_bar = self.init_train_tqdm()
         self.train_progress_bar.reset(total=rounds_total(trainer, pl_module))
         self.train_progress_bar.update(trainer.current_epoch)  # resumed runs start where they stopped
 
+    @override
     def on_train_epoch_start(self, trainer, *_) -> None:
         self._round_start = self._clock()
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         now = self._clock()
         if now - self._round_start < self.slow_round_s or now - self._drawn < self.redraw_s or self.is_disabled:
@@ -105,6 +111,7 @@ class RoundProgressBar(TQDMProgressBar):
         per_round = getattr(getattr(pl_module, "schedule", None), "steps_per_round", None)
         self.train_progress_bar.set_description(round_status(trainer.current_epoch, batch_idx, per_round))
 
+    @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self.train_progress_bar.n = trainer.current_epoch + 1
         if self._drawn > -math.inf:  # the round showed its iterations: the bar counts rounds again
@@ -112,6 +119,7 @@ class RoundProgressBar(TQDMProgressBar):
             self._drawn = -math.inf
         self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
 
+    @override
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         """End the open bars' lines (a bar's last update has no newline): the error line that follows starts a line of
         its own."""
@@ -119,6 +127,7 @@ class RoundProgressBar(TQDMProgressBar):
             if bar is not None:
                 bar.close()
 
+    @override
     def on_validation_start(self, trainer, pl_module) -> None:
         if trainer.state.fn == "fit":
             self.val_progress_bar = Tqdm(disable=True)

@@ -14,6 +14,8 @@ Methods without pseudo-labels are left alone.
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from lightning_sfl.callbacks.round_callback import RoundCallback
 from lightning_sfl.loop import Federation
 
@@ -26,9 +28,11 @@ class PseudoLabelQuality(RoundCallback):
     def __init__(self) -> None:
         self.federation: Federation | None = None
 
+    @override
     def on_federation(self, trainer, pl_module, federation: Federation) -> None:
         self.federation = federation
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         labels = outputs.get("pseudo_labels") if isinstance(outputs, dict) else None
         if labels is None or self.federation is None or self.federation.data is None:

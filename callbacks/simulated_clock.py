@@ -13,6 +13,8 @@ logs them, once per round (``on_epoch``), to plot accuracy against simulated tim
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from lightning_sfl.callbacks.round_callback import RoundCallback
 from lightning_sfl.loop import RoundEnd
 
@@ -22,6 +24,7 @@ __all__ = ["SimulatedClock"]
 class SimulatedClock(RoundCallback):
     """Logs each round's simulated duration and end time (see the module docstring); nothing to configure."""
 
+    @override
     def on_round_end(self, trainer, pl_module, event: RoundEnd) -> None:
         if event.time is None:
             return

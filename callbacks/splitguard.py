@@ -30,6 +30,7 @@ import copy
 from typing import ClassVar
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.callbacks.round_callback import RoundCallback
 from lightning_sfl.errors import ConfigError, whole_number
@@ -73,6 +74,7 @@ class SplitGuard(RoundCallback):
         self.seed = int(seed)
         self.federation: Federation | None = None
 
+    @override
     def on_federation(self, trainer, pl_module, federation: Federation) -> None:
         if self.every_n_rounds and not getattr(pl_module, "splitguard_applies", False):
             raise ConfigError(
@@ -82,6 +84,7 @@ class SplitGuard(RoundCallback):
             )
         self.federation = federation
 
+    @override
     def on_round_start(self, trainer, pl_module, step: Step) -> None:
         if not self.every_n_rounds or step.round % self.every_n_rounds or not len(step.clients):
             return

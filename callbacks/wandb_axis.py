@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import lightning as L
 from lightning.pytorch.loggers import WandbLogger
+from typing_extensions import override
 
 ROUND_KEY = "round"
 
@@ -38,6 +39,7 @@ class WandbRoundAxis(L.Callback):
     def __init__(self) -> None:
         self._done: set[int] = set()  # id() of the W&B runs already configured (setup runs once per stage)
 
+    @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if not trainer.is_global_zero:
             return

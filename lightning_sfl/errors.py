@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from typing_extensions import override
+
 
 class ConfigError(ValueError):
     """A bad setting, found when the run is constructed."""
@@ -134,6 +136,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    @override
     def error(self, message: str):
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2)

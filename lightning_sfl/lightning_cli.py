@@ -24,6 +24,7 @@ from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
+from typing_extensions import override
 
 from lightning_sfl.algorithms import SplitFedAlgorithm
 from lightning_sfl.callbacks import (
@@ -134,6 +135,7 @@ class SFLCLI(LightningCLI):
             run=run,
         )
 
+    @override
     def _add_subcommands(self, parser, **kwargs) -> None:
         """A parser for the subcommand this command line runs only (``fit``, ``validate`` or ``test``: each costs
         ~0.1-0.2 s of parsing in a warm trial worker, whose caches are warm); for all three when it names none."""
@@ -149,6 +151,7 @@ class SFLCLI(LightningCLI):
         finally:
             del self.subcommands
 
+    @override
     def _set_seed(self) -> None:
         """Lightning's (``true``: a random seed; ``false``: none; the seed used is written back into the config), with
         ``seed_everything`` checked first and quietly: "Seed set to N" is printed when the command runs
@@ -162,11 +165,13 @@ class SFLCLI(LightningCLI):
         config["seed_everything"] = L.seed_everything(None if seed is True else seed, workers=True, verbose=False)
 
     @staticmethod
+    @override
     def subcommands() -> dict[str, set[str]]:
         """``fit``, ``validate`` and ``test``; ``predict`` is not offered (the global model's outputs on the test
         split are what ``test`` evaluates)."""
         return {k: v for k, v in LightningCLI.subcommands().items() if k in SUBCOMMANDS}
 
+    @override
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument(
             "--torch_threads",
@@ -218,6 +223,7 @@ class SFLCLI(LightningCLI):
             }
         )
 
+    @override
     def _instantiate_trainer(self, config: dict, callbacks: list) -> L.Trainer:
         """Check the data first: the dataset is loaded and the partition built before the trainer exists, so a
         missing dataset or an impossible partition is a one-line error and the run creates nothing (no folder,
@@ -255,6 +261,7 @@ class SFLCLI(LightningCLI):
         self.placement.claim()
         return trainer
 
+    @override
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config)
         recorded = config.clone()  # the command's own settings, before the run is placed: what config.yaml records
@@ -341,6 +348,7 @@ class SFLCLI(LightningCLI):
         if self.trainer.is_global_zero and self.placement.held:
             print(f"run folder: {shown_path(self.run_folder)}", flush=True)
 
+    @override
     def _parse_ckpt_path(self) -> None:
         """Check a given checkpoint safely before Lightning reads its hyperparameters (one-line errors for
         missing, truncated, foreign or other-algorithm checkpoints)."""
@@ -352,6 +360,7 @@ class SFLCLI(LightningCLI):
             check_checkpoint(ckpt, expected_class=expected)
         super()._parse_ckpt_path()
 
+    @override
     def _run_subcommand(self, subcommand: str) -> None:
         """Lightning's, with Ctrl-C and SIGTERM (how SLURM and Kubernetes preempt a job) ending in one line: Lightning
         stops at the next step, drops the unfinished round (no checkpoint is written mid-round) and tears down; the
@@ -425,12 +434,15 @@ class SFLCLI(LightningCLI):
 class _ParseOnly(SFLCLI):
     """The CLI's parser and parsing, nothing instantiated (see :func:`resolved_config`)."""
 
+    @override
     def _set_seed(self) -> None:
         pass
 
+    @override
     def before_instantiate_classes(self) -> None:
         pass
 
+    @override
     def instantiate_classes(self) -> None:
         pass
 

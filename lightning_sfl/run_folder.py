@@ -31,6 +31,7 @@ from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
 
@@ -139,6 +140,7 @@ class RecordRun(SaveConfigCallback):
         if recorded is not None:
             self.config = recorded
 
+    @override
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         import yaml
 
@@ -439,6 +441,7 @@ def trim_rounds(metrics_csv: str | os.PathLike, rounds: int) -> int:
 class _ContinuingWriter(ExperimentWriter):
     """Lightning's CSV writer, but an existing ``metrics.csv`` is continued (its columns kept), not deleted."""
 
+    @override
     def _check_log_dir_exists(self) -> None:
         if os.path.isfile(self.metrics_file_path):
             with open(self.metrics_file_path, newline="") as f:
@@ -461,6 +464,7 @@ class ContinuingCSVLogger(CSVLogger):
 
     @property
     @rank_zero_experiment
+    @override
     def experiment(self) -> ExperimentWriter:
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)

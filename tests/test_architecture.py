@@ -1,7 +1,7 @@
 """The structure the architecture promises (docs/architecture.md), checked on the source: no package of
 ``lightning_sfl`` imports another in a circle (an import inside a function counts), no method or data-module code
-reaches through the trainer for another part, the clients' gradients ``G_k`` are taken in one place, and the
-benchmarks do not edit ``sys.path``."""
+reaches through the trainer for another part or reads the trainer but through :mod:`lightning_sfl.trainer_view`,
+the clients' gradients ``G_k`` are taken in one place, and the benchmarks do not edit ``sys.path``."""
 
 from __future__ import annotations
 
@@ -108,6 +108,34 @@ def test_methods_and_the_data_module_never_reach_through_the_trainer():
         for p in _sources("lightning_sfl/algorithms", "lightning_sfl/data")
         for i, line in enumerate(p.read_text().splitlines(), 1)
         if pattern.search(line)
+    ]
+    assert not hits, hits
+
+
+def trainer_reads(source: str) -> list[int]:
+    r"""The lines of ``source`` that read an attribute of a trainer: ``trainer.x``, ``self.trainer.x``,
+    ``self._trainer.x``, ``self.dm.trainer.x`` (passing the trainer on, ``f(self.trainer)``, reads nothing).
+
+    >>> trainer_reads("a = self.trainer.max_epochs\nb = view.run_length(self.trainer)\nc = trainer.world_size")
+    [1, 3]
+    """
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            inner = node.value
+            name = inner.id if isinstance(inner, ast.Name) else inner.attr if isinstance(inner, ast.Attribute) else None
+            if name in ("trainer", "_trainer"):
+                lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_methods_and_the_data_module_read_the_trainer_only_through_its_view():
+    """What a method or the data module knows of its run (stage, run length, device, process group, precision,
+    the W&B run) comes from :mod:`lightning_sfl.trainer_view`, the one module that reads a trainer."""
+    hits = [
+        f"{p.relative_to(REPO)}:{line}"
+        for p in _sources("lightning_sfl/algorithms", "lightning_sfl/data")
+        for line in trainer_reads(p.read_text())
     ]
     assert not hits, hits
 

@@ -30,7 +30,7 @@ ROUNDS = 2
 
 
 def test_each_fixture_is_a_two_round_checkpoint_of_its_method():
-    for name, options in WRITTEN_BY.items():
+    for name in WRITTEN_BY:
         ckpt = check_checkpoint(str(FOLDER / name))
         assert ckpt["epoch"] == ROUNDS - 1, name
         method = ckpt["lightning_sfl"]["algorithm"].rsplit(".", 1)[-1]

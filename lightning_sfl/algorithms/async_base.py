@@ -16,6 +16,7 @@ paper's (``f_k ~ U[1e9, 1e10]``, placement seeded by the data seed); the CLI's i
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.client_bank import ClientBank
@@ -73,6 +74,7 @@ class AsyncMethod(SplitFedAlgorithm):
         self.uploads: list[tuple[dict[str, torch.Tensor], int]] = []  # the model buffer; empty at every round end
         self.checked_schedule(self.async_events())  # the settings are checked now (one-line errors at construction)
 
+    @override
     def configure_schedule(self) -> Schedule:
         return self.async_events()
 
@@ -88,20 +90,24 @@ class AsyncMethod(SplitFedAlgorithm):
             full_bandwidth=self.full_bandwidth,
         )
 
+    @override
     def default_system(self) -> WirelessCell:
         """The GAS paper's system (``f_k ~ U[1e9, 1e10]``), placed with the data seed."""
         return WirelessCell(flops_high=1e10, seed=None)
 
+    @override
     def one_process_only(self) -> str | None:
         """The asynchronous clock and its slots live in one process."""
         return type(self).__name__
 
+    @override
     def setup(self, stage: str) -> None:
         if stage == "fit":
             self._act_shape = self.activation_shape()
         super().setup(stage)
 
     # ------------------------------------------------------------------ round edges, uploads, aggregation
+    @override
     def start_round(self, step) -> None:
         if step.round == 0:  # the first C clients download the initial model; later clients when they start
             self.reset_slots()
@@ -121,6 +127,7 @@ class AsyncMethod(SplitFedAlgorithm):
         sizes = self.client_sizes[clients].double()
         return sizes if self.aggregation == "data_size" else torch.ones_like(sizes)
 
+    @override
     def aggregate(self, step: UploadStep) -> None:
         """Eq. (10): the global model ← the weighted mean of the buffered uploads; the buffer empties and the next
         client takes the finished client's slot."""

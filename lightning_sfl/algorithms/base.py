@@ -55,7 +55,9 @@ import lightning as L
 import torch
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
+from typing_extensions import override
 
+from lightning_sfl import trainer_view
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots
 from lightning_sfl.algorithms.defended import ActivationDefences
 from lightning_sfl.algorithms.evaluation import GlobalModelEvaluation
@@ -83,6 +85,7 @@ class ClientModule(L.LightningModule):
         super().__init__()
         self.net = net
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
@@ -94,6 +97,7 @@ class ServerModule(L.LightningModule):
         super().__init__()
         self.net = net
 
+    @override
     def forward(self, a: torch.Tensor) -> torch.Tensor:
         return self.net(a)
 
@@ -320,6 +324,7 @@ class SplitFedAlgorithm(
         return {"client": self.client.net}
 
     # ------------------------------------------------------------------ setup: buffers, banks, states
+    @override
     def setup(self, stage: str) -> None:
         if stage != "fit":
             return
@@ -345,7 +350,7 @@ class SplitFedAlgorithm(
 
     def make_bank(self, template: nn.Module, num_slots: int) -> SequentialBank | StackedBank:
         """A bank of ``num_slots`` copies of ``template`` of the configured kind (``client_bank``)."""
-        return make_bank(template, num_slots, self.client_bank, device=self.trainer.strategy.root_device)
+        return make_bank(template, num_slots, self.client_bank, device=trainer_view.device(self.trainer))
 
     def _new_bank(self, template: nn.Module, num_slots: int) -> ClientBank:
         bank = self.make_bank(template, num_slots)
@@ -363,6 +368,7 @@ class SplitFedAlgorithm(
     def server_parameters(self) -> list[nn.Parameter]:
         return [] if self.server_bank is not None else list(self.server.parameters())
 
+    @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """One SGD over all slots and the server: one ``global_step`` per training step."""
         groups = [{"params": self.slot_parameters(), "name": "client_slots"}]
@@ -373,12 +379,13 @@ class SplitFedAlgorithm(
         )
 
     # ------------------------------------------------------------------ the step loop
+    @override
     def training_step(self, step: Step, batch_idx: int) -> dict | None:
         """Run ``step`` with the handler of its kind; at the round's edges, the broadcast (hook 0), the FL phase (hook
         7) and the round events. A handler returns ``(server_loss, client_loss)`` (logged), ``None``, or a dict with
         those keys and what callbacks may read (``outputs`` of ``on_train_batch_end``), which is returned."""
         if self._trainer is not None:  # the method sums the gradients itself (take_step), not DDP's reducer
-            disable_ddp_reducer(self.trainer.strategy.model)
+            disable_ddp_reducer(trainer_view.ddp_model(self.trainer))
         if step.round_start:
             self._federation().emit("on_round_start", step)
             self.ledger.start(len(self.bank))
@@ -613,7 +620,7 @@ class SplitFedAlgorithm(
     # ------------------------------------------------------------------ several processes
     @property
     def world_size(self) -> int:
-        return self.trainer.world_size if self._trainer is not None else 1
+        return trainer_view.rank_and_world(self._trainer)[1]
 
     def take_step(self, opt, count_step: bool = True, slots=None) -> None:
         """Hook 6: sum the gradients over processes (each holds a shard of every client's rows; losses are
@@ -635,6 +642,7 @@ class SplitFedAlgorithm(
         """Between the gradients (summed over processes) and the optimiser step, e.g. clipping; nothing here."""
 
     # ------------------------------------------------------------------ the global model
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The global model ``[w_c, w_s]``: logits ``[B, N]`` (evaluated after every round), with the activation
         defences as deployed."""

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from typing_extensions import override
 
 from lightning_sfl.algorithms.aggregate import weighted_average
 from lightning_sfl.errors import ConfigError
@@ -78,6 +79,7 @@ class ClientBank(nn.Module):
         for k in slot_list(slots, len(self)):
             self.slots[k].load_state_dict(state)
 
+    @override
     def forward(self, x: torch.Tensor, sizes: torch.Tensor, slots: Slots = None) -> torch.Tensor:
         """Run slot ``slots[i]`` (default ``i``) on its ``sizes[i]`` rows; ``x``: ``[B, ...]`` in that order."""
         raise NotImplementedError
@@ -138,10 +140,12 @@ class SequentialBank(ClientBank):
     def _chosen(self, slots: Slots) -> list[nn.Module]:
         return list(self.slots) if slots is None else [self.slots[k] for k in slot_list(slots, len(self))]
 
+    @override
     def forward(self, x: torch.Tensor, sizes: torch.Tensor, slots: Slots = None) -> torch.Tensor:
         chunks = x.split(sizes.tolist())
         return torch.cat([slot(chunk) for slot, chunk in zip(self._chosen(slots), chunks)])
 
+    @override
     def forward_features(
         self, x: torch.Tensor, sizes: torch.Tensor, slots: Slots = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,12 +154,14 @@ class SequentialBank(ClientBank):
         feats = [slot[:-1](chunk) for slot, chunk in zip(chosen, chunks)]
         return torch.cat(feats), torch.cat([slot[-1](f) for slot, f in zip(chosen, feats)])
 
+    @override
     def reset_optimizer_state(self, optimizer: torch.optim.Optimizer, slots: Slots = None) -> None:
         for slot in self._chosen(slots):
             for p in slot.parameters():
                 optimizer.state.pop(p, None)
 
     @torch.no_grad()
+    @override
     def clip_grad_norms_(self, max_norm: float, slots: Slots = None) -> torch.Tensor:
         norms = []
         for slot in self._chosen(slots):

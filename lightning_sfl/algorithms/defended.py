@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.algorithms.iteration import activation_gradients
 from lightning_sfl.errors import ConfigError
@@ -137,11 +138,13 @@ class ActivationDefences:
             raise ConfigError(f"{name}'s server sends the clients no gradients: SplitGuard cannot probe it")
         return client_loss
 
+    @override
     def on_validation_epoch_start(self) -> None:
         """Every evaluation draws its noise afresh from ``(seed, rounds done)``."""
         self._eval_noise = None
         super().on_validation_epoch_start()
 
+    @override
     def on_test_epoch_start(self) -> None:
         self._eval_noise = None
         super().on_test_epoch_start()

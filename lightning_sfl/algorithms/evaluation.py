@@ -4,7 +4,9 @@ of a checkpoint), as a mixin of :class:`~lightning_sfl.algorithms.base.SplitFedA
 from __future__ import annotations
 
 import torch
-from lightning.pytorch.trainer.states import TrainerFn
+from typing_extensions import override
+
+from lightning_sfl import trainer_view
 
 __all__ = ["GlobalModelEvaluation"]
 
@@ -30,26 +32,32 @@ class GlobalModelEvaluation:
     def rounds_completed(self) -> int:
         """Rounds behind the global model being evaluated: during fit the round just aggregated; in
         ``validate``/``test`` of a checkpoint the rounds it was saved after; otherwise the trainer's epochs."""
-        if self.trainer.state.fn == TrainerFn.FITTING:
+        if trainer_view.is_fitting(self.trainer):
             return self.current_epoch + 1
         restored = getattr(self, "_checkpoint_rounds", None)
         return restored if restored is not None else self.current_epoch
 
+    @override
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
         self._checkpoint_rounds = int(checkpoint.get("epoch", -1)) + 1  # saved at the end of epoch ``epoch``
 
+    @override
     def on_train_start(self) -> None:
         self._checkpoint_rounds = None  # from now on the rounds are this fit's
 
+    @override
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
         return self._eval_step(batch)
 
+    @override
     def on_validation_epoch_end(self) -> None:
         self._eval_epoch_end("test")
 
+    @override
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
         return self._eval_step(batch)
 
+    @override
     def on_test_epoch_end(self) -> None:
         self._eval_epoch_end("test")

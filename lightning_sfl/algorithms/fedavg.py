@@ -27,6 +27,7 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
+from typing_extensions import override
 
 from lightning_sfl.algorithms.aggregate import (
     flat_parameters,
@@ -159,6 +160,7 @@ class FedAvg(SplitFedAlgorithm):
         if local_epochs is not None:  # the settings are checked now (one-line errors at construction)
             self.checked_schedule(self.local_epoch_rounds())
 
+    @override
     def configure_schedule(self) -> Schedule:
         """``T`` local iterations (the base's), or ``E`` local epochs per client with ``local_epochs``."""
         if self.local_epochs is None:
@@ -189,6 +191,7 @@ class FedAvg(SplitFedAlgorithm):
             return self.bank.forward_features(step.x, step.local_sizes, step.slots)
         return None, self.bank(step.x, step.local_sizes, step.slots)
 
+    @override
     def local_iteration(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
         """One local SGD step of every selected client: ``Σ_k [mean_{i∈k} ℓ_i + R_k]``, backward, step."""
         opt = self.optimizers()
@@ -224,6 +227,7 @@ class FedProx(FedAvg):
         super().__init__(**kwargs)
         self.mu = mu
 
+    @override
     def client_regulariser(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """``Σ_k (μ/2)‖w_k − w_g‖²`` over the step's slots."""
         global_params = [p.detach() for p in self.client.net.parameters()]
@@ -271,6 +275,7 @@ class FedDyn(FedAvg):
         self.add_state("feddyn_client_grads", lambda: parameter_zeros(self.client.net, self.client_stats.num_clients))
         self.add_state("feddyn_h", lambda: parameter_zeros(self.client.net))
 
+    @override
     def client_regulariser(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """``Σ_k [−⟨∇L_k(θ_k^{t−1}), θ_k⟩ + (α/2)‖θ_k − θ^{t−1}‖²]`` over the slots."""
         theta_prev = flat_parameters(self.client.net).detach()
@@ -282,6 +287,7 @@ class FedDyn(FedAvg):
         return total
 
     @torch.no_grad()
+    @override
     def aggregate(self, step: Step) -> None:
         """Client states, server state ``h`` and ``θ^t`` (uniform over participants); traffic as the base."""
         clients = step.clients
@@ -324,6 +330,7 @@ class FedLC(FedAvg):
         self.tau = tau
         self.missing_class_floor = missing_class_floor
 
+    @override
     def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
         counts = self.client_counts(step)[step.owner]  # [B, N]
         return fedlc_cross_entropy(logits, step.y, counts, self.tau, "none", self.missing_class_floor)
@@ -347,6 +354,7 @@ class FedLogit(FedAvg):
         super().__init__(**kwargs)
         self.missing_class_floor = missing_class_floor
 
+    @override
     def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
         prior = self.row_label_distribution(step)  # P_k(y) of each row's client, [B, N]
         return logit_adjusted_cross_entropy(logits, step.y, prior, "none", self.missing_class_floor)
@@ -376,6 +384,7 @@ class FedDecorr(FedAvg):
         super().__init__(**kwargs)
         self.decorr_coef = decorr_coef
 
+    @override
     def client_regulariser(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """``β Σ_k L_FedDecorr(z_k)`` over the clients' own rows."""
         terms = [feddecorr_loss(z.flatten(1)) for z in features.split(step.local_sizes.tolist())]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from typing_extensions import override
 
 from lightning_sfl.algorithms.aggregate import flat_parameters, load_flat_parameters, parameter_zeros
 from lightning_sfl.algorithms.async_base import AsyncMethod, choice
@@ -53,6 +54,7 @@ class FedBuff(AsyncMethod):
         self.server_lr = float(server_lr)
         self.deltas: list[torch.Tensor] = []  # Δ_i of the buffered uploads, [P] each; empty at every round end
 
+    @override
     def upload(self, step: UploadStep) -> None:
         """Train ``E`` local iterations in the client's slot, then buffer its model and its update ``Δ_i``."""
         slot = self.bank.slots[int(step.slots[0])]
@@ -74,6 +76,7 @@ class FedBuff(AsyncMethod):
         """The update direction from the buffered ``Δ`` ``[M, P]`` of ``clients``: FedBuff's mean."""
         return deltas.mean(0)
 
+    @override
     def aggregate(self, step: UploadStep) -> None:
         states, clients = zip(*self.uploads)
         deltas, clients = torch.stack(self.deltas), list(clients)
@@ -102,6 +105,7 @@ class CA2FL(FedBuff):
         super().__init__(**kwargs)
         self.add_state("cache", lambda: parameter_zeros(self.client.net, self.client_stats.num_clients))  # h_i, [K, P]
 
+    @override
     def server_direction(self, deltas: torch.Tensor, clients: list[int]) -> torch.Tensor:
         if self.update == "gas_code":
             self.refresh_cache(deltas, clients)

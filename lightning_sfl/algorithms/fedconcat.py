@@ -31,7 +31,9 @@ import copy
 
 import torch
 from torch import nn
+from typing_extensions import override
 
+from lightning_sfl import trainer_view
 from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
@@ -73,6 +75,7 @@ class ConcatNet(nn.Module):
             outs.append(h.flatten(1))
         return torch.cat(outs, dim=1)
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
 
@@ -118,13 +121,14 @@ class FedConcat(FedAvg):
     def _resolve_encoder_rounds(self) -> int:
         if self.encoder_rounds is not None:
             return self.encoder_rounds
-        max_epochs = self.trainer.max_epochs
+        max_epochs = trainer_view.run_length(self.trainer)
         if max_epochs is None or max_epochs < 1:
             raise ConfigError(
                 f"FedConcat needs encoder_rounds when the trainer's max_epochs is {max_epochs} (default: half of it)"
             )
         return max(1, max_epochs // 2)
 
+    @override
     def client_models(self) -> dict[str, nn.Module]:
         """Slots hold a cluster's full model (encoder stage) or the head (classifier stage)."""
         return {"client": self.client.net.clusters[0], "head": self.client.net.head}
@@ -137,6 +141,7 @@ class FedConcat(FedAvg):
         of = self.fedconcat_cluster[step.clients]
         return [(c, of == c) for c in torch.unique(of).tolist()]
 
+    @override
     def start_round(self, step: Step) -> None:
         """Encoder stage: every client downloads its cluster's model. Classifier stage: the head (and, the first
         time, the ``C`` encoders)."""
@@ -152,6 +157,7 @@ class FedConcat(FedAvg):
             self.ledger.add("down", self.model_traffic_kind, encoders, step.slots_tensor[new])
             self.fedconcat_has_encoders[step.clients] = True
 
+    @override
     def slot_forward(self, step: Step) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Classifier stage: each slot's head on the frozen concatenated features (encoders in eval mode)."""
         if not self.in_head_stage(step):
@@ -166,6 +172,7 @@ class FedConcat(FedAvg):
         return None, self.client_banks["head"](z, step.local_sizes, step.slots)
 
     @torch.no_grad()
+    @override
     def aggregate(self, step: Step) -> None:
         """Encoder stage: per-cluster FedAvg. Classifier stage: FedAvg of the heads."""
         net, weights = self.client.net, self.aggregation_weights(step)

@@ -9,8 +9,9 @@ import functools
 
 import lightning as L
 import torch
-from lightning.pytorch.trainer.states import TrainerFn
+from typing_extensions import override
 
+from lightning_sfl import trainer_view
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import ClientStats, Federate, Federation
 from lightning_sfl.loop.federation import legacy_federation_state
@@ -27,12 +28,14 @@ class FederationMember:
     fit starts), ``self.num_classes``, ``self.client`` and the hyperparameters ``arch``, ``split_point``,
     ``input_shape``."""
 
+    @override
     def configure_callbacks(self) -> list[L.Callback]:
         """For a fit, :class:`~lightning_sfl.loop.Federate`: builds (unless given) and connects the fit's federation.
         Nothing for ``validate``/``test`` (they evaluate the global model; the federation is not needed)."""
-        fitting = self._trainer is None or self.trainer.state.fn == TrainerFn.FITTING
+        fitting = self._trainer is None or trainer_view.is_fitting(self._trainer)
         return [Federate()] if fitting else []
 
+    @override
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """The federation's state (the schedule's, the system model's draws, the simulated time) is saved with the
         method's, under ``checkpoint["lightning_sfl"]["federation"]``."""
@@ -40,11 +43,12 @@ class FederationMember:
         if self.federation is not None:
             checkpoint.setdefault("lightning_sfl", {})["federation"] = self.federation.state_dict()
 
+    @override
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """A fit resumed from ``checkpoint`` continues its federation's state (also from checkpoints written before the
         federation existed, :func:`~lightning_sfl.loop.federation.legacy_federation_state`)."""
         super().on_load_checkpoint(checkpoint)
-        fitting = self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING
+        fitting = trainer_view.is_fitting(self._trainer)
         if self.federation is None or not fitting:
             return
         state = (checkpoint.get("lightning_sfl") or {}).get("federation")

@@ -42,6 +42,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 from torch.nn import functional as F
+from typing_extensions import override
 
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.semi_baselines import client_means
@@ -62,6 +63,7 @@ PSI = "psi"
 class DecomposedLinear(nn.Linear):
     """``nn.Linear`` whose weight is ``σ + ψ``: ``weight`` holds ``σ``, ``psi`` holds ``ψ``."""
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight + self.psi, self.bias)
 
@@ -69,6 +71,7 @@ class DecomposedLinear(nn.Linear):
 class DecomposedConv2d(nn.Conv2d):
     """``nn.Conv2d`` whose weight is ``σ + ψ``: ``weight`` holds ``σ``, ``psi`` holds ``ψ``."""
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv_forward(x, self.weight + self.psi, self.bias)
 
@@ -244,11 +247,13 @@ class FedMatch(SemiSFL):
         """Bytes of ``ψ`` (an upload, or one helper)."""
         return sum(tensor_bytes(p) for n, p in self.client.net.named_parameters() if is_psi(n))
 
+    @override
     def client_models(self) -> dict[str, nn.Module]:
         """The clients hold the whole decomposed model (no teacher)."""
         return {"client": self.client.net}
 
     @torch.no_grad()
+    @override
     def adjust_gradients(self) -> None:
         """The server learns ``σ`` only, the clients ``ψ`` only: the other part's gradients are dropped (the optimiser
         skips a parameter without one), then ``grad_clip``."""
@@ -261,18 +266,22 @@ class FedMatch(SemiSFL):
         super().adjust_gradients()
 
     # ------------------------------------------------------------------ A. server
+    @override
     def supervised_step(self, step: Step) -> None:
         """``λ_s·CE`` into ``σ`` (``ψ`` frozen)."""
         self._phase = "supervised"
         super().supervised_step(step)
 
+    @override
     def supervised_loss_scale(self) -> float:
         return self.supervised_weight
 
+    @override
     def _teacher_pairs(self) -> list:
         return []  # no EMA teacher: the evaluated model is the global σ + ψ
 
     # ------------------------------------------------------------------ B. download with helpers
+    @override
     def download(self) -> None:
         """The round's clients download ``σ + ψ`` and, in helper rounds, the ``ψ`` of their ``H`` nearest clients."""
         super().download()
@@ -307,6 +316,7 @@ class FedMatch(SemiSFL):
         return out
 
     # ------------------------------------------------------------------ C. clients
+    @override
     def unlabelled_step(self, step: Step) -> dict[str, torch.Tensor]:
         """One step of the round's clients on ``L_u(ψ)`` (module docstring)."""
         self._phase = "unlabelled"
@@ -363,6 +373,7 @@ class FedMatch(SemiSFL):
 
     # ------------------------------------------------------------------ D. aggregation
     @torch.no_grad()
+    @override
     def aggregate(self, step: Step) -> None:
         """The server keeps each client's ``ψ_k`` and embedding, then ``ψ`` ← the unweighted mean of the ``ψ_k``
         (``σ`` is the same in every slot: the mean leaves it as it is); only ``ψ_k`` travels up."""
@@ -381,5 +392,6 @@ class FedMatch(SemiSFL):
         self.ledger.add("up", "psi", self.psi_bytes(), step.slots)
 
     # ------------------------------------------------------------------ evaluation: the global σ + ψ
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.server(self.client(x))

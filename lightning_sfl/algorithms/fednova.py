@@ -13,6 +13,7 @@ clients; the paper's eq. 7 with ``τ_eff = Σ_i p_i τ_i`` for SGD). With equal 
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.algorithms.aggregate import (
     flat_parameters,
@@ -68,6 +69,7 @@ class FedNova(FedAvg):
         super().__init__(**kwargs)
 
     @torch.no_grad()
+    @override
     def aggregate(self, step: Step) -> None:
         x = flat_parameters(self.client.net).detach()
         ys = slot_flat_parameters(self.bank, step.slots_list())  # [S, P]

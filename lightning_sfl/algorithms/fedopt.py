@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.algorithms.aggregate import flat_parameters, load_flat_parameters, parameter_zeros
 from lightning_sfl.algorithms.fedavg import FedAvg
@@ -148,6 +149,7 @@ class FedOpt(FedAvg):
         self.add_state("server_steps", lambda: torch.zeros((), dtype=torch.long))  # t: server steps taken
 
     @torch.no_grad()
+    @override
     def aggregate(self, step: Step) -> None:
         """FedAvg's average gives ``Δ_t``; the server optimiser sets the parameters (eq. of :func:`server_step`)."""
         x = flat_parameters(self.client.net).detach()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from typing_extensions import override
 
 from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.registry import register
@@ -67,6 +68,7 @@ class FedRS(FedAvg):
         name = f"{len(self.client.net) - 1}.bias"
         return torch.stack([dict(self.bank.slots[k].named_parameters())[name] for k in step.slots_list()])
 
+    @override
     def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
         scale = fedrs_scale(self.client_counts(step), self.rs_alpha, self.scaling).to(logits.dtype)[step.owner]
         bias = self.classifier_bias(step)

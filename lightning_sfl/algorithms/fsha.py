@@ -35,6 +35,7 @@ import copy
 
 import torch
 import torch.nn.functional as F
+from typing_extensions import override
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.losses import sum_of_client_means
@@ -105,12 +106,14 @@ class FSHA(SplitFedAlgorithm):
         self._attack_optimizers: dict[str, torch.optim.Optimizer] | None = None
         self._restored_optimizers: dict | None = None
 
+    @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """The clients' optimiser: Adam (the authors' code) unless ``client_optimizer="sgd"`` (the base's SGD)."""
         if self.client_optimizer == "sgd":
             return super().configure_optimizers()
         return torch.optim.Adam([{"params": self.slot_parameters(), "name": "client_slots"}], lr=self.lr)
 
+    @override
     def one_process_only(self) -> str | None:
         """The server's autoencoder and critic train in one process."""
         return "FSHA"
@@ -144,15 +147,18 @@ class FSHA(SplitFedAlgorithm):
         return data.test_inputs(torch.randint(pool, (rows,), generator=g), self.device)
 
     # ------------------------------------------------------------------ one split iteration
+    @override
     def split_losses(self, acts: torch.Tensor, a: torch.Tensor, step: Step) -> tuple[None, torch.Tensor]:
         """No server loss (the task is not trained); the clients' loss is ``Σ_k mean D(Z_k)`` (step 1)."""
         self.check_all_finite(step, ("activations", acts))
         return None, self.answer_loss(a, step)
 
+    @override
     def answer_loss(self, a: torch.Tensor, step: Step) -> torch.Tensor:
         """``Σ_k mean_{rows of k} D(Z)``: the critic's score, whatever the labels (what SplitGuard catches)."""
         return sum_of_client_means(self.discriminator(a).squeeze(1), step.owner, step.sizes)
 
+    @override
     def on_client_gradients(self, step: Step, a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
         """Steps 2 and 3 on a public batch as large as the step's, after the clients' gradient is taken."""
         opts = self.attack_optimizers()
@@ -175,6 +181,7 @@ class FSHA(SplitFedAlgorithm):
         return grad
 
     # ------------------------------------------------------------------ the attack, scored every round
+    @override
     def aggregate(self, step: Step) -> None:
         super().aggregate(step)
         from lightning_sfl.privacy.metrics import mse_per_image, ssim_per_image
@@ -195,6 +202,7 @@ class FSHA(SplitFedAlgorithm):
         self.log("fsha/ssim", ssim, on_step=False, on_epoch=True, batch_size=1)
 
     # ------------------------------------------------------------------ checkpoints
+    @override
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         super().on_save_checkpoint(checkpoint)
         if self._attack_optimizers is not None:
@@ -202,6 +210,7 @@ class FSHA(SplitFedAlgorithm):
         elif self._restored_optimizers is not None:  # saved again after a resume, before the first step
             checkpoint["fsha_optimizers"] = self._restored_optimizers
 
+    @override
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
         self._restored_optimizers = checkpoint.get("fsha_optimizers")

@@ -34,6 +34,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from typing_extensions import override
 
 from lightning_sfl.algorithms.async_base import AsyncMethod, choice
 from lightning_sfl.algorithms.iteration import activation_gradients, split_iteration
@@ -74,6 +75,7 @@ class AsyncSFL(AsyncMethod):
         self.add_state("act_count", lambda: torch.zeros((), dtype=torch.long))
         self.add_state("server_updates", lambda: torch.zeros((), dtype=torch.long))
 
+    @override
     def setup(self, stage: str) -> None:
         if stage == "fit":  # the buffer holds at most Q_s arrivals of at most max_k b_k rows
             stats = self.client_stats
@@ -82,6 +84,7 @@ class AsyncSFL(AsyncMethod):
         super().setup(stage)
 
     # ------------------------------------------------------------------ activation arrivals (Alg. 1, lines 5-13)
+    @override
     def client_prior(self, step: ArrivalStep) -> torch.Tensor:
         """``P_k`` of each row's client, ``[B, N]``: the base's client loss is then eq. (6)."""
         return self.row_label_distribution(step)
@@ -93,10 +96,12 @@ class AsyncSFL(AsyncMethod):
         mean_loss = client_loss.detach() / len(step.clients)
         self.log("train/client_loss", mean_loss, on_step=False, on_epoch=True, batch_size=len(step.clients))
 
+    @override
     def server_loss(self, logits: torch.Tensor, step: ArrivalStep) -> None:
         """No server loss at an arrival: the server trains on its activation buffer when it flushes."""
         return None
 
+    @override
     def on_client_gradients(self, step: ArrivalStep, a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
         """The arrivals enter the activation buffer (eq. 4); a flush updates the server (eq. 5), and with
         ``gradient_order="after_server_step"`` the flushing (last) arrival's ``G_k`` comes from the new ``w_s``."""
@@ -193,11 +198,13 @@ class GAS(AsyncSFL):
         g.factor = getattr(self, "gauss_factor", None)
         return g
 
+    @override
     def buffer_arrivals(self, acts: torch.Tensor, step: ArrivalStep) -> None:
         super().buffer_arrivals(acts, step)
         weights = step.progress.to(acts.device)[step.owner].double()  # s(n) = n of each row's arrival
         self.gaussians.update(acts, step.y, weights)
 
+    @override
     def server_batch(self, acts: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         gaussians = self.gaussians
         if not gaussians.ready():

@@ -22,6 +22,7 @@ shortens the round; ``adaptive_split=False`` keeps everyone at ``split_point``.
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.splitfed import MiniBatchSFL
@@ -111,12 +112,14 @@ class S2FL(MiniBatchSFL):
         self.num_groups, self.adaptive_split = int(num_groups), bool(adaptive_split)
         self._slot_group: torch.Tensor | None = None  # [S] group of each slot in this round (recomputed each round)
 
+    @override
     def start_round(self, step: Step) -> None:
         """(a): the round's groups, from each client's rows per minibatch by label, ``b_k·P_k``."""
         super().start_round(step)
         hist = step.sizes.double()[:, None].cpu() * self.label_dist[step.clients].double().cpu()
         self._slot_group = balanced_groups(hist, self.num_groups).to(self.device)
 
+    @override
     def server_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
         """(b): the mean over groups of each group's mean cross-entropy (its gradient: the averaged copies)."""
         rows = torch.nn.functional.cross_entropy(logits, step.y, reduction="none")
@@ -125,6 +128,7 @@ class S2FL(MiniBatchSFL):
         sizes.index_add_(0, group, step.sizes)
         return group_mean_loss(rows, group[step.owner], sizes)
 
+    @override
     def split_options(self) -> list[str] | None:
         """(c): the cut points the clock may charge a client (``None``: only ``split_point``)."""
         if not self.adaptive_split:

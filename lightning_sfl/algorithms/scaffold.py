@@ -21,6 +21,7 @@ and uploads ``Δc_i``, each the size of the model's parameters, on top of FedAvg
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.algorithms.aggregate import flat_parameters, parameter_zeros, slot_flat_parameters
 from lightning_sfl.algorithms.fedavg import FedAvg
@@ -63,11 +64,13 @@ class Scaffold(FedAvg):
         self.add_state("scaffold_c", lambda: parameter_zeros(self.client.net))
         self.add_state("scaffold_client_c", lambda: parameter_zeros(self.client.net, self.client_stats.num_clients))
 
+    @override
     def start_round(self, step: Step) -> None:
         """The clients download the global model and ``c``."""
         super().start_round(step)
         self.ledger.add("down", "control_variates", tensor_bytes(self.scaffold_c), step.slots)
 
+    @override
     def client_regulariser(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """``Σ_k ⟨c − c_k, y_k⟩`` over the slots: its gradient is the correction ``c − c_k`` of eq. (3)."""
         corrections = (self.scaffold_c - self.scaffold_client_c[step.clients]).to(logits.dtype)  # [S, P]
@@ -76,10 +79,12 @@ class Scaffold(FedAvg):
             total = total + torch.dot(correction, flat_parameters(self.bank.slots[slot]))
         return total
 
+    @override
     def aggregation_weights(self, step: Step) -> torch.Tensor:
         return torch.ones(len(step.clients)) if self.average == "uniform" else super().aggregation_weights(step)
 
     @torch.no_grad()
+    @override
     def aggregate(self, step: Step) -> None:
         """Control variates (option II), then the average of the clients' models; ``Δc_i`` travel up."""
         x = flat_parameters(self.client.net).detach()

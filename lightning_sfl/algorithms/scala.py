@@ -26,6 +26,7 @@ server-side logit adjustment then uses the distribution that copy sees, ``P_k``.
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.losses import distribution_from_counts
@@ -63,6 +64,7 @@ class SCALA(SplitFedAlgorithm):
         self.server_logit_adjustment = server_logit_adjustment
         self.client_logit_adjustment = client_logit_adjustment
 
+    @override
     def server_prior(self, step: Step) -> torch.Tensor | None:
         if not self.server_logit_adjustment:
             return None
@@ -70,5 +72,6 @@ class SCALA(SplitFedAlgorithm):
             return self.row_label_distribution(step)
         return distribution_from_counts(step.label_counts)  # P_s of the whole concatenated batch, eq. (14)
 
+    @override
     def client_prior(self, step: Step) -> torch.Tensor | None:
         return self.row_label_distribution(step) if self.client_logit_adjustment else None  # P_k, eq. (15)

@@ -43,6 +43,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 from torch import nn
+from typing_extensions import override
 
 from lightning_sfl.algorithms.aggregate import flat_parameters, load_flat_parameters, parameter_zeros
 from lightning_sfl.algorithms.async_base import choice
@@ -146,6 +147,7 @@ class FedSwitchSL(SemiSFL):
         kwargs["contrastive"] = False
         super().__init__(**kwargs)
 
+    @override
     def pseudo_label(self, step: Step, weak: torch.Tensor, teacher_logits: torch.Tensor):
         if self.switching == "off":
             return super().pseudo_label(step, weak, teacher_logits)
@@ -213,6 +215,7 @@ class SemiFL(SemiSFL):
         self.add_state("global_momentum_buffer", lambda: parameter_zeros(self.client.net))
 
     @torch.no_grad()
+    @override
     def aggregate(self, step: Step) -> None:
         """The unweighted mean of the round's client models, then the global optimiser: SGD with ``global_lr`` and
         ``global_momentum`` on the pseudo-gradient (:func:`~lightning_sfl.algorithms.fedopt.server_step`'s
@@ -242,6 +245,7 @@ class SemiFL(SemiSFL):
         static_batch_norm_(model, (federation.data.train_inputs(r, device) for r in rows.split(250)))
         return True
 
+    @override
     def download(self) -> None:
         """The clients download the global model once: it is both their student and their (frozen) labeller. With
         sBN its statistics are recomputed first, the clients label in eval mode (with those statistics, as the
@@ -255,6 +259,7 @@ class SemiFL(SemiSFL):
                 for name, buffer in self.client.net.named_buffers():
                     self.teacher_client.get_buffer(name).copy_(buffer)
 
+    @override
     def pseudo_label(self, step: Step, weak: torch.Tensor, teacher_logits: torch.Tensor):
         return pseudo_labels(teacher_logits, self.threshold, strict=False)
 
@@ -263,11 +268,13 @@ class SemiFL(SemiSFL):
         counts = torch.bincount(step.owner[mask], minlength=len(step.clients)).clamp(min=1)
         return counts[step.owner].to(torch.get_default_dtype())
 
+    @override
     def unlabelled_rows(self, step: Step, a: torch.Tensor, labels, mask, keys) -> torch.Tensor:
         """``CE(f(strong x), ŷ)`` on the fix set, scaled so that the base's per-client mean is a mean over it."""
         scale = step.sizes[step.owner].to(a.dtype) / self._fix_counts(step, mask).to(a.dtype)
         return nn.functional.cross_entropy(self.server(a), labels, reduction="none") * mask.to(a.dtype) * scale
 
+    @override
     def client_side_loss(self, step: Step, weak, labels, mask, generator) -> torch.Tensor:
         """The mixup term ``λ·CE(f(m), ŷ) + (1 − λ)·CE(f(m), ŷ')`` over each client's fix set, summed over
         clients."""

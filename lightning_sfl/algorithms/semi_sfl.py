@@ -35,7 +35,9 @@ from typing import ClassVar
 
 import torch
 from torch import nn
+from typing_extensions import override
 
+from lightning_sfl import trainer_view
 from lightning_sfl.algorithms.async_base import choice
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.client_bank import clip_gradients_
@@ -177,27 +179,33 @@ class SemiSFL(SplitFedAlgorithm):
         self._slots_ready = False  # the round's clients downloaded the halves (set at its first unlabelled step)
         self._view: dict = {}  # the unlabelled step's views and pseudo-labels, from its upload to its end
 
+    @override
     def one_process_only(self) -> str | None:
         """The phases' views, queue and pseudo-labels live in one process."""
         return type(self).__name__
 
+    @override
     def configure_schedule(self) -> Phases:
         """Semi-SFL's rounds (:attr:`phase_schedule`): ``K_s`` supervised steps, then ``K_u`` cross-entity steps."""
         return self.phase_schedule(
             self.supervised, self.local_iters, self.labelled_batch_size, self.client_batch_size, self.selection
         )
 
+    @override
     def client_models(self) -> dict[str, nn.Module]:
         """Clients download the student's and the teacher's client halves (only the student's is trained and sent)."""
         return {"client": self.client.net, "teacher": self.teacher_client}
 
+    @override
     def slot_parameters(self) -> list[nn.Parameter]:
         return list(self.client_banks["client"].parameters())
 
+    @override
     def server_parameters(self) -> list[nn.Parameter]:
         return [*self.server.parameters(), *self.projection.parameters(), *self.client.parameters()]
 
     @torch.no_grad()
+    @override
     def adjust_gradients(self) -> None:
         """``grad_clip``: each client slot's gradient norm, and the server's (all its trained parameters together),
         clipped on its own."""
@@ -208,6 +216,7 @@ class SemiSFL(SplitFedAlgorithm):
         if grads:
             clip_gradients_(grads, self.grad_clip)
 
+    @override
     def start_round(self, step: Step) -> None:
         """The broadcast (B.) happens after the supervised phase, at the round's first unlabelled step; the round's
         learning rate is set (a function of the round: a resumed run continues the schedule)."""
@@ -215,7 +224,7 @@ class SemiSFL(SplitFedAlgorithm):
         self._round_server_rows = 0
         self._slots_ready = False
         if self.lr_schedule == "cosine":
-            lr = cosine_lr(step.round, max(1, int(self.trainer.max_epochs or 1)), self.lr, self.lr_min)
+            lr = cosine_lr(step.round, max(1, int(trainer_view.run_length(self.trainer) or 1)), self.lr, self.lr_min)
             opt = self.optimizers()
             for group in getattr(opt, "optimizer", opt).param_groups:
                 group["lr"] = lr
@@ -277,6 +286,7 @@ class SemiSFL(SplitFedAlgorithm):
         losses = {"server_loss": server_loss.detach(), "client_loss": client_loss.detach()}
         return {**losses, "pseudo_labels": labels, "mask": mask}  # the labels for metrics (PseudoLabelQuality)
 
+    @override
     def send_activations(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
         """C., upload: the students' ``e_i = w_c,i(strong(x))`` ``[B, *act]`` (checked finite) and the teachers'
         ``ẽ_i = w̃_c,i(weak(x))`` (no labels travel); the views are kept for :meth:`split_losses`."""
@@ -290,6 +300,7 @@ class SemiSFL(SplitFedAlgorithm):
         self._view = {"weak": weak, "generator": g, "teacher_acts": teacher_acts}
         return acts, acts.detach().requires_grad_(True)
 
+    @override
     def split_losses(self, acts: torch.Tensor, a: torch.Tensor, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
         """C., on the server: pseudo-labels ``ŷ`` from the teacher on the weak view (eq. 1), then per row
         ``ℓ_u = H + C`` (eq. 6) of the students' activations ``a``; the clients' loss is the sum over clients of each
@@ -305,6 +316,7 @@ class SemiSFL(SplitFedAlgorithm):
         view.update(labels=labels, mask=mask, keys=keys)
         return client_loss / len(step.sizes), client_loss
 
+    @override
     def client_extra_loss(self, step: Step, outputs: torch.Tensor, features=None) -> torch.Tensor | None:
         """Hook 5: :meth:`client_side_loss` on the step's views and pseudo-labels."""
         view = self._view
@@ -371,26 +383,31 @@ class SemiSFL(SplitFedAlgorithm):
         return torch.Generator().manual_seed(seed)
 
     # ------------------------------------------------------------------ D./E. aggregation and K_s
+    @override
     def aggregate(self, step: Step) -> None:
         """D.: ``w_c`` ← the unweighted mean of the round's client halves (teacher halves stay on the clients)."""
         weights = torch.ones(len(step.clients), dtype=torch.float64)
         self.aggregate_slots(weights, step.slots, models={"client": self.client.net})
 
+    @override
     def round_metrics(self) -> dict[str, float]:
         """E.: the round's mean supervised loss, for eq. 9 (the schedule sets the next round's ``K_s`` from it)."""
         if not self._round_sup_losses:
             return {}
         return {"supervised_loss": float(torch.stack(self._round_sup_losses).mean())}
 
+    @override
     def round_server_rows(self) -> int:
         """A.: the labelled rows of the round's supervised phase (``K_s`` steps), trained on the server."""
         return self._round_server_rows
 
+    @override
     def on_round_end(self, event) -> None:
         """``train/K_s`` is this round's ``K_s`` (the schedule then adapts it, eq. 9)."""
         self.log("train/K_s", float(self.schedule.supervised.steps), on_step=False, on_epoch=True, batch_size=1)
 
     # ------------------------------------------------------------------ evaluation: the teacher
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.teacher_server(self.teacher_client(x))
 
@@ -408,5 +425,6 @@ class SupervisedOnly(SemiSFL):
         kwargs.update(adaptive_steps=False, contrastive=False)
         super().__init__(supervised_steps=supervised_steps, **kwargs)
 
+    @override
     def aggregate(self, step: Step) -> None:
         """No client half to aggregate."""

@@ -22,6 +22,7 @@ import math
 
 import torch
 from torch import nn
+from typing_extensions import override
 
 from lightning_sfl.algorithms.aggregate import flat_parameters
 from lightning_sfl.algorithms.base import ClientModule, SplitFedAlgorithm
@@ -62,9 +63,11 @@ class SplitFedV2(SplitFedAlgorithm):
     Its client copies always run sequentially: stepping after each client gives the other (stacked) slots
     zero gradients, which momentum and weight decay would still move."""
 
+    @override
     def make_bank(self, template: nn.Module, num_slots: int) -> SequentialBank:
         return SequentialBank(template, num_slots)
 
+    @override
     def local_iteration(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
         """One split iteration per client, in slot order, each stepping the server (the last one counted as the
         local iteration's ``global_step``); the losses are the mean over clients of each client's mean CE."""
@@ -105,11 +108,13 @@ class SplitFedV3(SplitFedAlgorithm):
             "client_states", lambda: flat_parameters(self.client.net).detach().repeat(self.client_stats.num_clients, 1)
         )
 
+    @override
     def start_round(self, step: Step) -> None:
         super().start_round(step)
         for slot, k in zip(self.bank.slots, step.clients.tolist()):
             torch.nn.utils.vector_to_parameters(self.client_states[k].clone(), slot.parameters())
 
+    @override
     def aggregate(self, step: Step) -> None:
         super().aggregate(step)  # server copies averaged; bytes recorded
         with torch.no_grad():
@@ -135,12 +140,15 @@ class SFLLocalLoss(SplitFedAlgorithm):
             act = self.client.net(torch.zeros(1, *self.hparams.input_shape))
         self.aux = ClientModule(nn.Sequential(nn.Flatten(), nn.Linear(math.prod(act.shape[1:]), self.num_classes)))
 
+    @override
     def client_models(self) -> dict[str, nn.Module]:
         return {**super().client_models(), "aux": self.aux.net}
 
+    @override
     def client_loss(self, logits: torch.Tensor, step: Step) -> None:
         return None  # no gradient crosses the cut
 
+    @override
     def client_extra_loss(self, step: Step, outputs: torch.Tensor, features=None) -> torch.Tensor:
         """Each client's mean cross-entropy of its auxiliary head on its own activations, summed over clients."""
         local = self.client_banks["aux"](outputs, step.local_sizes, step.slots)
@@ -164,9 +172,11 @@ class LLASFL(SplitFedAlgorithm):
         super().__init__(**kwargs)
         self.missing_class_floor = missing_class_floor
 
+    @override
     def server_prior(self, step: Step) -> torch.Tensor:
         return self.row_label_distribution(step)  # P_k of each row's client: the copy's own data
 
+    @override
     def client_prior(self, step: Step) -> torch.Tensor:
         return self.row_label_distribution(step)  # P_k, eq. (15)
 

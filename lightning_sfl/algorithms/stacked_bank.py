@@ -59,6 +59,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
+from typing_extensions import override
 
 from lightning_sfl.algorithms.aggregate import normalized_weights
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots, slot_list
@@ -87,6 +88,7 @@ class SlotTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @property
+    @override
     def data(self) -> torch.Tensor:
         return torch._C.TensorBase.data.__get__(self)
 
@@ -110,6 +112,7 @@ class StackedSlot:
         """Row of the stacked tensors that holds this slot (see :attr:`StackedBank.rows`)."""
         return self.bank.rows[self.index]
 
+    @override
     def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, SlotTensor]]:
         """``(name, alias of row k)`` in the template's parameter order; differentiable, writable via ``.data``."""
         for name, p in zip(self.bank.param_names, self.bank.stacked_params):
@@ -117,19 +120,23 @@ class StackedSlot:
             alias._bank = self.bank
             yield prefix + name, alias
 
+    @override
     def parameters(self, recurse: bool = True) -> Iterator[SlotTensor]:
         for _, p in self.named_parameters():
             yield p
 
+    @override
     def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
         """``(name, view of row k)``: in-place changes (BatchNorm running statistics) write into the bank."""
         for name, b in zip(self.bank.buffer_names, self.bank.stacked_buffers()):
             yield prefix + name, b[self.row]
 
+    @override
     def buffers(self, recurse: bool = True) -> Iterator[torch.Tensor]:
         for _, b in self.named_buffers():
             yield b
 
+    @override
     def state_dict(self, keep_vars: bool = False) -> Tensors:
         """The template's state-dict keys mapped to DETACHED VIEWS of slot ``k`` (shared memory, like
         ``nn.Module.state_dict``: clone to keep a snapshot); ``keep_vars=True`` keeps the autograd aliases."""
@@ -140,6 +147,7 @@ class StackedSlot:
         return {key: tensors[key] for key in self.bank.state_keys}
 
     @torch.no_grad()
+    @override
     def load_state_dict(self, state: Mapping[str, torch.Tensor], strict: bool = True) -> None:
         """Copy ``state`` into slot ``k`` in place (the bank's Parameter objects are kept)."""
         targets = {**dict(zip(self.bank.param_names, self.bank.stacked_params)), **self.bank.named_stacked_buffers()}
@@ -154,6 +162,7 @@ class StackedSlot:
         """Slot ``k`` alone on ``[B_k, ...]`` (updates its running statistics in train mode, like the module)."""
         return self.forward(x)
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.bank._sync_mode()
         params = {n: p[self.row] for n, p in zip(self.bank.param_names, self.bank.stacked_params)}
@@ -262,6 +271,7 @@ class StackedBank(ClientBank):
         """Template name -> stacked tensor ``[S, ...]``, parameters then buffers."""
         return {**dict(zip(self.param_names, self.stacked_params)), **self.named_stacked_buffers()}
 
+    @override
     def extra_repr(self) -> str:
         return f"num_slots={self.num_slots}, template={type(self.template).__name__}"
 
@@ -275,6 +285,7 @@ class StackedBank(ClientBank):
 
     # ------------------------------------------------------------------ round structure
     @torch.no_grad()
+    @override
     def reset(self, source: nn.Module, slots: Slots = None) -> None:
         """Broadcast: the ``slots`` (default all) take ``source``'s parameters and buffers (in place: the Parameter
         objects, hence an optimiser built over ``bank.parameters()``, stay valid)."""
@@ -288,6 +299,7 @@ class StackedBank(ClientBank):
             t.copy_(src[name].detach().unsqueeze(0).expand_as(t))
         self._fresh = True  # every row holds the same state: the next forward may choose where each slot lives
 
+    @override
     def reset_optimizer_state(self, optimizer: torch.optim.Optimizer, slots: Slots = None) -> None:
         """All slots: drop the state of the stacked parameters. A subset: zero the slots' rows of every per-element
         state tensor, which equals a fresh state for SGD without dampening (a zero momentum buffer gives
@@ -314,6 +326,7 @@ class StackedBank(ClientBank):
                 value[rows.to(value.device)] = 0
 
     @contextlib.contextmanager
+    @override
     def steps_only(self, optimizer: torch.optim.Optimizer, slots: Slots = None):
         """``optimizer.step()`` inside moves only ``slots``: the other slots' rows of the stacked parameters and of
         SGD's momentum buffers are copied before and written back after (bitwise what the sequential bank's
@@ -346,6 +359,7 @@ class StackedBank(ClientBank):
                     state["momentum_buffer"][index] = 0 if buffer is None else buffer
 
     @torch.no_grad()
+    @override
     def clip_grad_norms_(self, max_norm: float, slots: Slots = None) -> torch.Tensor:
         """Per-slot clipping on the stacked gradients: slot ``k``'s norm is over row ``k`` of every stacked
         gradient, and only that row is scaled."""
@@ -362,6 +376,7 @@ class StackedBank(ClientBank):
         return norms
 
     @torch.no_grad()
+    @override
     def aggregate_into(self, target: nn.Module, weights: torch.Tensor, slots: Slots = None) -> None:
         """FL phase, eq. (10): ``target ← Σ_k w_k · slot_k / Σ_k w_k`` over ``slots`` (default all; float64 sum,
         cast back); integer buffers (``num_batches_tracked``) are not averaged: the first slot's value is kept, as
@@ -386,11 +401,13 @@ class StackedBank(ClientBank):
         target.load_state_dict(state)
 
     # ------------------------------------------------------------------ forward
+    @override
     def forward(self, x: torch.Tensor, sizes: torch.Tensor, slots: Slots = None) -> torch.Tensor:
         """Run slot ``slots[i]`` (default ``i``) on its ``sizes[i]`` rows. ``x``: ``[B, ...]`` in that order."""
         program = self._programs()[0]
         return self._run(x, sizes, lambda p, b, xg: (program(p, b, xg),), slots)[0]
 
+    @override
     def forward_features(
         self, x: torch.Tensor, sizes: torch.Tensor, slots: Slots = None
     ) -> tuple[torch.Tensor, torch.Tensor]:

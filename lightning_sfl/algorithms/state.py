@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from lightning.pytorch.loggers import WandbLogger  # the CLI's logger subclasses it
+from typing_extensions import override
 
+from lightning_sfl import trainer_view
 from lightning_sfl.algorithms.client_bank import ClientBank
 
 __all__ = ["MethodState", "algorithm_path"]
@@ -67,19 +68,23 @@ class MethodState:
     def _banks_left_out(self) -> tuple[str, ...]:
         return tuple(f"{n}." for n, m in self.named_modules() if isinstance(m, ClientBank) and not m.checkpointed)
 
+    @override
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Banks rebuilt every round are not saved; the checkpoint records the algorithm's class."""
+        """Banks rebuilt every round are not saved; the checkpoint records the algorithm's class (its own keys of the
+        ``lightning_sfl`` entry: the other parts' stay, whatever the order of the bases)."""
+        super().on_save_checkpoint(checkpoint)
         drop = self._banks_left_out()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith(drop)}
-        checkpoint["lightning_sfl"] = {"algorithm": algorithm_path(type(self))}
-        trainer = getattr(self, "_trainer", None)
-        runs = [lg.version for lg in (trainer.loggers if trainer is not None else []) if isinstance(lg, WandbLogger)]
-        if runs and runs[0]:  # the W&B run a resumed run continues
-            checkpoint["lightning_sfl"]["wandb_id"] = str(runs[0])
+        checkpoint.setdefault("lightning_sfl", {})["algorithm"] = algorithm_path(type(self))
+        run = trainer_view.wandb_run_id(getattr(self, "_trainer", None))
+        if run is not None:  # the W&B run a resumed run continues
+            checkpoint["lightning_sfl"]["wandb_id"] = run
 
+    @override
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Fill the banks that were left out with their current values (strict loading), and create declared states
         that a fit's setup did not (``validate``/``test``/``load_from_checkpoint``) from the checkpoint's tensors."""
+        super().on_load_checkpoint(checkpoint)
         state = checkpoint["state_dict"]
         for prefix in self._banks_left_out():
             bank = self.get_submodule(prefix[:-1])

@@ -28,7 +28,9 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from typing_extensions import override
 
+from lightning_sfl import trainer_view
 from lightning_sfl.data.datasets import DATASETS, DatasetSplits, load_dataset
 from lightning_sfl.data.partition import PARTITIONS, label_distribution, labelled_split, partition
 from lightning_sfl.errors import ConfigError, seed_number
@@ -49,16 +51,6 @@ def shard_step(step: Step, rank: int, world: int) -> Step:
     return step.replace(x=step.x[keep], y=y, owner=owner, local_sizes=local)
 
 
-def _next_round(trainer) -> int:
-    """The round the trainer's next training epoch runs: ``fit_loop.epoch_progress.current.processed``, the epoch
-    Lightning hands samplers. ``current_epoch`` lags one behind it while a run resumed from a round's end builds its
-    first iterator (Lightning prefetches from a stream without a length before it moves the epoch counter)."""
-    if trainer is None:
-        return 0
-    progress = getattr(getattr(trainer, "fit_loop", None), "epoch_progress", None)
-    return progress.current.processed if progress is not None else trainer.current_epoch
-
-
 class _RoundStream:
     """Yields the steps of the trainer's current round (planned when the round starts, in this process: its length
     is exact). A plain iterable, not a DataLoader over an IterableDataset: no worker could plan a round faster."""
@@ -67,9 +59,8 @@ class _RoundStream:
         self.dm = dm
 
     def __iter__(self) -> Iterator[Step]:
-        trainer = self.dm.trainer
-        round_idx = _next_round(trainer)
-        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        round_idx = trainer_view.next_round(self.dm.trainer)
+        rank, world = trainer_view.rank_and_world(self.dm.trainer)
         for step in self.dm.plan(round_idx):
             yield step if world == 1 else shard_step(step, rank, world)
 
@@ -90,8 +81,7 @@ class _TestBatches:
         self.dm, self.batch_size = dm, batch_size
 
     def _rows(self) -> range:
-        trainer = self.dm.trainer
-        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        rank, world = trainer_view.rank_and_world(self.dm.trainer)
         n = len(self.dm.splits.test_y)
         return range(n * rank // world, n * (rank + 1) // world)
 
@@ -364,6 +354,7 @@ class FederatedDataModule(L.LightningDataModule):
         )
 
     # ----------------------------------------------------------------- Lightning hooks
+    @override
     def setup(self, stage: str) -> None:
         self.check()
 
@@ -378,22 +369,27 @@ class FederatedDataModule(L.LightningDataModule):
                 "clients together (B is the rows of one local iteration, summed over the selected clients)"
             )
 
+    @override
     def train_dataloader(self) -> _RoundStream:
         """The steps of each round, planned in this process (an iterable, not a DataLoader: see :class:`_RoundStream`;
         Lightning would otherwise suggest worker processes for it)."""
         return _RoundStream(self)
 
+    @override
     def val_dataloader(self) -> _TestBatches:
         return _TestBatches(self, self.test_batch_size)
 
+    @override
     def test_dataloader(self) -> _TestBatches:
         return _TestBatches(self, self.test_batch_size)
 
+    @override
     def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
         if isinstance(batch, Step):
             return batch.to(device)
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
+    @override
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         """Pixels travel as stored (often uint8) and are normalised on the device, in the trainer's precision
         (e.g. float64 with ``--trainer.precision 64-true``). Training batches are steps, evaluation batches
@@ -412,4 +408,4 @@ class FederatedDataModule(L.LightningDataModule):
         return self._in_precision(self.splits.to_float(x))
 
     def _in_precision(self, x: torch.Tensor) -> torch.Tensor:
-        return self.trainer.precision_plugin.convert_input(x) if self.trainer is not None else x
+        return trainer_view.in_input_precision(self.trainer, x)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.sampling import round_generator
@@ -167,12 +168,14 @@ class AsyncClock:
     _STATE = ("slot_client", "clock", "iteration", "version", "participations")
     _COUNTS = ("draws", "activations_buffered", "models_buffered", "aggregations")
 
+    @override
     def state_dict(self) -> dict:
         return {
             **{name: getattr(self, name).clone() for name in self._STATE},
             **{name: getattr(self, name) for name in self._COUNTS},
         }
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         for name in self._STATE:
             getattr(self, name).copy_(state[name])

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.async_clock import Arrival, AsyncClock, Upload
@@ -195,6 +196,7 @@ class AsyncEvents(Schedule):
         self.clock: AsyncClock | None = None
         self._pending_state: dict | None = None
 
+    @override
     def bind_system(self, system: SystemModel, stats: ClientStats) -> None:
         """Every client's seconds per event from the system model (``b_k`` rows per minibatch, ``C`` in flight; with
         ``full_bandwidth`` each client gets the whole bandwidth), unless ``times`` were given."""
@@ -202,6 +204,7 @@ class AsyncEvents(Schedule):
             rows = torch.tensor([self.rows_per_batch(k, stats) for k in range(stats.num_clients)])
             self.times = system.client_times(rows, self.concurrency, self.full_bandwidth)
 
+    @override
     def num_slots(self, stats: ClientStats) -> int:
         if self.concurrency > stats.num_clients:
             raise ConfigError(f"concurrency={self.concurrency} must be <= the number of clients ({stats.num_clients})")
@@ -232,6 +235,7 @@ class AsyncEvents(Schedule):
         g = round_generator(stats.seed, client * 1_000_003 + participation, stream=_ROWS_STREAM)
         return minibatch_indices(stats.shards[client], self.rows_per_batch(client, stats), self.local_iters, g)
 
+    @override
     def plan_round(self, round_idx: int, stats: ClientStats) -> list[Step]:
         clock = self._clock(stats)
         events: list[Arrival | Upload] = []
@@ -296,11 +300,13 @@ class AsyncEvents(Schedule):
             local_iters=self.local_iters,
         )
 
+    @override
     def state_dict(self) -> dict:
         if self.clock is not None:
             return {"clock": self.clock.state_dict()}
         return {} if self._pending_state is None else {"clock": self._pending_state}
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         if "clock" not in state:
             return

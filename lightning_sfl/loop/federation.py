@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import lightning as L
 import torch
+from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.step import ClientStats, RoundEnd
@@ -157,6 +158,7 @@ class Federation:
         return replace(event, time=time, seconds=seconds)
 
     # ------------------------------------------------------------------ checkpointed state
+    @override
     def state_dict(self) -> dict:
         return {
             "schedule": self.schedule.state_dict(),
@@ -164,6 +166,7 @@ class Federation:
             "elapsed_seconds": self.elapsed_seconds,
         }
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         self.schedule.load_state_dict(state.get("schedule", {}))
         self.system.load_state_dict(state.get("system", {}))
@@ -182,6 +185,7 @@ class Federate(L.Callback):
     def __init__(self) -> None:
         self.federation: Federation | None = None
 
+    @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
@@ -202,6 +206,7 @@ class Federate(L.Callback):
             if callable(hook):
                 hook(trainer, pl_module, federation)
 
+    @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage == "fit" and self.federation is not None:
             self.federation.disconnect()

@@ -23,6 +23,8 @@ milestone every ``milestone_every`` rounds (default 20, the first round with ``2
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from lightning_sfl.errors import ConfigError
 
 __all__ = ["SupervisedSteps"]
@@ -86,8 +88,10 @@ class SupervisedSteps:
                 self.steps = min(self.max_steps, 2 * self.steps)
         return self.steps
 
+    @override
     def state_dict(self) -> dict:
         return {"steps": self.steps, "losses": list(self.losses)}
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         self.steps, self.losses = int(state["steps"]), [float(v) for v in state["losses"]]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.sampling import minibatch_indices, round_generator
@@ -55,6 +56,7 @@ class LocalEpochs(SyncRounds):
         self.local_batch_size = None if local_batch_size is None else int(local_batch_size)
 
     @property
+    @override
     def steps_per_round(self) -> None:
         return None  # depends on the round's clients
 
@@ -63,11 +65,13 @@ class LocalEpochs(SyncRounds):
         b = self.local_batch_size or max(1, stats.batch_size // stats.clients_per_round)
         return sizes.clamp(max=b)
 
+    @override
     def local_steps(self, sizes: torch.Tensor, stats: ClientStats) -> torch.Tensor:
         """``τ_k = ⌈E·|D_k| / b_k⌉`` for clients of sizes ``sizes`` ``[S]`` (int64)."""
         b = self.batch_sizes(sizes, stats)
         return torch.tensor([math.ceil(self.local_epochs * int(n) / int(bk) - 1e-9) for n, bk in zip(sizes, b)])
 
+    @override
     def plan_round(self, round_idx: int, stats: ClientStats) -> list[Step]:
         clients = self.select_clients(round_idx, stats)
         sizes = stats.sizes[clients]

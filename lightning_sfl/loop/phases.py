@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.ks_control import SupervisedSteps
@@ -73,9 +74,11 @@ class Phases(SyncRounds):
         self.labelled_batch_size, self.client_batch_size = int(labelled_batch_size), int(client_batch_size)
 
     @property
+    @override
     def steps_per_round(self) -> None:
         return None  # K_s changes during training
 
+    @override
     def check(self, stats: ClientStats) -> None:
         """The server's labelled set must hold a sample (the supervised phase of every semi-supervised method)."""
         super().check(stats)
@@ -84,6 +87,7 @@ class Phases(SyncRounds):
                 "a semi-supervised method needs a labelled server set: set --data.labelled_per_class to a number >= 1"
             )
 
+    @override
     def plan_round(self, round_idx: int, stats: ClientStats) -> list[Step]:
         self.check(stats)
         k_s, k_u = self.supervised.steps, self.local_iters
@@ -112,9 +116,11 @@ class Phases(SyncRounds):
         if loss is not None:
             self.observe_supervised_loss(loss)
 
+    @override
     def state_dict(self) -> dict:
         return {**super().state_dict(), "supervised": self.supervised.state_dict()}
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         if "supervised" in state:
@@ -127,6 +133,7 @@ class SupervisedOnlyRounds(Phases):
 
     kinds = ("supervised",)
 
+    @override
     def plan_round(self, round_idx: int, stats: ClientStats) -> list[Step]:
         steps = [s for s in super().plan_round(round_idx, stats) if s.kind == "supervised"]
         steps[-1] = steps[-1].replace(round_end=True)

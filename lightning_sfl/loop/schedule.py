@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.sampling import client_batch_sizes, minibatch_indices, round_generator
@@ -82,10 +83,12 @@ class Schedule:
         """The steps of round ``round_idx``; moves the schedule's state to the end of that round."""
         raise NotImplementedError
 
+    @override
     def state_dict(self) -> dict:
         """Everything needed to plan the next round as an uninterrupted run would (checkpointed)."""
         return {}
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         pass
 
@@ -114,6 +117,7 @@ class SyncRounds(Schedule):
         self.selection = selection
 
     @property
+    @override
     def steps_per_round(self) -> int:
         return self.local_iters
 
@@ -127,6 +131,7 @@ class SyncRounds(Schedule):
         clients = self.selection(stats.label_counts, stats.clients_per_round, g, round_idx)
         return torch.as_tensor(clients, dtype=torch.long).sort().values
 
+    @override
     def plan_round(self, round_idx: int, stats: ClientStats) -> list[Step]:
         clients = self.select_clients(round_idx, stats)
         sizes = client_batch_sizes(stats.sizes[clients], stats.batch_size)
@@ -138,8 +143,10 @@ class SyncRounds(Schedule):
             for t in range(self.local_iters)
         ]
 
+    @override
     def state_dict(self) -> dict:
         return {"selection": self.selection.state_dict()}
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         self.selection.load_state_dict(state.get("selection", {}))

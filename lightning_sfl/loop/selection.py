@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable, Sequence
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
 
@@ -40,9 +41,11 @@ class ClientSelection:
         """``S = num_select`` client ids given the clients' label counts ``[K, N]`` and the round's generator."""
         raise NotImplementedError
 
+    @override
     def state_dict(self) -> dict:
         return {}
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         pass
 
@@ -243,12 +246,14 @@ class FedCBSSelection(ClientSelection):
             raise ConfigError(f"the policy has selection counts for {len(self.counts)} clients, not {num_clients}")
         return self.counts
 
+    @override
     def state_dict(self) -> dict:
         return {
             "counts": None if self.counts is None else self.counts.clone(),
             "history": {r: list(c) for r, c in self.history.items()},
         }
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         counts = state.get("counts")
         self.counts = None if counts is None else torch.as_tensor(counts, dtype=torch.long).clone()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
+from typing_extensions import override
 
 if TYPE_CHECKING:
     from lightning_sfl.system.comm import CommLedger
@@ -130,6 +131,7 @@ class Step:
         """A copy with ``changes`` (``dataclasses.replace``; keeps the subclass and its extra fields)."""
         return dataclasses.replace(self, **changes)
 
+    @override
     def to(self, device: torch.device | str) -> Step:
         """The step with every tensor field on ``device`` (what the data module's batch transfer does)."""
         moved = {

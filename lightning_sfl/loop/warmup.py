@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.errors import whole_number
 from lightning_sfl.loop.sampling import round_generator
@@ -74,6 +75,7 @@ class WarmupRounds(SyncRounds):
         self.warm = torch.zeros(0, dtype=torch.bool)  # [K]: client k has warmed up (sized at the first round)
 
     @property
+    @override
     def steps_per_round(self) -> None:
         return None  # rounds with newcomers are longer
 
@@ -97,6 +99,7 @@ class WarmupRounds(SyncRounds):
                 steps.append(WarmupStep("warmup", round_idx, len(steps), False, clients, sizes, torch.cat(parts)))
         return steps
 
+    @override
     def plan_round(self, round_idx: int, stats: ClientStats) -> list[Step]:
         local = super().plan_round(round_idx, stats)
         if len(self.warm) != stats.num_clients:
@@ -107,9 +110,11 @@ class WarmupRounds(SyncRounds):
         warm = self.warmup_steps(round_idx, clients, new, stats) if bool(new.any()) else []
         return [*warm, *(s.replace(index=s.index + len(warm)) for s in local)]
 
+    @override
     def state_dict(self) -> dict:
         return {**super().state_dict(), "warm": self.warm.clone()}
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         if "warm" in state:

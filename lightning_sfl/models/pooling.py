@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.utils import _pair
+from typing_extensions import override
 
 __all__ = ["MIN_ELEMENTS", "MaxPool2d", "max_pool2d"]
 
@@ -49,6 +50,7 @@ class _ChannelsLastMaxPool(torch.autograd.Function):
     call, about 40 µs a call here.)"""
 
     @staticmethod
+    @override
     def forward(ctx: Any, x: torch.Tensor, *args: Any) -> torch.Tensor:  # args: kernel, stride, padding, dilation, ceil
         y, idx = torch.ops.aten.max_pool2d_with_indices(x.contiguous(memory_format=torch.channels_last), *args)
         ctx.args = args
@@ -56,6 +58,7 @@ class _ChannelsLastMaxPool(torch.autograd.Function):
         return y.contiguous()
 
     @staticmethod
+    @override
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:
         x, idx = ctx.saved_tensors
         gx = torch.ops.aten.max_pool2d_with_indices_backward(grad.contiguous(), x, *ctx.args, idx)
@@ -106,6 +109,7 @@ def max_pool2d(
 class MaxPool2d(nn.MaxPool2d):
     """``nn.MaxPool2d`` whose forward is :func:`max_pool2d` (same arguments, same outputs, no state)."""
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.return_indices:
             return super().forward(x)

@@ -27,6 +27,7 @@ from functools import partial
 
 import torch
 from torch import Tensor, nn
+from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.models.pooling import MaxPool2d
@@ -80,6 +81,7 @@ class SplittableModel(nn.Sequential):
             return nn.Sequential(OrderedDict(list(self._modules.items())[idx]))
         return super().__getitem__(idx)
 
+    @override
     def extra_repr(self) -> str:
         return f"name={self.name!r}, input_shape={self.input_shape}, cut_points={self.cut_points}"
 
@@ -220,6 +222,7 @@ class BasicBlock(nn.Module):
             )
         self.relu = nn.ReLU()
 
+    @override
     def forward(self, x: Tensor) -> Tensor:
         return self.relu(self.branch(x) + self.shortcut(x))
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import warnings
 
+from typing_extensions import override
+
 __all__ = ["quiet_dependencies"]
 
 #: Lines Lightning logs to advertise optional packages of its own (``litlogger``, ``litmodels``): no setting of ours
@@ -23,6 +25,7 @@ _TIPS = (
 
 
 class _NoTips(logging.Filter):
+    @override
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.getMessage()).startswith(_TIPS)
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.system.timing import ClientCosts, ClientTimes, RoundTraffic, SystemModel
@@ -148,6 +149,7 @@ class EdgeDevices(SystemModel):
         self.last_client_seconds: torch.Tensor | None = None  # [S] each slot's own time in the last round
 
     # ------------------------------------------------------------------ the run's clients
+    @override
     def bind(self, num_clients: int, seed: int, costs: ClientCosts) -> None:
         self.seed = seed if self.seed is None else self.seed
         if self.client_types is None or len(self.client_types) != num_clients:
@@ -179,6 +181,7 @@ class EdgeDevices(SystemModel):
         """Seconds of the server's own training on ``rows`` rows (the whole model)."""
         return float(rows) * self.costs.full_training_flops / self.server_flops if rows else 0.0
 
+    @override
     def round_seconds(self, traffic: RoundTraffic) -> float:
         used = (traffic.clients >= 0) & (traffic.iterations > 0 if traffic.iterations is not None else True)
         server = self.server_seconds(traffic.server_rows)
@@ -210,6 +213,7 @@ class EdgeDevices(SystemModel):
         return server + float(self.last_client_seconds.max())
 
     # ------------------------------------------------------------------ asynchronous clients
+    @override
     def client_times(self, rows: torch.Tensor, concurrency: int, full_bandwidth: bool = False) -> ClientTimes:
         """Mean times (module docstring): each client's mean iteration time, the midpoint uplink rate (shared by
         nobody: a client's link is its own, so ``concurrency`` and ``full_bandwidth`` change nothing)."""
@@ -228,10 +232,12 @@ class EdgeDevices(SystemModel):
         )
 
     # ------------------------------------------------------------------ checkpointed state
+    @override
     def state_dict(self) -> dict:
         types = None if self.client_types is None else self.client_types.clone()
         return {"seed": self.seed, "client_types": types}
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         if state.get("client_types") is not None:  # the devices of the run being resumed
             self.seed = int(state["seed"])

@@ -18,6 +18,7 @@ from functools import cached_property
 
 import torch
 from torch import nn
+from typing_extensions import override
 
 from lightning_sfl.system.comm import module_bytes
 from lightning_sfl.system.flops import CutCost, cut_costs, forward_flops_per_sample, training_flops_per_sample
@@ -182,8 +183,10 @@ class SystemModel:
         concurrency`` clients in flight (``full_bandwidth``: each gets the whole bandwidth, not ``W / C``)."""
         raise NotImplementedError
 
+    @override
     def state_dict(self) -> dict:
         return {}
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         pass

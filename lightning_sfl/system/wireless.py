@@ -47,6 +47,7 @@ client (auxiliary heads, regularisers) are not counted, only the client model's 
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.system.channel import bandwidth_per_client, compute_capacities, place_clients, uplink_rates
@@ -103,6 +104,7 @@ class WirelessCell(SystemModel):
         self.last_client_seconds: torch.Tensor | None = None  # [S] t_k of the last straggler round, for inspection
 
     # ------------------------------------------------------------------ the run's clients
+    @override
     def bind(self, num_clients: int, seed: int, costs: ClientCosts) -> None:
         self.seed = seed if self.seed is None else self.seed
         if self.distances_m is None or len(self.distances_m) != num_clients:
@@ -123,6 +125,7 @@ class WirelessCell(SystemModel):
         return uplink_rates(self.distances_m[clients], bandwidth_hz, self.tx_power_w, self.noise_dbm_per_hz)
 
     # ------------------------------------------------------------------ synchronous rounds
+    @override
     def round_seconds(self, traffic: RoundTraffic) -> float:
         if self.barrier == "iteration" and self.costs.sends_activations and traffic.activations_up > 0:
             return self.barrier_seconds(traffic.clients, traffic.samples, traffic.iterations)
@@ -190,6 +193,7 @@ class WirelessCell(SystemModel):
         return best
 
     # ------------------------------------------------------------------ asynchronous clients
+    @override
     def client_times(self, rows: torch.Tensor, concurrency: int, full_bandwidth: bool = False) -> ClientTimes:
         costs = self.costs
         forward, backward = costs.forward_flops, costs.backward_flops
@@ -204,6 +208,7 @@ class WirelessCell(SystemModel):
         )
 
     # ------------------------------------------------------------------ checkpointed draws
+    @override
     def state_dict(self) -> dict:
         return {
             "seed": self.seed,
@@ -211,6 +216,7 @@ class WirelessCell(SystemModel):
             "capacities": None if self.capacities is None else self.capacities.clone(),
         }
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         if state.get("distances_m") is not None:  # the placement of the run being resumed
             self.seed = int(state["seed"])

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from typing_extensions import override
 
 from lightning_sfl.wandb import process as wandb_process
 from lightning_sfl.wandb.process import (
@@ -94,6 +95,7 @@ class WandbLogger(LightningWandbLogger):
 
     @property
     @rank_zero_experiment
+    @override
     def experiment(self) -> RemoteRun:
         """The W&B run, started in the worker at the first access (as Lightning's logger starts its run)."""
         if self._experiment is None:
@@ -109,6 +111,7 @@ class WandbLogger(LightningWandbLogger):
         return self._experiment
 
     @property
+    @override
     def version(self) -> str | None:
         return self._id
 
@@ -124,10 +127,12 @@ class WandbLogger(LightningWandbLogger):
         prefix = f"{self._prefix}{self.LOGGER_JOIN_CHAR}" if self._prefix else ""
         run._process.log_built(build, args, extra, prefix)
 
+    @override
     def watch(self, model: Any, log: str | None = "gradients", log_freq: int = 100, log_graph: bool = True) -> None:
         raise WandbProcessError(WATCH_REFUSED)
 
     @rank_zero_only
+    @override
     def finalize(self, status: str) -> None:
         """Lightning's ``finalize``; a failed fit marks the run failed (exit code 1) when it ends."""
         if status == "failed" and self._process is not None:
