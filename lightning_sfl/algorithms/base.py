@@ -67,6 +67,7 @@ from lightning_sfl.algorithms.inversion_defence import InversionDefence
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
 from lightning_sfl.algorithms.processes import disable_ddp_reducer, sum_gradients_over_processes, sum_over_processes
+from lightning_sfl.algorithms.round_tracker import RoundTracker
 from lightning_sfl.algorithms.stacked_bank import BANK_KINDS, StackedBank, make_bank
 from lightning_sfl.algorithms.state import MethodState
 from lightning_sfl.errors import ConfigError, whole_number
@@ -386,19 +387,11 @@ class SplitFedAlgorithm(
         those keys and what callbacks may read (``outputs`` of ``on_train_batch_end``), which is returned."""
         if self._trainer is not None:  # the method sums the gradients itself (take_step), not DDP's reducer
             disable_ddp_reducer(trainer_view.ddp_model(self.trainer))
-        if step.round_start:
-            self._federation().emit("on_round_start", step)
-            self.ledger.start(len(self.bank))
-            self._round_samples = step.sizes.new_zeros(len(self.bank))  # on the step's device: no sync per step
-            self._round_iters = step.sizes.new_zeros(len(self.bank))
-            self._slot_clients = step.clients.new_full((len(self.bank),), -1)
+        if step.round_start:  # the round's events, ledger and counters (RoundTracker), then the method's own starts
+            self._round_tracker = RoundTracker.start(self._federation(), step, len(self.bank))
             self.start_round(step)
             self.start_inversion_round(step)
-        if len(step.clients) and step.trains_client_halves:
-            slots = step.slots_tensor
-            self._round_samples.index_add_(0, slots, step.sizes)
-            self._round_iters.index_add_(0, slots, (step.sizes > 0).to(step.sizes.dtype))
-            self._slot_clients[slots] = step.clients
+        self._round_tracker.count(step)
         result = getattr(self, self.handler_name(step.kind))(step)
         outputs = result if isinstance(result, dict) else None
         losses = result if outputs is None else (outputs.pop("server_loss", None), outputs.pop("client_loss", None))
@@ -408,18 +401,7 @@ class SplitFedAlgorithm(
             self.aggregate(step)
             halves = ((n, p) for n, p in self.named_parameters() if n.startswith(("client.", "server.")))
             check_global_weights(halves, step)
-            event = RoundEnd(
-                step.round,
-                self._slot_clients.cpu(),
-                self._round_samples.cpu(),
-                self.ledger,
-                step.time,
-                self._round_iters.cpu(),
-                metrics=self.round_metrics(),
-                server_rows=self.round_server_rows(),
-            )
-            federation = self._federation()
-            federation.emit("on_round_end", federation.end_round(event))
+            self._round_tracker.end(step, metrics=self.round_metrics(), server_rows=self.round_server_rows())
         return outputs
 
     def _log_losses(self, step: Step, server_loss: torch.Tensor, client_loss: torch.Tensor) -> None:

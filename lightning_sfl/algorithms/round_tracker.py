@@ -1,0 +1,64 @@
+"""The bookkeeping of one round, out of a method's ``training_step``: the round events its callbacks receive, the
+round of the byte ledger, what each bank slot did (its client, rows and local iterations) and the
+:class:`~lightning_sfl.loop.RoundEnd` that closes the round.
+
+A method starts one at the round's first step (:meth:`RoundTracker.start`), counts every step (:meth:`count`) and
+ends it after aggregating (:meth:`end`); the federation stamps the simulated time and hands the event on.
+"""
+
+from __future__ import annotations
+
+from lightning_sfl.loop import Federation, RoundEnd, Step
+
+__all__ = ["RoundTracker"]
+
+
+class RoundTracker:
+    """One round of a method's ``S`` bank slots (see the module docstring). The counters live on the steps' device
+    (no synchronisation per step) and are read once, at the round's end.
+
+    Attributes:
+        clients: ``[S]`` the client in each slot (-1: none yet this round).
+        samples: ``[S]`` training rows each slot processed.
+        iterations: ``[S]`` local iterations each slot took part in (steps with rows for it).
+    """
+
+    def __init__(self, federation: Federation, first: Step, num_slots: int) -> None:
+        self.federation = federation
+        self.samples = first.sizes.new_zeros(num_slots)
+        self.iterations = first.sizes.new_zeros(num_slots)
+        self.clients = first.clients.new_full((num_slots,), -1)
+
+    @classmethod
+    def start(cls, federation: Federation, first: Step, num_slots: int) -> RoundTracker:
+        """The round of ``first`` (its first step) begins: the callbacks' ``on_round_start``, then a fresh round of
+        the byte ledger for ``num_slots`` slots."""
+        federation.emit("on_round_start", first)
+        federation.ledger.start(num_slots)
+        return cls(federation, first, num_slots)
+
+    def count(self, step: Step) -> None:
+        """What ``step`` adds to its slots: its rows, one local iteration where it has rows, and its clients (only
+        for steps that train the client halves)."""
+        if len(step.clients) and step.trains_client_halves:
+            slots = step.slots_tensor
+            self.samples.index_add_(0, slots, step.sizes)
+            self.iterations.index_add_(0, slots, (step.sizes > 0).to(step.sizes.dtype))
+            self.clients[slots] = step.clients
+
+    def end(self, last: Step, metrics: dict[str, float], server_rows: int) -> RoundEnd:
+        """The round of ``last`` (its last step, after the aggregation) ends: its :class:`RoundEnd`, stamped with the
+        simulated time by the federation, goes to the callbacks' ``on_round_end``; returns it."""
+        event = RoundEnd(
+            last.round,
+            self.clients.cpu(),
+            self.samples.cpu(),
+            self.federation.ledger,
+            last.time,
+            self.iterations.cpu(),
+            metrics=metrics,
+            server_rows=server_rows,
+        )
+        event = self.federation.end_round(event)
+        self.federation.emit("on_round_end", event)
+        return event
