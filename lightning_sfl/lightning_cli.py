@@ -405,7 +405,8 @@ class SFLCLI(LightningCLI):
         if "test/acc" not in metrics or int(float(metrics.get("round", -1))) != rounds:
             metrics = self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)[0]
         print(self._saved_line(), flush=True)
-        print(f"final test accuracy: {float(metrics['test/acc']):.4f} after {rounds} rounds", flush=True)
+        rounds_said = f"{rounds} round{'s' * (rounds != 1)}"
+        print(f"final test accuracy: {float(metrics['test/acc']):.4f} after {rounds_said}", flush=True)
 
     def after_validate(self) -> None:
         self._say_evaluated()

@@ -414,6 +414,6 @@ def test_a_sampled_digits_run_trains(agent_command, run_dir, capsys):
         (run_dir / name).symlink_to(REPO / name)
     extra = ["--trainer.max_epochs=1", "--trainer.logger=false", "--trainer.enable_progress_bar=false"]
     main([*command[1:], *extra])
-    assert re.search(r"final test accuracy: (0\.\d{4}|1\.0000) after 1 rounds", capsys.readouterr().out)
+    assert re.search(r"final test accuracy: (0\.\d{4}|1\.0000) after 1 round\n", capsys.readouterr().out)
     (ckpt,) = run_dir.glob("runs/**/last.ckpt")
     assert torch.load(ckpt, weights_only=False)["hyper_parameters"]["lr"] == params["model.lr"]
