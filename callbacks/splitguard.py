@@ -5,7 +5,7 @@ a probe at the start of rounds; the score is :func:`lightning_sfl.privacy.splitg
 (the first ``max_clients`` of them) takes the global client half it downloads and uploads ``fake_batches`` fake batches
 (every label shifted by a random ``s ∈ 1..N−1``, mod ``N``) and ``regular_batches`` regular ones, ``batch_size`` rows
 each, drawn from its shard. The server answers every upload with its gradient as it does in training
-(:meth:`~lightning_sfl.algorithms.defended.ActivationDefences.server_gradients`: the method's own losses at the global
+(:func:`server_gradients`: the method's own losses at the global
 server half; FSHA's critic for the hijacker), the client backpropagates it through its half and keeps the first
 layer's gradient. The regular gradients are split at random in two halves, and each client's score is logged::
 
@@ -32,12 +32,14 @@ from typing import ClassVar
 import torch
 from typing_extensions import override
 
+from lightning_sfl.algorithms.iteration import activation_gradients
 from lightning_sfl.callbacks.round_callback import RoundCallback
 from lightning_sfl.errors import ConfigError, whole_number
 from lightning_sfl.loop import Federation, Step
+from lightning_sfl.loop.step import PROBE_KIND
 from lightning_sfl.privacy.splitguard import shifted_labels, splitguard_score
 
-__all__ = ["SplitGuard"]
+__all__ = ["SplitGuard", "probes", "server_gradients"]
 
 
 class SplitGuard(RoundCallback):
@@ -76,7 +78,7 @@ class SplitGuard(RoundCallback):
 
     @override
     def on_federation(self, trainer, pl_module, federation: Federation) -> None:
-        if self.every_n_rounds and not getattr(pl_module, "splitguard_applies", False):
+        if self.every_n_rounds and not probes(pl_module):
             raise ConfigError(
                 f"splitguard.every_n_rounds={self.every_n_rounds} needs a split method whose clients hold labels, "
                 f"upload from the half they download and get the server's gradients; {type(pl_module).__name__} is "
@@ -119,13 +121,40 @@ class SplitGuard(RoundCallback):
             y = data.train_labels(rows).to(pl_module.device)
             if batch < self.fake_batches:
                 y = shifted_labels(y, int(torch.randint(1, num_classes, (1,), generator=g)), num_classes)
-            sent = net(x)
-            if pl_module.defended:
-                sent = pl_module.defend(sent, noise)
-            answer = pl_module.server_gradients(sent, y, client, round_index)
+            sent = pl_module.defences.upload(net(x), noise)
+            answer = server_gradients(pl_module, sent, y, client, round_index)
             (grad,) = torch.autograd.grad(sent, first, answer)
             gradients.append(grad.flatten().double().cpu())
         fake, regular = torch.stack(gradients[: self.fake_batches]), torch.stack(gradients[self.fake_batches :])
         order = torch.randperm(len(regular), generator=g)
         half = len(regular) // 2
         return float(splitguard_score(fake, regular[order[:half]], regular[order[half:]]))
+
+
+def probes(method) -> bool:
+    """The clients of ``method`` hold labels, upload ``h`` of the global half they download and get the server's
+    gradients back: what SplitGuard probes (not SFLLocalLoss, SplitFedV3, Semi-SFL or a plain FL method)."""
+    split = method.has_server_half and method.plain_upload and method.server_sends_gradients
+    return split and not method.keeps_client_halves  # the probe runs the global half
+
+
+def server_gradients(method, sent: torch.Tensor, labels: torch.Tensor, client: int, round_index: int) -> torch.Tensor:
+    """The gradient ``G`` ``[n, *act]`` the server of ``method`` answers one client's upload ``sent`` ``[n, *act]``
+    (labels ``[n]``) with, computed as in training (the method's ``answer_loss``) at the global server half, without
+    any update. The caller keeps the buffers (BatchNorm) and the random state."""
+    n, device = len(labels), labels.device
+    step = Step(
+        kind=PROBE_KIND,
+        round=round_index,
+        index=0,
+        round_end=False,
+        clients=torch.tensor([client], device=device),
+        sizes=torch.tensor([n], device=device),
+        rows=torch.zeros(n, dtype=torch.long, device=device),
+        y=labels,
+        owner=torch.zeros(n, dtype=torch.long, device=device),
+        local_sizes=torch.tensor([n], device=device),
+        label_counts=torch.bincount(labels, minlength=method.num_classes),
+    )
+    a = sent.detach().requires_grad_(True)
+    return activation_gradients(method.answer_loss(a, step), a, keep_graph=False)

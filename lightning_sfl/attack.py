@@ -144,17 +144,11 @@ def _data_module(args: argparse.Namespace, ckpt: dict):
     return FederatedDataModule(**{k: v for k, v in data.items() if not k.startswith("_")})
 
 
-#: Hyperparameters renamed since checkpoints were first written: method -> {old name: new} (SCALA-PE's regulariser
-#: became ``inversion_*``, an option of every split method).
-RENAMED_HPARAMS = {
-    "SCALAPE": {"gamma": "inversion_gamma", "threshold": "inversion_threshold", "regulariser": "inversion_regulariser"}
-}
-
-
 def _trained_method(ckpt: dict, path: str):
     """The checkpoint's method rebuilt from its hyperparameters, with the saved global halves loaded (the client half
     ``[B, C, H, W] -> [B, *act]`` and the server half), in eval mode; its name and input shape."""
     from lightning_sfl.algorithms import ALGORITHMS
+    from lightning_sfl.checkpoint import legacy_hyperparameters
     from lightning_sfl.errors import ConfigError
 
     recorded = (ckpt.get("lightning_sfl") or {}).get("algorithm", "")
@@ -165,8 +159,7 @@ def _trained_method(ckpt: dict, path: str):
     if not cls.has_server_half:
         raise ConfigError(f"{cls.__name__} is not a split method (nothing crosses a cut): no activations to invert")
     hparams = {k: v for k, v in (ckpt.get("hyper_parameters") or {}).items() if not k.startswith("_")}
-    renamed = RENAMED_HPARAMS.get(cls.__name__, {})  # checkpoints of earlier versions
-    hparams = {renamed.get(k, k): v for k, v in hparams.items()}
+    hparams = legacy_hyperparameters(cls, hparams)  # checkpoints of earlier versions
     model = cls(**hparams)
     for half in ("client", "server"):
         prefix = f"{half}.net."
@@ -192,7 +185,7 @@ def _encode(model, splits, x, device, noise, batch: int = 512):
 
     def upload(rows):
         z = model.client.net(splits.to_float(rows).to(device))
-        return model.defend(z, noise) if model.defended else z
+        return model.defences.upload(z, noise)
 
     with torch.no_grad():
         return torch.cat([upload(x[i : i + batch]) for i in range(0, len(x), batch)])
@@ -293,7 +286,7 @@ def run_attack(args: argparse.Namespace) -> dict:
         "checkpoint": str(args.ckpt_path),
         "rounds": int(ckpt.get("epoch", -1)) + 1,  # the global rounds the checkpoint's model was trained for
         "dataset": splits.name,
-        "defences": {k: getattr(model, k) for k in DEFENCES},
+        "defences": {type(d).__name__: d.config()["init_args"] for d in model.defences.values()},
         "test_images": len(x_test),
         **details,
     }
@@ -312,8 +305,6 @@ def run_attack(args: argparse.Namespace) -> dict:
     return metrics
 
 
-#: The method's activation defences recorded with the scores.
-DEFENCES = ("nopeek_weight", "activation_noise", "noise_distribution", "noise_bound", "bottleneck_channels")
 ATTACK_TITLES = {"inversion": "model inversion", "unsplit": "UnSplit"}
 
 

@@ -98,3 +98,33 @@ def _algorithm_name(path: str, trusted: bool = True) -> str:
         except (ImportError, AttributeError, ValueError):
             return path
     return path
+
+
+#: Hyperparameters renamed since checkpoints were first written: method -> {old name: new} (SCALA-PE's regulariser's
+#: options became ``inversion_*`` options of every split method, which then became the options of a defence).
+RENAMED_HPARAMS = {
+    "SCALAPE": {"gamma": "inversion_gamma", "threshold": "inversion_threshold", "regulariser": "inversion_regulariser"}
+}
+
+
+def legacy_hyperparameters(cls, hparams: dict) -> dict:
+    """The hyperparameters of a checkpoint of ``cls`` as its constructor takes them now: old names renamed, and the
+    defence options every method had before defences were parts as ``defences``
+    (:func:`~lightning_sfl.defences.from_legacy_options`)."""
+    from lightning_sfl.algorithms.split_method import SplitMethod
+    from lightning_sfl.defences import from_legacy_options
+
+    renamed = RENAMED_HPARAMS.get(cls.__name__, {})
+    hparams = {renamed.get(k, k): v for k, v in hparams.items()}
+    default = cls.default_defences() if issubclass(cls, SplitMethod) else []
+    hparams = from_legacy_options(hparams, default)
+    if not hparams.get("defences") and "defences" not in inspect_parameters(cls):
+        hparams.pop("defences", None)  # a method without the option (FedAvg) had them all off
+    return hparams
+
+
+def inspect_parameters(cls) -> set[str]:
+    """The constructor arguments of ``cls`` and its bases (through ``**kwargs``)."""
+    import inspect
+
+    return {n for c in cls.__mro__ if "__init__" in vars(c) for n in inspect.signature(c.__init__).parameters}

@@ -161,7 +161,7 @@ def parser_error_line(text: str) -> str:
     ...                   "'lightning_sfl.algorithms.SCALA':\\n        Option 'nosuch' is not accepted\\n ...")
     '--model.nosuch: not an option of SCALA (its options: lightning-sfl fit --model.help SCALA)'
     """
-    unknown = re.search(r"Problem with given class_path '([\w.]+)':\s*Option '([\w.]+)' is not accepted", text)
+    unknown = re.search(r"Problem with given class_path '([\w.]+)':\s*Option '([\w.]+)\+?' is not accepted", text)
     group = re.match(r'Parser key "([^"]+)":', text)
     if unknown and group:
         cls = unknown.group(1).rpartition(".")[2]

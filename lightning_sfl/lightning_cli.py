@@ -26,7 +26,7 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from lightning_sfl.algorithms import SplitFedAlgorithm
+from lightning_sfl.algorithms import ALGORITHMS, SplitFedAlgorithm
 from lightning_sfl.callbacks import (
     CommunicationBytes,
     GradientDissimilarity,
@@ -38,8 +38,9 @@ from lightning_sfl.callbacks import (
     SplitGuard,
     WandbRoundAxis,
 )
-from lightning_sfl.checkpoint import SPECIAL, check_checkpoint
+from lightning_sfl.checkpoint import SPECIAL, check_checkpoint, legacy_hyperparameters
 from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.defences import moved_option_hint
 from lightning_sfl.errors import (
     ConfigError,
     NonFiniteError,
@@ -227,8 +228,8 @@ class SFLCLI(LightningCLI):
     def _instantiate_trainer(self, config: dict, callbacks: list) -> L.Trainer:
         """Check the data first: the dataset is loaded and the partition built before the trainer exists, so a
         missing dataset or an impossible partition is a one-line error and the run creates nothing (no folder,
-        checkpoint or W&B run); so is a setting the method's schedule refuses (GAS with ``inversion_gamma``, Semi-SFL
-        without a labelled set). Then the round-level progress bar, unless progress bars are off or the user
+        checkpoint or W&B run); so is a setting the method's schedule refuses (GAS with the inversion regulariser,
+        Semi-SFL without a labelled set). Then the round-level progress bar, unless progress bars are off or the user
         configured one."""
         if self.datamodule is not None:
             self.datamodule.check()
@@ -354,11 +355,21 @@ class SFLCLI(LightningCLI):
         missing, truncated, foreign or other-algorithm checkpoints)."""
         sub = self.config.get("subcommand")
         ckpt = self.config[sub].get("ckpt_path") if sub else None
-        if ckpt is not None and str(ckpt) not in SPECIAL:
-            model = self.config[sub].get("model")
-            expected = getattr(model, "class_path", None) if model is not None else None
-            check_checkpoint(ckpt, expected_class=expected)
-        super()._parse_ckpt_path()
+        if ckpt is None or str(ckpt) in SPECIAL:
+            return super()._parse_ckpt_path()
+        model = self.config[sub].get("model")
+        expected = getattr(model, "class_path", None) if model is not None else None
+        hparams = dict(check_checkpoint(ckpt, expected_class=expected).get("hyper_parameters") or {})
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return None
+        # as Lightning's: the checkpoint's hyperparameters over the config, those of earlier versions as they are now
+        class_path = hparams.pop("_class_path", None)
+        cls = next((c for c in ALGORITHMS.values() if str(class_path).endswith(f".{c.__name__}")), None)
+        hparams = legacy_hyperparameters(cls, hparams) if cls is not None else hparams
+        model = hparams if class_path is None else {"class_path": class_path, "dict_kwargs": hparams}
+        self.config = self.parser.parse_object({sub: {"model": model}}, self.config)
+        return None
 
     @override
     def _run_subcommand(self, subcommand: str) -> None:
@@ -448,6 +459,11 @@ class _ParseOnly(SFLCLI):
         pass
 
 
+def _parser_line(exc: BaseException) -> str:
+    """The parser's error in one line, with how to give an option that became a defence."""
+    return moved_option_hint(parser_error_line(str(exc)))
+
+
 def resolved_config(args: list[str], instantiate: bool = False) -> dict:
     """The configuration ``lightning-sfl fit ARGS`` would run, as jsonargparse resolves it (what ``--print_config``
     prints: configs merged in order, a new ``--model`` class keeps only the ``init_args`` it accepts), as a plain
@@ -458,7 +474,7 @@ def resolved_config(args: list[str], instantiate: bool = False) -> dict:
     try:
         cli = _ParseOnly(args=resolve_algorithm_names(list(args)), run=False)
     except argparse.ArgumentError as exc:
-        raise ConfigError(with_config_file(parser_error_line(str(exc)), list(args))) from None
+        raise ConfigError(with_config_file(_parser_line(exc), list(args))) from None
     if instantiate:
         check_by_instantiating(cli)
     return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False)) or {}
@@ -467,14 +483,16 @@ def resolved_config(args: list[str], instantiate: bool = False) -> dict:
 def check_by_instantiating(cli: SFLCLI) -> None:
     """Build what ``fit`` would build from ``cli.config`` but the trainer and its loggers: the data module (its dataset
     is loaded, for the links), the model (and its schedule) and the callbacks, so that a value only their
-    constructors check (e.g. ``--model.nopeek_weight=-1``) or a missing dataset is a
+    constructors check (e.g. ``--model.lr=-1``) or a missing dataset is a
     :class:`~lightning_sfl.errors.ConfigError` now, before a caller writes anything. Errors that are not the user's
     propagate as they are."""
     config = cli.config.clone()
     config.trainer.logger = None  # a logger may start something (W&B's process): not needed to check settings
     try:
         built = cli.parser.instantiate_classes(config)
-        built.model.schedule.check(built.data.client_stats)  # what the schedule refuses (GAS with inversion_gamma)
+        built.model.schedule.check(
+            built.data.client_stats
+        )  # what the schedule refuses (GAS with the inversion regulariser)
     except Exception as exc:
         found = user_error_line(exc)
         if found is None:
@@ -490,7 +508,7 @@ def evaluated_of_fit(args: list[str], command: str = "attack") -> Evaluated:
     try:
         config = _ParseOnly(args=resolve_algorithm_names(list(args)), run=False).config
     except argparse.ArgumentError as exc:
-        raise ConfigError(parser_error_line(str(exc))) from None
+        raise ConfigError(_parser_line(exc)) from None
     root, name = named_run(config, run_key(config))
     dirpath = (config.get("checkpoint") or {}).get("dirpath")
     return evaluated_checkpoint("last", root, name, config.get("trainer", {}).get("max_epochs"), dirpath, command)
@@ -512,7 +530,7 @@ def run(args: list[str] | None = None) -> None:
         else:
             SFLCLI(args=resolve_algorithm_names(list(args)))
     except argparse.ArgumentError as exc:  # the parser's own messages, without its usage dump
-        line = with_config_file(parser_error_line(str(exc)), sys.argv[1:] if args is None else list(args))
+        line = with_config_file(_parser_line(exc), sys.argv[1:] if args is None else list(args))
         print(f"error: {line}", file=sys.stderr)
         raise SystemExit(2) from None
     except RunInterrupted as exc:

@@ -52,7 +52,12 @@ ASYNC_SMALL = {"concurrency": 4, "flush_every": 4, "aggregate_every": 4}
 
 #: SCALA-PE's decoders warm up 2 passes over their client's shard instead of ResSFL's 30, in the tests whose subject is
 #: not the warm-up (the same per-client loop; at 30 passes these were the slowest tests of the suite).
-SHORT_WARMUP = {"inversion_warmup_epochs": 2}
+SHORT_WARMUP = {
+    "defences": [
+        {"class_path": "lightning_sfl.defences.Bottleneck", "init_args": {"channels": 8}},
+        {"class_path": "lightning_sfl.defences.InversionRegulariser", "init_args": {"warmup_epochs": 2}},
+    ]
+}
 
 
 def method_kwargs(name: str) -> dict:

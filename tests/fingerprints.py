@@ -2,7 +2,9 @@
 ``test_algorithms.py::test_stacked_client_bank_equals_sequential`` trains them. A fingerprint holds the SHA-256 of
 the method's whole ``state_dict`` (every tensor's bytes, keys sorted: client and server halves, per-client state,
 server moments, decoders), the state's norm and the exact final values of the traffic (``comm/cumulative_bytes``),
-the simulated clock (``clock/elapsed_seconds``) and the test accuracy.
+the simulated clock (``clock/elapsed_seconds``) and the test accuracy. The defences' tensors (SCALA-PE's decoders),
+saved under ``defences.<key>.`` since defences became parts, are digested under the keys they had before
+(:func:`~lightning_sfl.defences.renamed_legacy_state`): their values are compared bitwise all the same.
 
 ``tests/fingerprints.json`` holds those of the code before the "Version 4" restructuring (issue 55): a change of
 structure must leave each of them bitwise equal, except where it changes the arithmetic on purpose (the test names
@@ -21,6 +23,8 @@ import sys
 from pathlib import Path
 
 import torch
+
+from lightning_sfl.defences import renamed_legacy_state
 
 #: Where the committed fingerprints are.
 COMMITTED = Path(__file__).with_name("fingerprints.json")
@@ -73,7 +77,7 @@ def fingerprint(model, trainer) -> dict:
     """The fingerprint of a trained ``model`` (see the module docstring)."""
     metrics = trainer.callback_metrics
     logged = {key: float(metrics[key]).hex() for key in KEYS if key in metrics}
-    state = model.state_dict()
+    state = renamed_legacy_state(model.state_dict(), reverse=True)  # the defences' tensors under their old keys
     return {"state": state_digest(state), "norm": state_norm(state).hex(), **logged}
 
 

@@ -212,7 +212,7 @@ def test_stacked_client_bank_equals_sequential(name):
     (a, a_trainer), (b, b_trainer) = bank_check_run(name, "sequential"), bank_check_run(name, "stacked")
     _assert_same(a, b, atol=1e-9)
     if name in INVERSION_BANK_CHECK:  # the decoders too
-        torch.testing.assert_close(a.inversion_params, b.inversion_params, rtol=0, atol=1e-9)
+        torch.testing.assert_close(a.defences.inversion.weights, b.defences.inversion.weights, rtol=0, atol=1e-9)
     # and each run is bitwise the one of the code before the restructuring (tests/fingerprints.py)
     before = committed()
     for bank, model, trainer in (("sequential", a, a_trainer), ("stacked", b, b_trainer)):

@@ -105,7 +105,7 @@ def test_methods_and_the_data_module_never_reach_through_the_trainer():
     pattern = re.compile(r"trainer\.(datamodule|callbacks|lightning_module)\b")
     hits = [
         f"{p.relative_to(REPO)}:{i}"
-        for p in _sources("lightning_sfl/algorithms", "lightning_sfl/data")
+        for p in _sources("lightning_sfl/algorithms", "lightning_sfl/data", "lightning_sfl/defences")
         for i, line in enumerate(p.read_text().splitlines(), 1)
         if pattern.search(line)
     ]
@@ -130,21 +130,33 @@ def trainer_reads(source: str) -> list[int]:
 
 
 def test_methods_and_the_data_module_read_the_trainer_only_through_its_view():
-    """What a method or the data module knows of its run (stage, run length, device, process group, precision,
-    the W&B run) comes from :mod:`lightning_sfl.trainer_view`, the one module that reads a trainer."""
+    """What a method, a defence or the data module knows of its run (stage, run length, device, process group,
+    precision, the W&B run) comes from :mod:`lightning_sfl.trainer_view`, the one module that reads a trainer."""
     hits = [
         f"{p.relative_to(REPO)}:{line}"
-        for p in _sources("lightning_sfl/algorithms", "lightning_sfl/data")
+        for p in _sources("lightning_sfl/algorithms", "lightning_sfl/data", "lightning_sfl/defences")
         for line in trainer_reads(p.read_text())
     ]
     assert not hits, hits
 
 
 def test_the_clients_gradients_are_taken_in_one_place():
-    """``autograd.grad`` in one file of the methods (the split iteration), besides the inversion regulariser's update
-    of the clients' own simulated decoders (SCALA-PE's, a defence of every split method)."""
+    """``autograd.grad`` in one file of the methods (the split iteration); of the defences, only the inversion
+    regulariser's update of the clients' own simulated decoders (SCALA-PE's) takes one."""
     files = {p.name for p in _sources("lightning_sfl/algorithms") if "autograd.grad(" in p.read_text()}
-    assert files == {"iteration.py", "inversion_defence.py"}, files
+    assert files == {"iteration.py"}, files
+    files = {p.name for p in _sources("lightning_sfl/defences") if "autograd.grad(" in p.read_text()}
+    assert files == {"inversion.py"}, files
+
+
+def test_every_package_is_in_the_distribution():
+    """A package folder missing from ``pyproject.toml``'s list would be left out of a (non-editable) install."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in PACKAGE.rglob("__init__.py")}
+    found |= {"lightning_sfl.callbacks"}  # callbacks/ at the top level (package-dir)
+    assert found == listed, found ^ listed
 
 
 def test_benchmarks_do_not_edit_sys_path():

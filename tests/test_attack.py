@@ -266,18 +266,27 @@ def test_the_result_line_is_the_last_a_terminal_shows(tmp_path, monkeypatch):
         f"wrote {tmp_path / 'ckpt' / 'attack-1'}"), shown[-500:]  # fmt: skip
 
 
-def test_a_scala_pe_checkpoint_of_an_earlier_version_still_loads(tmp_path):
-    """SCALA-PE's ``gamma``/``threshold``/``regulariser`` became ``inversion_*``: a checkpoint that records the old
-    names is rebuilt with the same settings and weights."""
+def test_checkpoints_of_earlier_versions_still_load(tmp_path):
+    """The fixtures written before defences were parts (``tests/checkpoints``: options ``inversion_*``,
+    ``nopeek_weight``, ``activation_noise`` of every method) are rebuilt with the same defences and weights; so is a
+    SCALA-PE checkpoint of the version before that, whose regulariser's options were ``gamma``/``threshold``/
+    ``regulariser``."""
     from lightning_sfl.attack import _trained_method
 
-    ckpt_path = _checkpoint(SCALAPE, tmp_path / "ckpt", inversion_gamma=0.7, inversion_threshold=0.2,
-                            inversion_warmup_epochs=0)  # fmt: skip
-    ckpt = torch.load(ckpt_path, weights_only=False)
+    folder = Path(__file__).with_name("checkpoints")
+    for name, want in (
+        ("scala_pe.ckpt", {"Bottleneck": {"channels": 8}, "InversionRegulariser": {"gamma": 0.3, "threshold": 0.5}}),
+        ("splitfedv1_nopeek_noise.ckpt", {"NoPeek": {"weight": 0.5}, "ActivationNoise": {"scale": 0.3}}),
+    ):
+        ckpt = torch.load(folder / name, weights_only=False)
+        model, _, _ = _trained_method(ckpt, name)
+        got = {type(d).__name__: d.config()["init_args"] for d in model.defences.values()}
+        assert got.keys() == want.keys() and all(got[k].items() >= want[k].items() for k in want), (name, got)
+        assert torch.equal(model.client.net[0].weight, ckpt["state_dict"]["client.net.0.weight"])
+    ckpt = torch.load(folder / "scala_pe.ckpt", weights_only=False)
     hp = ckpt["hyper_parameters"]
-    for old, new in (("gamma", "inversion_gamma"), ("threshold", "inversion_threshold")):
-        hp[old] = hp.pop(new)
-    hp["regulariser"] = hp.pop("inversion_regulariser")
-    model, name, _ = _trained_method(ckpt, str(ckpt_path))
-    assert name == "SCALAPE" and (model.inversion_gamma, model.inversion_threshold) == (0.7, 0.2)
-    assert torch.equal(model.client.net[0].weight, ckpt["state_dict"]["client.net.0.weight"])
+    for old in ("gamma", "threshold", "regulariser"):
+        hp[old] = hp.pop(f"inversion_{old}")
+    hp["gamma"], hp["threshold"] = 0.7, 0.2
+    model, name, _ = _trained_method(ckpt, "older")
+    assert name == "SCALAPE" and (model.defences.inversion.gamma, model.defences.inversion.threshold) == (0.7, 0.2)

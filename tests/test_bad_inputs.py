@@ -87,7 +87,13 @@ BAD: list[tuple[list[str], str]] = [
     (["--splitguard.regular_batches=1"], "splitguard.regular_batches=1 must be a whole number >= 2"),
     (["--model=semi_sfl"], "needs a labelled server set: set --data.labelled_per_class"),  # the schedule's
     (["--clock.barrier=never"], "barrier='never' must be one of: round, iteration"),  # the system model's
-    (["--model=gas", "--model.inversion_gamma=0.3"], "inversion_gamma=0.3 needs synchronous rounds"),  # the schedule's
+    (["--model=gas", "--model.defences+=InversionRegulariser"], "InversionRegulariser needs synchronous rounds"),
+    (
+        ["--model.nopeek_weight=0.5"],
+        "not an option of SCALA: a defence now, --model.defences+=NoPeek",
+    ),  # the old option
+    (["--model=fedavg", "--model.defences+=NoPeek"], "--model.defences: not an option of FedAvg: only split methods"),
+    (["--model.defences+=NoPeek", "--model.defences.weight=-1"], "NoPeek: weight=-1.0 must be a number >= 0"),
     (["--model=gas", "--model.concurrency=500"], "concurrency=500 must be <= the number of clients"),  # with the data
     # what this machine cannot run, and output folders that cannot be one
     (["--trainer.accelerator=gpu"], "trainer: No supported gpu backend found!"),

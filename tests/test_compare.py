@@ -19,7 +19,7 @@ import pytest
 import torch.nn.functional as F
 
 from lightning_sfl import compare
-from lightning_sfl.algorithms import ALGORITHMS, REGISTRY, SCALA, SplitFedAlgorithm
+from lightning_sfl.algorithms import ALGORITHMS, REGISTRY, SCALA, SplitFedAlgorithm, SplitMethod
 from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.compare import RunResult
 from lightning_sfl.lightning_cli import SFLCLI
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "configs/digits/scala.yaml")
 
 
-class PlainSFL(SplitFedAlgorithm):
+class PlainSFL(SplitMethod):
     """A test-only method without SCALA's switches and with an argument of its own."""
 
     def __init__(self, smoothing: float = 0.0, **kwargs) -> None:
@@ -250,12 +250,13 @@ def test_init_parameters_follow_kwargs_up_the_mro():
     base = compare.init_parameters(SplitFedAlgorithm)
     assert {"arch", "lr", "local_iters", "split_point"} <= base
     assert compare.init_parameters(SCALA) == base | {
+        "defences",
         "concat_activations",
         "server_logit_adjustment",
         "client_logit_adjustment",
         "missing_class_floor",
     }
-    assert compare.init_parameters(PlainSFL) == base | {"smoothing"}
+    assert compare.init_parameters(PlainSFL) == base | {"defences", "smoothing"}
 
 
 def test_method_config_is_what_the_cli_resolves_and_keeps_only_accepted_init_args():
@@ -586,7 +587,7 @@ def test_reuse_continues_a_killed_run_from_its_last_checkpoint_exactly(tmp_path,
     "overrides, expected",
     [
         (["--data.alpha=two"], "error: --data.alpha"),  # the parser's check
-        (["--model.nopeek_weight=-1"], "error: nopeek_weight=-1.0 must be"),  # only the method's constructor checks it
+        (["--model.defences+=NoPeek", "--model.defences.weight=-1"], "error: NoPeek: weight=-1.0 must be"),  # its own
         (["--data.dataset=cifar10", "--data.root={empty}"], "error: "),  # no dataset files: found when data loads
     ],
     ids=["parser", "constructor", "dataset"],

@@ -1,5 +1,6 @@
 """The activation defences (NoPeek, noise): the distance correlation against a reference written from Székely et al.'s
-definition in numpy, NoPeek's per-client sum, the noise's distributions, and one-line errors."""
+definition in numpy, NoPeek's per-client sum, the noise's distributions, and one-line errors; defences as parts a split
+method is given (configs, the legacy options and state keys they replace, who has the option)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,17 @@ import numpy as np
 import pytest
 import torch
 
+from lightning_sfl.defences import (
+    ActivationNoise,
+    Bottleneck,
+    InversionRegulariser,
+    NoPeek,
+    from_legacy_options,
+    renamed_legacy_state,
+    resolve_defences,
+)
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.privacy.defences import add_noise, check_defences, distance_correlation, nopeek_loss
+from lightning_sfl.privacy.defences import add_noise, distance_correlation, nopeek_loss
 
 
 def reference_dcor(x: np.ndarray, z: np.ndarray) -> float:
@@ -83,17 +93,85 @@ def test_noise_has_the_distribution_and_scale_it_names(distribution):
 
 
 @pytest.mark.parametrize(
-    "args, match",
+    "make, match",
     [
-        ((-1.0, 0.0, "laplace", "none"), "nopeek_weight=-1.0 must be a number >= 0"),
-        ((0.0, float("nan"), "laplace", "none"), "activation_noise=nan must be a number >= 0"),
-        ((0.0, 0.1, "uniform", "none"), "noise_distribution='uniform' must be one of: laplace, gaussian"),
-        ((0.0, 0.1, "laplace", "sigmoid"), "noise_bound='sigmoid' must be one of: none, tanh"),
+        (lambda: NoPeek(weight=-1.0), r"^NoPeek: weight=-1.0 must be a number >= 0$"),
+        (lambda: ActivationNoise(scale=float("nan")), r"^ActivationNoise: scale=nan must be a number >= 0$"),
+        (lambda: ActivationNoise(distribution="uniform"), "distribution='uniform' must be one of: laplace, gaussian"),
+        (lambda: ActivationNoise(bound="sigmoid"), "bound='sigmoid' must be one of: none, tanh"),
+        (lambda: Bottleneck(channels=2.5), r"^Bottleneck: channels=2.5 must be a whole number >= 1$"),
+        (lambda: resolve_defences([NoPeek(), NoPeek()]), "two NoPeek"),
+        (lambda: resolve_defences(["nopeek"]), "is not a defence; one of: NoPeek, ActivationNoise"),
     ],
 )
-def test_bad_defence_settings_are_one_line_errors(args, match):
+def test_bad_defence_settings_are_one_line_errors(make, match):
     with pytest.raises(ConfigError, match=match):
-        check_defences(*args)
+        from lightning_sfl.defences import Defences
+
+        Defences(make())
+
+
+def test_a_defence_is_made_again_from_its_config():
+    given = [Bottleneck(channels=4), InversionRegulariser(gamma=0.7, every=3), ActivationNoise(0.2, "gaussian", "tanh")]
+    again = resolve_defences([d.config() for d in given])
+    assert [type(d) for d in again] == [type(d) for d in given]
+    assert [d.config() for d in again] == [d.config() for d in given]
+    assert again[1].gamma == 0.7 and again[1].every == 3 and again[2].distribution == "gaussian"
+    kept = NoPeek(weight=2.0)
+    assert resolve_defences([kept])[0] is not kept  # each method its own copy
+
+
+def test_only_split_methods_that_upload_activations_have_the_option():
+    """FedAvg's family and Semi-SFL's have no ``defences`` (nothing to defend, or two views uploaded); every other
+    registered method has it, GAS and AsyncSFL included."""
+    import inspect
+
+    from lightning_sfl.algorithms import ALGORITHMS
+
+    def options(cls):
+        return {n for c in cls.__mro__ if "__init__" in vars(c) for n in inspect.signature(c.__init__).parameters}
+
+    has = {name for name, cls in ALGORITHMS.items() if "defences" in options(cls)}
+    without = {name for name, cls in ALGORITHMS.items() if not cls.has_server_half or not cls.plain_upload}
+    assert has == set(ALGORITHMS) - without and {"gas", "async_sfl", "scala"} <= has
+    assert "fedavg" in without and "semi_sfl" in without and "fedmatch" in without
+
+
+def test_legacy_options_become_the_defences_the_method_then_built():
+    """Checkpoints written before defences were parts record the defence options every method had."""
+    legacy = {  # every method's defaults then (save_hyperparameters records them all)
+        "nopeek_weight": 0.0, "activation_noise": 0.0, "noise_distribution": "laplace", "noise_bound": "none",
+        "bottleneck_channels": None, "inversion_gamma": None, "inversion_threshold": 0.5,
+        "inversion_regulariser": "ssim", "inversion_width": 16, "inversion_lr": 1e-3, "inversion_every": 1,
+        "inversion_optimizer_state": "kept", "inversion_warmup_epochs": 30, "inversion_warmup_batch_size": 32,
+    }  # fmt: skip
+    pe = [Bottleneck(channels=8), InversionRegulariser(gamma=0.3)]
+
+    def kinds(options, default=()):
+        made = resolve_defences(from_legacy_options({"lr": 0.1, **legacy, **options}, list(default))["defences"])
+        return [(type(d).__name__, d.config()["init_args"]) for d in made]
+
+    assert kinds({}) == []
+    got = kinds({"nopeek_weight": 0.5, "activation_noise": 0.3, "noise_bound": "tanh"})
+    assert got == [("NoPeek", {"weight": 0.5}), ("ActivationNoise", {"scale": 0.3, "distribution": "laplace",
+                                                                      "bound": "tanh"})]  # fmt: skip
+    assert [k for k, _ in kinds({}, pe)] == ["Bottleneck", "InversionRegulariser"]  # SCALA-PE's defaults
+    assert kinds({"inversion_gamma": 0.0, "bottleneck_channels": 0}, pe) == [  # γ = 0 was still simulated
+        ("InversionRegulariser", InversionRegulariser(gamma=0.0).config()["init_args"])
+    ]
+    assert kinds({"bottleneck_channels": 4, "inversion_gamma": 0.5, "inversion_every": 2}) == [
+        ("Bottleneck", {"channels": 4}),
+        ("InversionRegulariser", InversionRegulariser(gamma=0.5, every=2).config()["init_args"]),
+    ]
+    assert from_legacy_options({"lr": 0.1}, pe) == {"lr": 0.1}  # nothing legacy: unchanged
+
+
+def test_legacy_state_keys_are_renamed_both_ways():
+    old = {"inversion.0.weight": 1, "inversion_params": 2, "inversion_buffers": 3, "client.net.0.bias": 4}
+    new = renamed_legacy_state(old)
+    assert new == {"defences.inversion.decoder.0.weight": 1, "defences.inversion.weights": 2,
+                   "defences.inversion.statistics": 3, "client.net.0.bias": 4}  # fmt: skip
+    assert renamed_legacy_state(new, reverse=True) == old
 
 
 def test_descending_the_distance_correlation_decorrelates_a_client_half():

@@ -2,7 +2,8 @@
 with NoPeek and activation noise, and SCALA-PE (bottleneck, per-client inversion decoders), each trained 2 rounds on
 digits. They lie in ``tests/checkpoints/``, written by the commit that added them with
 ``lightning-sfl fit <WRITTEN_BY's options> --trainer.max_epochs=2 --trainer.logger=false`` (the run's
-``checkpoints/epoch=1-step=10.ckpt``, renamed)."""
+``checkpoints/epoch=1-step=10.ckpt``, renamed), the defences then given by options of every method (written now as
+``--model.defences``); SCALA-PE's decoders were saved under keys that have since moved to ``defences.inversion.``."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ QUIET = ["--trainer.logger=false", "--trainer.enable_progress_bar=false"]
 WRITTEN_BY = {
     "splitfedv1_nopeek_noise.ckpt": [
         "--config=configs/digits/splitfedv1.yaml",
-        "--model.nopeek_weight=0.5",
-        "--model.activation_noise=0.3",
+        "--model.defences+=NoPeek",  # written as --model.nopeek_weight=0.5 --model.activation_noise=0.3
+        "--model.defences.weight=0.5",
+        "--model.defences+=ActivationNoise",
+        "--model.defences.scale=0.3",
     ],
     "scala_pe.ckpt": ["--config=configs/digits/scala_pe.yaml"],
 }

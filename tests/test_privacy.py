@@ -10,8 +10,9 @@ import pytest
 import torch
 from _helpers import quiet_trainer, small_digits
 
-from lightning_sfl.algorithms import SCALA, SCALAPE, FedAvg, SplitFedV1
+from lightning_sfl.algorithms import SCALA, SCALAPE, SplitFedV1
 from lightning_sfl.callbacks import CommunicationBytes
+from lightning_sfl.defences import Bottleneck
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.privacy.inversion import FlatModule, adam_update, inversion_decoder
 from lightning_sfl.privacy.metrics import mse_per_image, psnr_per_image, regulariser, ssim_per_image
@@ -148,7 +149,7 @@ def test_flat_module_runs_one_row_and_updates_only_its_statistics():
 # ---------------------------------------------------------------------------------------------- bottleneck at the cut
 def test_bottleneck_narrows_the_cut_and_keeps_the_model_whole():
     torch.manual_seed(0)
-    model = SplitFedV1(bottleneck_channels=8)  # any split method
+    model = SplitFedV1(defences=[Bottleneck(channels=8)])  # any split method
     x = torch.randn(5, 1, 8, 8)
     a = model.client(x)
     assert a.shape == (5, 8, 4, 4)
@@ -161,10 +162,13 @@ def test_bottleneck_narrows_the_cut_and_keeps_the_model_whole():
 @pytest.mark.parametrize(
     "make,match",
     [
-        (lambda: SCALA(bottleneck_channels=8, split_point="s5"), r"^bottleneck_channels=8 needs a convolutional cut"),
-        (lambda: SCALA(bottleneck_channels=-1), r"^bottleneck_channels=-1 must be a whole number >= 0"),
-        (lambda: SCALA(bottleneck_channels=2.5), r"^bottleneck_channels=2.5 must be a whole number >= 0"),
-        (lambda: FedAvg(bottleneck_channels=8), r"^bottleneck_channels=8 needs a split method"),
+        (
+            lambda: SCALA(defences=[Bottleneck(8)], split_point="s5"),
+            r"^channels=8 \(the bottleneck's\) needs a convolu",
+        ),
+        (lambda: SCALA(defences=[Bottleneck(-1)]), r"^Bottleneck: channels=-1 must be a whole number >= 1"),
+        (lambda: SCALA(defences=[Bottleneck(2.5)]), r"^Bottleneck: channels=2.5 must be a whole number >= 1"),
+        (lambda: SCALA(defences=[Bottleneck(8), Bottleneck(4)]), r"^defences: two Bottleneck"),
     ],
 )
 def test_bad_bottlenecks_are_one_line_errors(make, match):
@@ -175,17 +179,17 @@ def test_bad_bottlenecks_are_one_line_errors(make, match):
 
 def test_a_config_written_for_another_method_keeps_each_methods_own_bottleneck():
     """``--config configs/digits/scala.yaml --model scala_pe`` (what ``compare`` does too) resolves SCALA's defaults
-    into the config; SCALA-PE must still get its 8 channels, and 0 in a config turns its bottleneck off."""
+    into the config; SCALA-PE must still get its 8 channels, and ``defences: []`` turns its bottleneck off."""
     from lightning_sfl.lightning_cli import resolved_config
 
-    def build(*args):
+    def build(*args, **init):
         model = resolved_config(["--config", str(REPO / "configs/digits/scala.yaml"), *args])["model"]
         cls = {"SCALAPE": SCALAPE, "SCALA": SCALA}[model["class_path"].rpartition(".")[2]]
-        return cls(**model["init_args"]).client(torch.zeros(1, 1, 8, 8)).shape[1]
+        return cls(**{**model["init_args"], **init}).client(torch.zeros(1, 1, 8, 8)).shape[1]
 
     assert build("--model", "scala_pe") == 8 and build() == 64
-    assert build("--model", "scala_pe", "--model.bottleneck_channels", "0") == 64
-    assert build("--model.bottleneck_channels", "4") == 4
+    assert build("--model", "scala_pe", defences=[]) == 64
+    assert build("--model.defences+=Bottleneck", "--model.defences.channels=4") == 4
 
 
 def test_byte_ledger_counts_the_narrower_activations():
@@ -193,7 +197,7 @@ def test_byte_ledger_counts_the_narrower_activations():
     traffic = {}
     for channels in (None, 8):
         torch.manual_seed(0)
-        model = SCALA(local_iters=3, lr=0.05, bottleneck_channels=channels)
+        model = SCALA(local_iters=3, lr=0.05, defences=[Bottleneck(channels)] if channels else [])
         trainer = quiet_trainer(1, callbacks=[CommunicationBytes()])
         trainer.fit(model, small_digits())
         traffic[channels] = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("comm/")}

@@ -10,7 +10,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from _helpers import SHORT_WARMUP, csv_rounds, data_kwargs, method_kwargs
+from _helpers import csv_rounds, data_kwargs, method_kwargs
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
@@ -29,7 +29,14 @@ METHODS = ALGORITHMS
 #: float64 second moments made this the slowest resume test by 10×.
 FIXED = {
     "fedconcat": {"encoder_rounds": 2},
-    "scala_pe": {"inversion_threshold": 0.0, "bottleneck_channels": 0, **SHORT_WARMUP},
+    "scala_pe": {
+        "defences": [
+            {
+                "class_path": "lightning_sfl.defences.InversionRegulariser",
+                "init_args": {"threshold": 0.0, "warmup_epochs": 2},
+            }
+        ]
+    },
     "fedmatch": {"l2_weight": 1.0},
     "gas": {"split_point": "s5"},
 }

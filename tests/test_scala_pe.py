@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from _helpers import SHORT_WARMUP, make_step, quiet_trainer, small_digits
+from _helpers import make_step, quiet_trainer, small_digits
 from test_privacy import reference_ssim
 
 from lightning_sfl.algorithms import SCALA, SCALAPE
 from lightning_sfl.callbacks import CommunicationBytes, SimulatedClock
+from lightning_sfl.defences import Bottleneck, InversionRegulariser
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import WarmupRounds
 from lightning_sfl.loop.selection import UniformSelection
@@ -26,12 +27,19 @@ KEYS = ("comm/", "clock/")
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pe_defences(**options) -> list:
+    """SCALA-PE's defences (a bottleneck of 8 channels and the regulariser with ``options``; a warm-up of 2 passes,
+    :data:`SHORT_WARMUP`, unless ``warmup_epochs`` is given: the tests of the warm-up give it)."""
+    return [Bottleneck(channels=8), InversionRegulariser(**{"warmup_epochs": 2, **options})]
+
+
 def fit(cls, rounds: int = 2, callbacks=(), **kwargs):
-    """``cls`` fitted ``rounds`` rounds on :func:`small_digits`; SCALA-PE with :data:`SHORT_WARMUP` unless
-    ``inversion_warmup_epochs`` is given (the tests of the warm-up give it)."""
+    """``cls`` fitted ``rounds`` rounds on :func:`small_digits`; SCALA-PE with its regulariser's options given as
+    ``inversion_<option>`` (:func:`pe_defences`)."""
     torch.manual_seed(0)
     if cls is SCALAPE:
-        kwargs = {**SHORT_WARMUP, **kwargs}
+        options = {k.removeprefix("inversion_"): kwargs.pop(k) for k in list(kwargs) if k.startswith("inversion_")}
+        kwargs["defences"] = pe_defences(**options)
     model = cls(**{"local_iters": 2, "lr": 0.05, **kwargs})
     trainer = quiet_trainer(rounds, callbacks=list(callbacks))
     trainer.fit(model, small_digits())
@@ -43,36 +51,43 @@ def weights(model) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(
-    "kwargs,name",
+    "options,name",
     [
-        ({"inversion_threshold": 1.5}, "inversion_threshold"),
-        ({"inversion_threshold": -0.1}, "inversion_threshold"),
-        ({"inversion_gamma": -0.3}, "inversion_gamma"),
-        ({"inversion_regulariser": "psnr"}, "inversion_regulariser"),
-        ({"inversion_every": 0}, "inversion_every"),
-        ({"inversion_optimizer_state": "forever"}, "inversion_optimizer_state"),
-        ({"inversion_width": 0}, "inversion_width"),
-        ({"inversion_warmup_epochs": -1}, "inversion_warmup_epochs"),
-        ({"inversion_warmup_batch_size": 0}, "inversion_warmup_batch_size"),
-        ({"split_point": "s5"}, "bottleneck_channels"),
+        ({"threshold": 1.5}, "InversionRegulariser: threshold"),
+        ({"threshold": -0.1}, "InversionRegulariser: threshold"),
+        ({"gamma": -0.3}, "InversionRegulariser: gamma"),
+        ({"regulariser": "psnr"}, "InversionRegulariser: regulariser"),
+        ({"every": 0}, "InversionRegulariser: every"),
+        ({"optimizer_state": "forever"}, "InversionRegulariser: optimizer_state"),
+        ({"width": 0}, "InversionRegulariser: width"),
+        ({"warmup_epochs": -1}, "InversionRegulariser: warmup_epochs"),
+        ({"warmup_batch_size": 0}, "InversionRegulariser: warmup_batch_size"),
+        ({"lr": 0}, "InversionRegulariser: lr"),
     ],
 )
-def test_bad_settings_are_one_line_errors_naming_the_argument(kwargs, name):
+def test_bad_settings_are_one_line_errors_naming_the_argument(options, name):
     with pytest.raises(ConfigError, match=rf"^{name}=") as err:
-        SCALAPE(**kwargs)
+        SCALAPE(defences=pe_defences(**options))
     assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"^channels=8 \(the bottleneck's\) needs a convolutional cut"):
+        SCALAPE(split_point="s5")
 
 
 def test_with_gamma_zero_it_is_scala_with_the_bottleneck_in_weights_traffic_and_simulated_time():
     """The decoders warm up and train, but with γ = 0 nothing of them reaches the clients: the global model is SCALA's,
     and the warm-up steps add no bytes and no simulated seconds (they train no client half)."""
     metrics = {}
-    for name, cls, kwargs in (("pe", SCALAPE, {"inversion_gamma": 0.0}), ("base", SCALA, {"bottleneck_channels": 8})):
+    for name, cls, kwargs in (
+        ("pe", SCALAPE, {"inversion_gamma": 0.0}),
+        ("base", SCALA, {"defences": [Bottleneck(8)]}),
+    ):
         model, trainer = fit(cls, callbacks=[CommunicationBytes(), SimulatedClock()], **kwargs)
         metrics[name] = (model, {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(KEYS)})
     (pe, got), (base, want) = metrics["pe"], metrics["base"]
     assert torch.equal(weights(pe), weights(base))
-    assert int(pe.inversion_steps.sum()) > 0 and bool(pe.schedule.warm.any())  # the simulated attackers did train
+    assert int(pe.defences.inversion.steps.sum()) > 0 and bool(
+        pe.schedule.warm.any()
+    )  # the simulated attackers did train
     assert {"comm/cumulative_bytes", "clock/elapsed_seconds"} <= got.keys() and got == want
 
 
@@ -87,30 +102,32 @@ def test_warm_up_is_adam_on_mse_over_the_clients_shard_as_a_plain_torch_loop_com
     assert fresh, "round 3 of the fresh schedule should bring a client the fit's round 0 did not"
     pos = fresh[0]
     k = int(steps[0].clients[pos])
-    assert torch.equal(model.inversion_params[k], model._decoder.flat_parameters())  # never trained
-    reference = copy.deepcopy(model.inversion).requires_grad_(True).train()
-    opt = torch.optim.Adam(reference.parameters(), lr=model.inversion_lr)
-    model._warmup_adam.clear()
+    assert torch.equal(
+        model.defences.inversion.weights[k], model.defences.inversion._flat.flat_parameters()
+    )  # never trained
+    reference = copy.deepcopy(model.defences.inversion.decoder).requires_grad_(True).train()
+    opt = torch.optim.Adam(reference.parameters(), lr=model.defences.inversion.lr)
+    model.defences.inversion._warmup_adam.clear()
     for step in steps:
         start, size = int(step.sizes[:pos].sum()), int(step.sizes[pos])
-        model.warm_up_inversion(step)
+        model.defences.inversion.warm_up(step, model.client)
         if size:
             x = step.x[start : start + size]
             opt.zero_grad()
-            ((reference(model.client(x).detach()) - model.images(x)) ** 2).mean().backward()
+            ((reference(model.client(x).detach()) - model.defences.inversion.images(x)) ** 2).mean().backward()
             opt.step()
     assert sum(int(s.sizes[pos]) for s in steps) == 2 * int(dm.client_stats.sizes[k])  # two epochs of its shard
-    got = model.inversion_params[k]
+    got = model.defences.inversion.weights[k]
     want = torch.nn.utils.parameters_to_vector(reference.parameters()).detach()
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
-    assert not torch.equal(got, model._decoder.flat_parameters())
-    assert int(model.inversion_steps[k]) == 0  # the online Adam state is untouched by the warm-up
+    assert not torch.equal(got, model.defences.inversion._flat.flat_parameters())
+    assert int(model.defences.inversion.steps[k]) == 0  # the online Adam state is untouched by the warm-up
 
 
 @pytest.mark.parametrize("epochs", [0, 1, 3])
 def test_decoders_step_every_inversion_every_local_iterations_whatever_the_warm_up(epochs):
     model, _ = fit(SCALAPE, rounds=2, local_iters=3, inversion_every=2, inversion_warmup_epochs=epochs)
-    assert int(model.inversion_steps.sum()) == 2 * 2 * 4  # local iterations 0 and 2 of 3, 4 clients, 2 rounds
+    assert int(model.defences.inversion.steps.sum()) == 2 * 2 * 4  # local iterations 0 and 2 of 3, 4 clients, 2 rounds
 
 
 def test_the_regulariser_changes_training_when_it_is_active():
@@ -122,55 +139,63 @@ def test_the_regulariser_changes_training_when_it_is_active():
 def test_each_selected_client_trains_its_own_decoder_once_per_local_iteration():
     model, trainer = fit(SCALAPE, rounds=2)
     k = model.client_stats.num_clients
-    steps = model.inversion_steps
+    steps = model.defences.inversion.steps
     assert steps.shape == (k,) and int(steps.sum()) == 2 * 2 * 4  # rounds · T · clients per round
     untouched = steps == 0
     assert untouched.any()  # 8 clients, 4 a round, 2 rounds: someone sat out
     assert torch.equal(
-        model.inversion_params[untouched], model._decoder.flat_parameters().expand(int(untouched.sum()), -1)
+        model.defences.inversion.weights[untouched],
+        model.defences.inversion._flat.flat_parameters().expand(int(untouched.sum()), -1),
     )
     trained = ~untouched
-    assert (model.inversion_params[trained] != model._decoder.flat_parameters()).any(dim=1).all()
+    assert (
+        (model.defences.inversion.weights[trained] != model.defences.inversion._flat.flat_parameters()).any(dim=1).all()
+    )
     assert "train/inversion_ssim" in trainer.callback_metrics
 
 
 def test_inversion_every_and_reset_of_the_optimiser_state():
     every, _ = fit(SCALAPE, rounds=2, inversion_every=2)
-    assert int(every.inversion_steps.sum()) == 2 * 1 * 4  # one decoder step of the 2 local iterations
+    assert int(every.defences.inversion.steps.sum()) == 2 * 1 * 4  # one decoder step of the 2 local iterations
     reset, _ = fit(SCALAPE, rounds=2, inversion_optimizer_state="reset")
     kept, _ = fit(SCALAPE, rounds=2)
-    assert int(reset.inversion_steps.max()) == 2 <= int(kept.inversion_steps.max())  # restart counts per round
+    assert (
+        int(reset.defences.inversion.steps.max()) == 2 <= int(kept.defences.inversion.steps.max())
+    )  # restart counts per round
     assert torch.equal(weights(reset), weights(kept))  # no effect on the model while the hinge is 0
 
 
 def test_the_inversion_term_is_gamma_times_the_sum_of_the_clients_hinges():
-    """Hook 5 against a computation from scratch: each client's decoder (its row of the stores, eval mode) decodes its
-    activations; R_k = max(mean SSIM − τ, 0) with a written-out SSIM; the gradient reaches the activations only."""
+    """The clients' term against a computation from scratch: each client's decoder (its row of the stores, eval mode)
+    decodes its activations; R_k = max(mean SSIM − τ, 0) with a written-out SSIM; the gradient reaches the activations
+    only."""
     model, _ = fit(SCALAPE, rounds=1, inversion_gamma=0.7, inversion_every=5)
-    model.log = lambda *a, **k: None  # outside a training loop
     torch.manual_seed(3)
     step = make_step([1, 6], [3, 2])
-    model._iteration = 1  # the round's local iteration 1 of every 5: the decoders do not step
+    model.defences.inversion._iteration = 1  # the round's local iteration 1 of every 5: the decoders do not step
     x = torch.rand(5, 1, 8, 8)
-    step = step.replace(x=(x - model.pixel_mean) / model.pixel_std, owner=torch.tensor([0, 0, 0, 1, 1]))
+    step = step.replace(
+        x=(x - model.defences.inversion.pixel_mean) / model.defences.inversion.pixel_std,
+        owner=torch.tensor([0, 0, 0, 1, 1]),
+    )
     acts = torch.randn(5, 8, 4, 4, requires_grad=True)
     means = {}
     for k, rows in ((1, slice(0, 3)), (6, slice(3, 5))):
         decoder = inversion_decoder((8, 4, 4), (1, 8, 8), 16)
-        torch.nn.utils.vector_to_parameters(model.inversion_params[k], decoder.parameters())
+        torch.nn.utils.vector_to_parameters(model.defences.inversion.weights[k], decoder.parameters())
         state, offset = decoder.state_dict(), 0
         for name, value in state.items():  # the store's row: every float buffer, in named order
             if value.is_floating_point() and "running_" in name:
-                state[name] = model.inversion_buffers[k][offset : offset + value.numel()].view_as(value)
+                state[name] = model.defences.inversion.statistics[k][offset : offset + value.numel()].view_as(value)
                 offset += value.numel()
-        assert offset == model.inversion_buffers.shape[1]
+        assert offset == model.defences.inversion.statistics.shape[1]
         decoder.load_state_dict(state)
         with torch.no_grad():
             means[k] = float(reference_ssim(decoder.eval()(acts[rows]), x[rows]).mean())
-    model.inversion_threshold = tau = (means[1] + means[6]) / 2  # one client above the hinge, one below
-    before = model.inversion_params.clone()
-    got = model.inversion_term(step, acts)
-    assert torch.equal(model.inversion_params, before)
+    model.defences.inversion.threshold = tau = (means[1] + means[6]) / 2  # one client above the hinge, one below
+    before = model.defences.inversion.weights.clone()
+    got, _ = model.defences.inversion.client_terms(step, acts, log=lambda *a, **k: None)
+    assert torch.equal(model.defences.inversion.weights, before)
     want = 0.7 * sum(max(m - tau, 0.0) for m in means.values())
     assert want > 0 and float(got.detach()) == pytest.approx(want, abs=1e-5)
     got.backward()
@@ -183,7 +208,9 @@ def test_images_are_the_inputs_de_normalised():
     model, _ = fit(SCALAPE, rounds=1)
     dm = small_digits()
     raw = dm.splits.train_x[:4]
-    torch.testing.assert_close(model.images(dm.splits.to_float(raw)), raw.float().clamp(0, 1), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        model.defences.inversion.images(dm.splits.to_float(raw)), raw.float().clamp(0, 1), atol=1e-6, rtol=0
+    )
 
 
 @pytest.mark.extended  # ~25 s on two cores; SCALA-PE trains in test_algorithms' registry-driven runs
@@ -207,7 +234,8 @@ def test_a_two_round_run_of_the_digits_config_trains_and_reaches_wandb(tmp_path)
     assert acc[1] > acc[0], acc  # 0.097 -> 0.181 (30 of 360 test images) where round 2 is below 0.2
     ssim = [row["train/inversion_ssim"] for row in run.rows_with("train/inversion_ssim")]
     assert len(ssim) == 2 and all(0 < v <= 1 for v in ssim)
-    assert run.config["bottleneck_channels"] == 8 and run.config["inversion_gamma"] == 0.3
+    bottleneck, inversion = run.config["defences"]
+    assert bottleneck["init_args"]["channels"] == 8 and inversion["init_args"]["gamma"] == 0.3
 
 
 def test_the_cifar10_config_is_ressfls_setting():
@@ -220,4 +248,5 @@ def test_the_cifar10_config_is_ressfls_setting():
     x = torch.zeros(2, 3, 32, 32)
     cut = model.client.net[:-1](x)  # the model's own cut, before the bottleneck
     assert cut.shape[1:] == (128, 8, 8) and model.client(x).shape[1:] == (8, 8, 8)
-    assert model.inversion[0].out_channels == 16 and model.inversion(model.client(x)).shape[1:] == (3, 32, 32)
+    decoder = model.defences.inversion.decoder
+    assert decoder[0].out_channels == 16 and decoder(model.client(x)).shape[1:] == (3, 32, 32)

@@ -12,6 +12,8 @@ from lightning.pytorch.loggers import CSVLogger
 
 from lightning_sfl.algorithms import FSHA, SemiSFL, SFLLocalLoss, SplitFedV1
 from lightning_sfl.callbacks import SplitGuard
+from lightning_sfl.callbacks.splitguard import probes
+from lightning_sfl.defences import ActivationNoise
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.privacy.splitguard import shifted_labels, splitguard_score
 from tests._helpers import csv_rounds, flat_params, quiet_trainer, small_digits
@@ -88,7 +90,7 @@ def test_the_probe_leaves_training_unchanged(tmp_path):
     runs = []
     for name, probe in (("plain", None), ("probed", SplitGuard(every_n_rounds=1, batch_size=16))):
         torch.manual_seed(0)
-        model = SplitFedV1(local_iters=2, lr=0.05, activation_noise=0.1)
+        model = SplitFedV1(local_iters=2, lr=0.05, defences=[ActivationNoise(scale=0.1)])
         model, rows = _fit(model, tmp_path, name, rounds=2, probe=probe)
         runs.append((flat_params(model), [b.clone() for b in model.buffers()], rows[1]["test/acc"]))
     (p0, b0, acc0), (p1, b1, acc1) = runs
@@ -145,7 +147,7 @@ def test_every_split_method_is_probed_or_refused(name, tmp_path):
     logger = CSVLogger(tmp_path, name="csv", version=0)
     probe = SplitGuard(every_n_rounds=1, fake_batches=1, regular_batches=2, batch_size=16, max_clients=2)
     trainer = quiet_trainer(1, logger=logger, callbacks=[probe], log_every_n_steps=1)
-    if not model.splitguard_applies:  # SFLLocalLoss (no gradient comes down), SplitFedV3 (clients keep their halves)
+    if not probes(model):  # SFLLocalLoss (no gradient comes down), SplitFedV3 (clients keep their halves)
         with pytest.raises(ConfigError, match=f"{cls.__name__} is not one"):
             trainer.fit(model, data)
         return

@@ -21,6 +21,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning_sfl.algorithms import GAS, SCALA, FedAvg, SemiSFL, SplitFedV1
 from lightning_sfl.callbacks import CommunicationBytes
 from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.defences import ActivationNoise, InversionRegulariser, NoPeek
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.models import build_model, split_model
 from lightning_sfl.privacy.defences import distance_correlation
@@ -29,7 +30,7 @@ from lightning_sfl.privacy.unsplit import UnSplitSettings, total_variation, unsp
 from lightning_sfl.wandb.offline import read_offline_run
 
 REPO = Path(__file__).resolve().parents[1]
-DEFENDED = {"activation_noise": 1.0, "noise_bound": "tanh"}
+DEFENDED = {"defences": [ActivationNoise(scale=1.0, bound="tanh")]}
 
 
 def test_total_variation_against_a_loop():
@@ -137,7 +138,9 @@ def test_each_attack_recovers_more_from_an_undefended_client_than_from_a_noised_
     for attack in ("inversion", "unsplit"):
         plain_mse, noised_mse = scores[attack, "plain"]["mse"], scores[attack, "noised"]["mse"]
         assert plain_mse < 0.85 * noised_mse, (attack, plain_mse, noised_mse)
-        assert scores[attack, "noised"]["defences"]["activation_noise"] == 1.0
+        assert scores[attack, "noised"]["defences"] == {
+            "ActivationNoise": {"scale": 1.0, "distribution": "laplace", "bound": "tanh"}
+        }
     m = scores["unsplit", "plain"]
     assert m["attack"] == "unsplit" and m["test_images"] == 32 and 0 <= m["clone_accuracy"] <= 1
     assert m["outer"] == 6 and m["inner"] == 30 and m["final_activation_mse"] > 0
@@ -173,7 +176,7 @@ def test_nopeek_lowers_the_distance_correlation_of_inputs_and_activations():
     dcor, logged = {}, {}
     for alpha in (0.0, 50.0):
         torch.manual_seed(0)
-        model = SCALA(local_iters=3, lr=0.05, nopeek_weight=alpha)
+        model = SCALA(local_iters=3, lr=0.05, defences=[NoPeek(weight=alpha)] if alpha else [])
         dm = FederatedDataModule(dataset="digits", num_clients=8, alpha=2, participation=0.5, batch_size=128, seed=1)
         trainer = L.Trainer(max_epochs=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                             enable_model_summary=False)  # fmt: skip
@@ -200,20 +203,20 @@ def _fit(cls, rounds: int, folder: Path, ckpt_path: str | None = None, **kwargs)
     return model
 
 
-ALL_DEFENCES = {"nopeek_weight": 0.5, "activation_noise": 0.2, "noise_distribution": "gaussian", "noise_bound": "tanh"}
+ALL_DEFENCES = [NoPeek(weight=0.5), ActivationNoise(scale=0.2, distribution="gaussian", bound="tanh")]
 
 
 #: the inversion regulariser (SCALA-PE's, on another method) with a one-epoch warm-up of the decoders
-INVERSION = {"inversion_gamma": 0.5, "inversion_threshold": 0.0, "inversion_warmup_epochs": 1}
+INVERSION = InversionRegulariser(gamma=0.5, threshold=0.0, warmup_epochs=1)
 
 
 @pytest.mark.parametrize("cls", [SCALA, GAS, SplitFedV1], ids=["scala", "gas", "splitfedv1_inversion"])
 def test_resume_with_every_defence_on_is_exact_and_traffic_is_unchanged(cls, tmp_path):
     extra = {"covariance": "diag", "concurrency": 3, "flush_every": 3, "aggregate_every": 2} if cls is GAS else {}
-    extra = INVERSION if cls is SplitFedV1 else extra
-    full = _fit(cls, 4, tmp_path / "full", **ALL_DEFENCES, **extra)
-    _fit(cls, 2, tmp_path / "part", **ALL_DEFENCES, **extra)
-    resumed = _fit(cls, 4, tmp_path / "part", str(tmp_path / "part" / "ckpt" / "last.ckpt"), **ALL_DEFENCES, **extra)
+    defended = {**extra, "defences": [*ALL_DEFENCES, *([INVERSION] if cls is SplitFedV1 else [])]}
+    full = _fit(cls, 4, tmp_path / "full", **defended)
+    _fit(cls, 2, tmp_path / "part", **defended)
+    resumed = _fit(cls, 4, tmp_path / "part", str(tmp_path / "part" / "ckpt" / "last.ckpt"), **defended)
     transient = full._banks_left_out()
     for (n, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
         assert n.startswith(transient) or torch.equal(a, b), f"{n} differs after resume"
@@ -227,11 +230,11 @@ def test_resume_with_every_defence_on_is_exact_and_traffic_is_unchanged(cls, tmp
 
 
 DEFENCE_OPTIONS = (
-    "--model.nopeek_weight=0.5",
-    "--model.activation_noise=0.3",
-    "--model.noise_bound=tanh",
-    "--model.bottleneck_channels=8",
-    "--model.inversion_gamma=0.3",
+    ("--model.defences+=NoPeek", "--model.defences.weight=0.5"),
+    ("--model.defences+=ActivationNoise", "--model.defences.scale=0.3"),
+    ("--model.defences+=ActivationNoise", "--model.defences.scale=0", "--model.defences.bound=tanh"),
+    ("--model.defences+=Bottleneck", "--model.defences.channels=8"),
+    ("--model.defences+=InversionRegulariser", "--model.defences.gamma=0.3"),
 )
 
 
@@ -245,22 +248,18 @@ def test_every_defence_runs_from_a_digits_config(tmp_path):
     folders = [tmp_path / f"defence{i}" for i in range(len(DEFENCE_OPTIONS))]
     for folder in folders:
         folder.mkdir()
-    runs = run_in_one_process([(f, [*base, option]) for f, option in zip(folders, DEFENCE_OPTIONS)])
+    runs = run_in_one_process([(f, [*base, *options]) for f, options in zip(folders, DEFENCE_OPTIONS)])
     for option, out in zip(DEFENCE_OPTIONS, runs):
         assert out.code == 0, f"{option}: {out.stderr[-3000:]}"
         assert "final test accuracy" in out.stdout and "Warning" not in out.stderr, option
 
 
 def test_defences_need_a_plain_split_upload():
-    with pytest.raises(ConfigError, match="FedAvg is a plain FL method"):
-        FedAvg(activation_noise=0.1)
-    with pytest.raises(ConfigError, match="SemiSFL is not a plain split upload"):
-        SemiSFL(nopeek_weight=1.0)
-    with pytest.raises(ConfigError, match="noise_distribution='poisson' must be one of"):
-        SCALA(activation_noise=0.1, noise_distribution="poisson")
-    with pytest.raises(ConfigError, match="inversion_gamma=0.3 needs a split method whose clients upload"):
-        FedAvg(inversion_gamma=0.3)
-    with pytest.raises(ConfigError, match="inversion_gamma=0.3 needs a split method whose clients upload"):
-        SemiSFL(inversion_gamma=0.3)
-    with pytest.raises(ConfigError, match="inversion_gamma=0.3 needs synchronous rounds; GAS runs AsyncEvents"):
-        _ = GAS(inversion_gamma=0.3).schedule
+    """Plain FL methods and Semi-SFL have no ``defences``; the regulariser refuses asynchronous rounds."""
+    for cls in (FedAvg, SemiSFL):
+        with pytest.raises(TypeError, match="defences"):
+            cls(defences=[NoPeek()])
+    with pytest.raises(ConfigError, match="distribution='poisson' must be one of"):
+        SCALA(defences=[ActivationNoise(scale=0.1, distribution="poisson")])
+    with pytest.raises(ConfigError, match="^InversionRegulariser needs synchronous rounds; GAS runs AsyncEvents$"):
+        _ = GAS(defences=[InversionRegulariser(gamma=0.3)]).schedule

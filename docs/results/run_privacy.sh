@@ -7,7 +7,9 @@
 # Each setting: training with `lightning-sfl compare` (checkpoints kept), then `lightning-sfl attack` on every run's
 # final client half (a 64-channel decoder trained 50 epochs on (activation, image) pairs of the training split, scored
 # on the test split; seed = the run's seed), then docs/results/summarize_privacy.py writes the tables and figures.
-# Variants that change a method's settings run as settings of their own (a folder each): SCALA with the bottleneck
+# Variants that change a method's settings run as settings of their own (a folder each; the defences are written as
+# --model.defences since they became parts, which the runs in docs/results/privacy predate and record as the options
+# --model.bottleneck_channels and --model.inversion_threshold): SCALA with the bottleneck
 # alone (no regulariser), and on MNIST-5k SCALA-PE with the hinge threshold tau lowered to where it engages.
 #   bash docs/results/run_privacy.sh                  (from the repository root, with the package installed)
 #   bash docs/results/run_privacy.sh --reuse          (keep finished trainings, continue unfinished ones; attacks
@@ -28,9 +30,11 @@ run() {  # NAME CONFIG "METHODS" OVERRIDES...
 }
 EXTRA=("$@")
 MNIST=(--model.lr=0.01)
+BOTTLENECK=(--model.defences+=Bottleneck --model.defences.channels=8)  # SCALA-PE's bottleneck alone
 run digits configs/digits/scala.yaml "scala scala_pe splitfedv1"
-run digits_bottleneck configs/digits/scala.yaml "scala" --model.bottleneck_channels=8
+run digits_bottleneck configs/digits/scala.yaml "scala" "${BOTTLENECK[@]}"
 run mnist5k configs/mnist5k/scala.yaml "scala scala_pe splitfedv1" "${MNIST[@]}"
-run mnist5k_bottleneck configs/mnist5k/scala.yaml "scala" "${MNIST[@]}" --model.bottleneck_channels=8
-run mnist5k_tau0.1 configs/mnist5k/scala.yaml "scala_pe" "${MNIST[@]}" --model.inversion_threshold=0.1
+run mnist5k_bottleneck configs/mnist5k/scala.yaml "scala" "${MNIST[@]}" "${BOTTLENECK[@]}"
+run mnist5k_tau0.1 configs/mnist5k/scala.yaml "scala_pe" "${MNIST[@]}" "${BOTTLENECK[@]}" \
+  --model.defences+=InversionRegulariser --model.defences.threshold=0.1
 python docs/results/summarize_privacy.py

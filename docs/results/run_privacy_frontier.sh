@@ -3,7 +3,8 @@
 # MiniBatch-SFL, SplitFedV1, SFLLocalLoss) under each activation defence at three strengths, against two attacks, 3 seeds
 # (identical client shards and draws per seed), on digits, MNIST-5k and Fashion-MNIST.
 #
-# Defences (options of every split method; a folder each, <dataset>/<defence>):
+# Defences (--model.defences of a split method, written so since defences became parts; the runs in this folder
+# predate that and record them as the options --model.nopeek_weight and the like; a folder each, <dataset>/<defence>):
 #   none
 #   nopeek<a>       NoPeek, the client adds a * DCOR(X_k, Z_k):           a = 10, 100, 1000 (at 1-16 nothing moves on
 #                   digits: neither accuracy nor the decoder's MSE)
@@ -44,14 +45,18 @@ OUT=docs/results/privacy_frontier
 METHODS=(scala minibatch_sfl splitfedv1 sfl_local_loss)
 DEFENCES=(
   "none|"
-  "nopeek10|--model.nopeek_weight=10" "nopeek100|--model.nopeek_weight=100"
-  "nopeek1000|--model.nopeek_weight=1000"
-  "laplace0.1|--model.activation_noise=0.1 --model.noise_bound=tanh"
-  "laplace0.3|--model.activation_noise=0.3 --model.noise_bound=tanh"
-  "laplace1|--model.activation_noise=1 --model.noise_bound=tanh"
-  "bottleneck16|--model.bottleneck_channels=16" "bottleneck4|--model.bottleneck_channels=4"
-  "bottleneck1|--model.bottleneck_channels=1"
-  "inversion0.3|--model.inversion_gamma=0.3" "inversion1|--model.inversion_gamma=1" "inversion3|--model.inversion_gamma=3"
+  "nopeek10|--model.defences+=NoPeek --model.defences.weight=10"
+  "nopeek100|--model.defences+=NoPeek --model.defences.weight=100"
+  "nopeek1000|--model.defences+=NoPeek --model.defences.weight=1000"
+  "laplace0.1|--model.defences+=ActivationNoise --model.defences.scale=0.1 --model.defences.bound=tanh"
+  "laplace0.3|--model.defences+=ActivationNoise --model.defences.scale=0.3 --model.defences.bound=tanh"
+  "laplace1|--model.defences+=ActivationNoise --model.defences.scale=1 --model.defences.bound=tanh"
+  "bottleneck16|--model.defences+=Bottleneck --model.defences.channels=16"
+  "bottleneck4|--model.defences+=Bottleneck --model.defences.channels=4"
+  "bottleneck1|--model.defences+=Bottleneck --model.defences.channels=1"
+  "inversion0.3|--model.defences+=InversionRegulariser --model.defences.gamma=0.3"
+  "inversion1|--model.defences+=InversionRegulariser --model.defences.gamma=1"
+  "inversion3|--model.defences+=InversionRegulariser --model.defences.gamma=3"
 )
 attack_all() {  # FOLDER DECODER_OPTIONS...
   folder=$1; shift
@@ -68,7 +73,7 @@ dataset() {  # NAME CONFIG "DECODER OPTIONS" TAU OVERRIDES...
   for entry in "${DEFENCES[@]}"; do
     out=$name/${entry%%|*} defence=${entry#*|}
     if [ -n "${ONLY:-}" ] && [[ "$out" != "$ONLY"* ]]; then continue; fi
-    if [[ "$out" == */inversion* ]]; then defence="$defence --model.inversion_threshold=$tau"; fi
+    if [[ "$out" == */inversion* ]]; then defence="$defence --model.defences.threshold=$tau"; fi
     # shellcheck disable=SC2086  # the defence's overrides are a list
     lightning-sfl compare --config "$config" --methods "${METHODS[@]}" --seeds 0 1 2 --jobs "${JOBS:-2}" \
       --keep_checkpoints --out "$OUT/$out" "${EXTRA[@]}" --overrides "$@" $defence

@@ -17,6 +17,7 @@ import pkgutil
 from lightning_sfl.algorithms.async_base import AsyncMethod
 from lightning_sfl.algorithms.base import ClientModule, ServerModule, SplitFedAlgorithm
 from lightning_sfl.algorithms.registry import REGISTRY, methods, names, register
+from lightning_sfl.algorithms.split_method import SplitMethod
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     importlib.import_module(f"{__name__}.{_module}")  # every module registers the methods it defines
@@ -35,6 +36,7 @@ __all__ = [
     "ClientModule",
     "ServerModule",
     "SplitFedAlgorithm",
+    "SplitMethod",
     "register",
     *sorted(cls.__name__ for cls in ALGORITHMS.values()),
 ]

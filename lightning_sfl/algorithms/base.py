@@ -33,7 +33,9 @@ Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SF
                                                                     FedDyn, SplitFedV3, FedOpt, SCAFFOLD their own
 =====  ======================  ===================================  ==============================================
 
-The halves themselves come from :meth:`build_halves` (with ``bottleneck_channels``, a bottleneck at the cut).
+The halves themselves come from :meth:`build_halves`. A split method's clients may be given defences
+(:mod:`lightning_sfl.defences`: NoPeek, noise, a bottleneck, the inversion regulariser), held in :attr:`defences` and
+asked at each point of the iteration (an empty set for the others).
 :meth:`local_iteration` (handler of ``"local"`` steps) runs 1-6 in that order through
 :func:`~lightning_sfl.algorithms.iteration.split_iteration`, the one split iteration every split method runs (its
 finer hooks :meth:`send_activations`, :meth:`split_losses` and :meth:`on_client_gradients` let GAS and Semi-SFL
@@ -59,22 +61,21 @@ from typing_extensions import override
 
 from lightning_sfl import trainer_view
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots
-from lightning_sfl.algorithms.defended import ActivationDefences
 from lightning_sfl.algorithms.evaluation import GlobalModelEvaluation
 from lightning_sfl.algorithms.federated import FederationMember
 from lightning_sfl.algorithms.guards import check_all_finite, check_global_weights
-from lightning_sfl.algorithms.inversion_defence import InversionDefence
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
 from lightning_sfl.algorithms.processes import disable_ddp_reducer, sum_gradients_over_processes, sum_over_processes
 from lightning_sfl.algorithms.round_tracker import RoundTracker
 from lightning_sfl.algorithms.stacked_bank import BANK_KINDS, StackedBank, make_bank
 from lightning_sfl.algorithms.state import MethodState
-from lightning_sfl.errors import ConfigError, whole_number
+from lightning_sfl.defences import Defence, Defences, resolve_defences
+from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Federation, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.loop.selection import ClientSelection, UniformSelection, resolve_selection
 from lightning_sfl.loop.step import PROBE_KIND
-from lightning_sfl.models import add_bottleneck, build_model, split_model
+from lightning_sfl.models import build_model, split_model
 from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
 from lightning_sfl.system.comm import module_bytes
 
@@ -115,9 +116,7 @@ def checked_floor(value: float) -> float:
 DEFAULT_SPLIT_POINT = "s2"
 
 
-class SplitFedAlgorithm(
-    FederationMember, GlobalModelEvaluation, MethodState, ActivationDefences, InversionDefence, L.LightningModule
-):
+class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.LightningModule):
     """Base of every method: builds the split model, runs the schedule's steps, aggregates, evaluates.
 
     Args:
@@ -137,34 +136,8 @@ class SplitFedAlgorithm(
             ``stacked`` (parameters stacked on a client dimension, every layer run for all clients at once) or
             ``auto`` (what ``benchmarks/client_scaling.py`` shows faster: stacked on CUDA; on a CPU stacked from 10
             clients per round on for models without BatchNorm, else sequential; see ``make_bank``).
-        bottleneck_channels: ``b``: the client half ends with ``Conv2d(C → b)`` and the server half starts with
-            ``Conv2d(b → C)`` (:func:`~lightning_sfl.models.add_bottleneck`; SCALA journal §5.7 uses 8), so ``b``
-            channels cross the cut (needs a convolutional cut); ``0``: the model's own cut; ``None``: the method's
-            default (``default_bottleneck_channels``: 0, SCALA-PE 8), so that a config written for one method and run
-            with another (``--model``, ``compare``) keeps each method's own default.
         nesterov: Nesterov momentum (Sutskever et al., 2013, in PyTorch's form: the step is ``g + µ·b`` with ``b``
             the momentum buffer) for clients and server; needs ``momentum > 0``. Semi-SFL's optimiser (§V-A).
-        nopeek_weight: ``α`` of NoPeek (Vepakomma et al., 2020): every client adds ``α · DCOR(X_k, Z_k)`` to its
-            loss; ``0``: off (:mod:`~lightning_sfl.algorithms.defended`, split methods only).
-        activation_noise: scale of the noise added to every uploaded activation (Titcombe et al., 2021), in training
-            and at inference: Laplace's ``b`` or the Gaussian's standard deviation; ``0``: off.
-        noise_distribution: ``laplace`` (Titcombe et al.) or ``gaussian``.
-        noise_bound: ``tanh`` bounds the client's output before the noise (Titcombe et al.); ``none``: the cut's own
-            activations.
-        inversion_gamma: ``γ`` of SCALA-PE's simulated-inversion regulariser (the SCALA journal's eq. 17; ResSFL's
-            ``λ``): each client adds ``γ·R_k`` of its own decoder's reconstructions
-            (:mod:`~lightning_sfl.algorithms.inversion_defence`; synchronous split methods); ``0``: off; ``None``: the
-            method's default (0, SCALA-PE 0.3).
-        inversion_threshold: ``τ`` in ``[0, 1]``, the SSIM hinge ``R = max(SSIM − τ, 0)`` (ResSFL: 0.5).
-        inversion_regulariser: ``ssim`` (the hinge) or ``mse`` (``R = −MSE``); also the decoders' objective.
-        inversion_width: channels of the simulated inversion models (the paper: 16).
-        inversion_lr: Adam learning rate of the decoders (ResSFL: ``1e-3``).
-        inversion_every: local iterations between decoder steps (ResSFL's ``interval``: 1, or 5 with many clients).
-        inversion_optimizer_state: ``kept`` (each client's Adam moments persist across rounds, as in ResSFL) or
-            ``reset`` (they restart whenever the client is selected).
-        inversion_warmup_epochs: passes of MSE pre-training of a client's decoder over its shard before its first
-            local iteration (ResSFL: 30); ``0``: none.
-        inversion_warmup_batch_size: rows per warm-up step (ResSFL: 32).
     """
 
     #: False for plain FL methods: the "client half" is the whole model and there is no server half.
@@ -175,14 +148,18 @@ class SplitFedAlgorithm(
     #: each round (SplitFedV1); False: one server half trained on the concatenated activations (eq. 5-7).
     server_copies: bool = False
     _missing_class_floor: float = 0.0  # see missing_class_floor
-    #: Channels of the bottleneck at the cut when ``bottleneck_channels`` is ``None`` (0: none).
-    default_bottleneck_channels: ClassVar[int] = 0
     #: True if the clients keep their own client halves across rounds (SplitFedV3): what a client uploads is not
     #: ``h`` of the global half, so the inversion regulariser and SplitGuard's probe refuse the method.
     keeps_client_halves: ClassVar[bool] = False
     #: True if :meth:`client_extra_loss` differentiates through the activations after ``G_k`` went back through them
     #: (SCALA-PE's regulariser): the clients' graph is then kept for a second backward pass.
     extra_loss_uses_activations: ClassVar[bool] = False
+    #: False for methods whose clients upload something else than ``h(w_c; X)`` of one input (Semi-SFL's two views):
+    #: SplitGuard (:class:`~lightning_sfl.callbacks.splitguard.SplitGuard`) cannot probe them.
+    plain_upload: ClassVar[bool] = True
+    #: False where the server sends the clients no gradient of its loss (SFLLocalLoss: the clients train on heads of
+    #: their own): SplitGuard has nothing to probe.
+    server_sends_gradients: ClassVar[bool] = True
     #: Step kind -> name of the method that runs a step of that kind.
     step_handlers: ClassVar[dict[str, str]] = {"local": "local_iteration", "aggregate": "skip_step"}
 
@@ -198,21 +175,7 @@ class SplitFedAlgorithm(
         input_shape: tuple[int, int, int] = (1, 8, 8),
         client_selection: ClientSelection | str | None = None,
         client_bank: str = "auto",
-        bottleneck_channels: int | None = None,
         nesterov: bool = False,
-        nopeek_weight: float = 0.0,
-        activation_noise: float = 0.0,
-        noise_distribution: str = "laplace",
-        noise_bound: str = "none",
-        inversion_gamma: float | None = None,
-        inversion_threshold: float = 0.5,
-        inversion_regulariser: str = "ssim",
-        inversion_width: int = 16,
-        inversion_lr: float = 1e-3,
-        inversion_every: int = 1,
-        inversion_optimizer_state: str = "kept",
-        inversion_warmup_epochs: int = 30,
-        inversion_warmup_batch_size: int = 32,
     ) -> None:
         super().__init__()
         if local_iters < 1:
@@ -237,46 +200,37 @@ class SplitFedAlgorithm(
         self.client_bank = client_bank
         self.federation: Federation | None = None  # handed over when a fit starts (federate)
         self._schedule: Schedule | None = None  # configured on first use (schedule), after the whole construction
-        self.bottleneck_channels = (
-            self.default_bottleneck_channels
-            if bottleneck_channels is None
-            else whole_number("bottleneck_channels", bottleneck_channels, low=0)
-        )
         client_net, server_net = self.build_halves(arch, split_point, num_classes, tuple(input_shape))
         self.client = ClientModule(client_net)
         self.server = ServerModule(server_net)
         self.client_banks = nn.ModuleDict()  # name of a client model -> its slots (built when a fit starts)
         self.server_bank: ClientBank | None = None
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.init_defences(nopeek_weight, activation_noise, noise_distribution, noise_bound)
-        self.init_inversion(
-            inversion_gamma,
-            inversion_threshold,
-            inversion_regulariser,
-            inversion_width,
-            inversion_lr,
-            inversion_every,
-            inversion_optimizer_state,
-            inversion_warmup_epochs,
-            inversion_warmup_batch_size,
-        )
+        self.defences = Defences()  # none but a split method's (defend_with)
         self.example_input_array = torch.zeros(1, *input_shape)  # the model summary counts FLOPs on it
 
     def build_halves(
         self, arch: str, split_point: str, num_classes: int, input_shape: tuple[int, int, int]
     ) -> tuple[nn.Sequential, nn.Sequential]:
         """The client half ``[B, *input_shape] -> [B, *act]`` and the server half ``[B, *act] -> [B, N]`` (plain FL:
-        the whole model and an empty server), with a bottleneck at the cut unless ``bottleneck_channels`` is 0."""
+        the whole model and an empty server)."""
         net = build_model(arch, num_classes, input_shape)
-        channels = self.bottleneck_channels
         if not self.has_server_half:
             if split_point != DEFAULT_SPLIT_POINT:  # (unused, but a cut point the model lacks is a mistake: one line)
                 split_model(net, split_point)
-            if channels:
-                raise ConfigError(f"bottleneck_channels={channels} needs a split method; {type(self).__name__} is not")
             return net[:], nn.Sequential()
-        client, server = split_model(net, split_point)
-        return (client, server) if channels == 0 else add_bottleneck(client, server, channels, input_shape)
+        return split_model(net, split_point)
+
+    def _defend_with(self, defences: list[Defence] | None, default: list[Defence] | None = None) -> None:
+        """Give the clients ``defences`` (``None``: ``default``), from a split method's constructor, right after the
+        base's: the halves they change (a bottleneck), then each attached to the final client half; the
+        hyperparameters record them as configs."""
+        parts = resolve_defences(list(default or []) if defences is None else defences)
+        self.defences = Defences(parts)
+        self.hparams["defences"] = self.defences.configs()
+        shape = tuple(self.hparams.input_shape)
+        self.client.net, self.server.net = self.defences.build_halves(self.client.net, self.server.net, shape)
+        self.defences.attach(type(self).__name__, self.client.net, shape, self.keeps_client_halves)
 
     def configure_schedule(self) -> Schedule:
         """How a round unfolds (executed by the data module): synchronous rounds of ``T`` local iterations. Called
@@ -288,7 +242,9 @@ class SplitFedAlgorithm(
         """The method's schedule (:meth:`configure_schedule`, checked: a handler for every step kind; a schedule whose
         steps leave clients out runs the sequential bank), made on first use; the federation's during a fit."""
         if self._schedule is None:
-            self._schedule = self.checked_schedule(self.inversion_schedule(self.configure_schedule()))
+            schedule = self.configure_schedule()
+            schedule = self.defences.configure_schedule(schedule, type(self).__name__, self.local_iters, self.selection)
+            self._schedule = self.checked_schedule(schedule)
         return self._schedule
 
     def checked_schedule(self, schedule: Schedule) -> Schedule:
@@ -299,7 +255,7 @@ class SplitFedAlgorithm(
         if schedule.partial_steps:  # a slot left out of a step must not move: SGD skips it on its own modules
             if self.client_bank == "auto":
                 self.client_bank = "sequential"
-        missing = [k for k in schedule.kinds if self.handler_name(k) is None]
+        missing = [k for k in schedule.kinds if self.step_handler(k) is None]
         if missing:
             raise ConfigError(
                 f"{type(self).__name__} has no handler for step kind(s) {missing} of {type(schedule).__name__}; "
@@ -307,12 +263,19 @@ class SplitFedAlgorithm(
             )
         return schedule
 
-    def handler_name(self, kind: str) -> str | None:
-        """The method that runs steps of ``kind``: ``step_handlers``, plus the decoders' warm-up of the inversion
-        regulariser; ``None`` if none does."""
-        if kind == "warmup" and self.inversion_on and kind not in self.step_handlers:
-            return "warm_up_inversion"
-        return self.step_handlers.get(kind)
+    def step_handler(self, kind: str):
+        """What runs steps of ``kind``: the method named in ``step_handlers``, else a step its defences added (the
+        inversion regulariser's warm-up, handed the global client half); ``None`` if none does."""
+        if kind in self.step_handlers:
+            return getattr(self, self.step_handlers[kind])
+        handler = self.defences.step_handler(kind)
+        return None if handler is None else (lambda step: handler(step, self.client))
+
+    def one_process_only(self) -> str | None:
+        """What of the method runs on one process only (``None``: all of it runs on several); a run of it on more is
+        refused before its processes start (the command line) and at ``setup``. Here: what its defences refuse
+        (the inversion regulariser)."""
+        return self.defences.one_process_only()
 
     def global_halves(self) -> dict[str, nn.Module]:
         """The global model as its halves, ``{"client": w_c, "server": w_s}`` (plain FL: the whole model and an empty
@@ -333,7 +296,7 @@ class SplitFedAlgorithm(
         refused = self.one_process_only() if self.world_size > 1 else None
         if refused is not None:
             raise ConfigError(f"{refused} runs on one process (got {self.world_size})")
-        self.setup_inversion()
+        self.defences.setup(self._federation(), self.global_rank)
         stats = self._federation().stats
         self.register_buffer("client_sizes", stats.sizes.clone(), persistent=False)
         self.register_buffer("label_dist", stats.label_distribution.to(torch.float32), persistent=False)
@@ -390,9 +353,9 @@ class SplitFedAlgorithm(
         if step.round_start:  # the round's events, ledger and counters (RoundTracker), then the method's own starts
             self._round_tracker = RoundTracker.start(self._federation(), step, len(self.bank))
             self.start_round(step)
-            self.start_inversion_round(step)
+            self.defences.start_round(step)
         self._round_tracker.count(step)
-        result = getattr(self, self.handler_name(step.kind))(step)
+        result = self.step_handler(step.kind)(step)
         outputs = result if isinstance(result, dict) else None
         losses = result if outputs is None else (outputs.pop("server_loss", None), outputs.pop("client_loss", None))
         if losses is not None and all(loss is not None for loss in losses):
@@ -570,9 +533,7 @@ class SplitFedAlgorithm(
         """Hook 1 and the upload: the clients' activations ``[B, *act]`` (counted up with the labels) and a detached
         copy that requires a gradient, for the server (``∂/∂`` it gives ``G_k``). Checked finite with the logits
         (:meth:`split_losses`)."""
-        acts = self.client_forward(step)
-        if self.defended:
-            acts = self.defend(acts, self.step_noise(step))
+        acts = self.defences.upload(self.client_forward(step), self.defences.training_noise(step))
         self.ledger.add_rows("up", "activations", acts, step.sizes, step.slots)
         self.ledger.add_rows("up", "labels", step.y, step.sizes, step.slots)
         return acts, acts.detach().requires_grad_(True)
@@ -586,6 +547,15 @@ class SplitFedAlgorithm(
         logits = self.server_forward(a, step)
         self.check_all_finite(step, ("activations", acts), ("logits", logits))
         return self.server_loss(logits, step), self.client_loss(logits, step)
+
+    def answer_loss(self, a: torch.Tensor, step: Step) -> torch.Tensor:
+        """The loss whose gradient w.r.t. the activations ``a`` the server sends the clients (what SplitGuard probes):
+        hook 4 (the clients' loss) on hook 2 (the server forward); FSHA answers with its critic instead."""
+        client_loss = self.client_loss(self.server_forward(a, step), step)
+        if client_loss is None:
+            name = type(self).__name__
+            raise ConfigError(f"{name}'s server sends the clients no gradients: SplitGuard cannot probe it")
+        return client_loss
 
     def on_client_gradients(self, step: Step, a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
         """The clients' gradients ``G`` ``[B, *act]`` (rows of client ``k``: ``G_k``) before they are sent down; a
@@ -628,8 +598,7 @@ class SplitFedAlgorithm(
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The global model ``[w_c, w_s]``: logits ``[B, N]`` (evaluated after every round), with the activation
         defences as deployed."""
-        z = self.client(x)
-        return self.server(self.defend(z) if self.defended else z)
+        return self.server(self.defences.upload(self.client(x)))
 
 
 __all__ = ["ClientModule", "ServerModule", "SplitFedAlgorithm"]

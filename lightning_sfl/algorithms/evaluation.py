@@ -14,7 +14,7 @@ __all__ = ["GlobalModelEvaluation"]
 class GlobalModelEvaluation:
     """Accuracy of the global model (``self(x)``; Semi-SFL's is its teacher) on the test split, logged as ``test/acc``
     with ``round``, the rounds behind the model (:attr:`rounds_completed`). Needs ``self.val_acc`` (a torchmetrics
-    accuracy)."""
+    accuracy) and ``self.defences``."""
 
     def _eval_step(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Accuracy of the global model on one test batch; returns ``{"preds": [B]}`` for callbacks
@@ -41,6 +41,24 @@ class GlobalModelEvaluation:
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
         self._checkpoint_rounds = int(checkpoint.get("epoch", -1)) + 1  # saved at the end of epoch ``epoch``
+
+    @override
+    def on_validation_epoch_start(self) -> None:
+        self._start_evaluation()
+        super().on_validation_epoch_start()
+
+    @override
+    def on_test_epoch_start(self) -> None:
+        self._start_evaluation()
+        super().on_test_epoch_start()
+
+    def _start_evaluation(self) -> None:
+        """Every evaluation draws the defences' noise afresh from ``(seed, rounds done)`` (the run's seed; 0 outside a
+        fit)."""
+        if len(self.defences):
+            seed = int(self.federation.stats.seed) if self.federation is not None else 0
+            done = self.rounds_completed if self._trainer is not None else 0
+            self.defences.start_evaluation(seed, self.global_rank, done)
 
     @override
     def on_train_start(self) -> None:

@@ -37,9 +37,9 @@ import torch
 import torch.nn.functional as F
 from typing_extensions import override
 
-from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.algorithms.registry import register
+from lightning_sfl.algorithms.split_method import SplitMethod
 from lightning_sfl.errors import ConfigError, whole_number
 from lightning_sfl.loop import Step
 from lightning_sfl.loop.sampling import round_generator
@@ -52,7 +52,7 @@ _PUBLIC_STREAM, _SCORED_STREAM = 31, 32
 
 
 @register("fsha", family="attack")
-class FSHA(SplitFedAlgorithm):
+class FSHA(SplitMethod):
     """Feature-space hijacking by the server (see the module docstring).
 
     Args:
@@ -194,7 +194,7 @@ class FSHA(SplitFedAlgorithm):
             x = self._federation().data.train_inputs(rows, self.device)
             z = copy.deepcopy(self.client.net)(x)  # a copy: BatchNorm's running statistics of the global half stay
             # (what the clients would upload for these images, defended as they are)
-            z = self.defend(z, round_generator(stats.seed, step.round, stream=_SCORED_STREAM)) if self.defended else z
+            z = self.defences.upload(z, round_generator(stats.seed, step.round, stream=_SCORED_STREAM))
             # batch statistics of the scored images (a copy: the decoder's running statistics are the public data's)
             x_hat, truth = copy.deepcopy(self.decoder).train()(z), self._pixels(x)
             mse, ssim = mse_per_image(x_hat, truth).mean(), ssim_per_image(x_hat.float(), truth.float()).mean()

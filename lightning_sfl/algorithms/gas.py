@@ -41,6 +41,7 @@ from lightning_sfl.algorithms.iteration import activation_gradients, split_itera
 from lightning_sfl.algorithms.label_gaussians import COVARIANCES, LabelGaussians, generation_counts
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy
 from lightning_sfl.algorithms.registry import register
+from lightning_sfl.defences import Defence
 from lightning_sfl.loop.async_events import ArrivalStep
 from lightning_sfl.loop.sampling import round_generator
 
@@ -59,6 +60,9 @@ class AsyncSFL(AsyncMethod):
             computes the gradient of the arrival that fills the buffer.
         missing_class_floor: ``0``: ``log P_k = −∞`` for absent classes in ``l_k`` (the equation); the GAS code adds
             ``1e-12``.
+        defences: the clients' defences, as a split method's
+            (:class:`~lightning_sfl.algorithms.split_method.SplitMethod`; none by default; the inversion regulariser
+            needs synchronous rounds).
         **kwargs: :class:`~lightning_sfl.algorithms.async_base.AsyncMethod`'s (``concurrency`` ``C``,
             ``flush_every`` ``Q_s``, ``aggregate_every`` ``Q_c``, ``client_batch_size`` ``B``, ``aggregation``, ...)
             and the base's (``local_iters`` is ``E``).
@@ -66,8 +70,15 @@ class AsyncSFL(AsyncMethod):
 
     step_handlers = {"arrivals": "arrivals", "upload": "upload"}
 
-    def __init__(self, gradient_order: str = "after_server_step", missing_class_floor: float = 0.0, **kwargs) -> None:
+    def __init__(
+        self,
+        gradient_order: str = "after_server_step",
+        missing_class_floor: float = 0.0,
+        defences: list[Defence] | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
+        self._defend_with(defences)
         self.gradient_order = choice("gradient_order", gradient_order, GRADIENT_ORDERS)
         self.missing_class_floor = missing_class_floor
         self.add_state("act_buffer", lambda: torch.zeros(self._capacity, *self._act_shape))

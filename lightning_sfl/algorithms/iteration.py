@@ -58,18 +58,20 @@ def process_share(row_terms: torch.Tensor | None, whole_terms: torch.Tensor | No
 def client_side_terms(
     method: SplitFedAlgorithm, step: Step, outputs: torch.Tensor, features: torch.Tensor | None = None
 ) -> torch.Tensor | None:
-    """Hook 5 as this process backpropagates it: :meth:`client_extra_loss` and the inversion regulariser's term
-    (:meth:`~lightning_sfl.algorithms.inversion_defence.InversionDefence.inversion_term`; rows) plus
-    :meth:`client_regulariser` and NoPeek's term (:meth:`~lightning_sfl.algorithms.defended.ActivationDefences.
-    nopeek_term`; whole, shared by the processes)."""
+    """Hook 5 as this process backpropagates it: :meth:`client_extra_loss` and the defences' terms over rows (the
+    inversion regulariser's) plus :meth:`client_regulariser` and the defences' whole terms (NoPeek's; shared by the
+    processes). The defences log per round, for the step's rows."""
+
+    def log(name: str, value: torch.Tensor, **options) -> None:
+        method.log(name, value, on_step=False, on_epoch=True, batch_size=step.num_rows, **options)
+
     rows = method.client_extra_loss(step, outputs, features)
-    inversion = method.inversion_term(step, outputs)  # SCALA-PE's regulariser, a defence of every split method
-    if inversion is not None:
-        rows = inversion if rows is None else rows + inversion
+    defence_rows, defence_whole = method.defences.client_terms(step, outputs, log)
+    if defence_rows is not None:
+        rows = defence_rows if rows is None else rows + defence_rows
     whole = method.client_regulariser(step, outputs, features)
-    nopeek = method.nopeek_term(step, outputs) if method.has_server_half else None  # a defence of every split method
-    if nopeek is not None:
-        whole = nopeek if whole is None else whole + nopeek
+    if defence_whole is not None:
+        whole = defence_whole if whole is None else whole + defence_whole
     return process_share(rows, whole, method.world_size)
 
 
@@ -99,7 +101,8 @@ def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = Tr
         params = [p for g in getattr(opt, "optimizer", opt).param_groups for p in g["params"]]
         method.manual_backward(server_loss, inputs=params)
     if grad is not None:  # keep the clients' graph if the extra terms go through the activations
-        method.manual_backward(acts, grad, retain_graph=method.extra_loss_uses_activations)
+        keep = method.extra_loss_uses_activations or method.defences.goes_back_through_activations
+        method.manual_backward(acts, grad, retain_graph=keep)
     extra = client_side_terms(method, step, acts)
     if extra is not None:
         method.manual_backward(extra)

@@ -28,14 +28,14 @@ from __future__ import annotations
 import torch
 from typing_extensions import override
 
-from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.losses import distribution_from_counts
 from lightning_sfl.algorithms.registry import register
+from lightning_sfl.algorithms.split_method import SplitMethod
 from lightning_sfl.loop import Step
 
 
 @register("scala", family="split", study="label_skew")
-class SCALA(SplitFedAlgorithm):
+class SCALA(SplitMethod):
     """SCALA (Algorithm 2) and its ablations.
 
     Args:
@@ -46,7 +46,7 @@ class SCALA(SplitFedAlgorithm):
             cross-entropy.
         missing_class_floor: ``0`` (default, the equations): a class with ``P = 0`` gets a ``−∞`` logit in both
             adjustments; ``> 0``: ``log(P + floor)`` (finite; the authors' GAS code adds ``1e-12``).
-        **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm`.
+        **kwargs: see :class:`~lightning_sfl.algorithms.split_method.SplitMethod`.
     """
 
     def __init__(

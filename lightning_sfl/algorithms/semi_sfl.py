@@ -107,7 +107,7 @@ class SemiSFL(SplitFedAlgorithm):
     """
 
     step_handlers = {"supervised": "supervised_step", "unlabelled": "unlabelled_step"}
-    supports_activation_defences = False  # the clients upload two views' activations (send_activations)
+    plain_upload = False  # the clients upload two views' activations (send_activations)
     #: The schedule of the rounds (:meth:`configure_schedule`).
     phase_schedule: ClassVar[type[Phases]] = Phases
 

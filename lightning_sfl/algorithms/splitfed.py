@@ -25,17 +25,18 @@ from torch import nn
 from typing_extensions import override
 
 from lightning_sfl.algorithms.aggregate import flat_parameters
-from lightning_sfl.algorithms.base import ClientModule, SplitFedAlgorithm
+from lightning_sfl.algorithms.base import ClientModule
 from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
 from lightning_sfl.algorithms.registry import register
+from lightning_sfl.algorithms.split_method import SplitMethod
 from lightning_sfl.loop import Step
 from lightning_sfl.loop.selection import ClassBalancedSelection
 
 
 @register("minibatch_sfl", family="split", study="label_skew")
-class MiniBatchSFL(SplitFedAlgorithm):
+class MiniBatchSFL(SplitMethod):
     """MiniBatch-SFL: the server half is trained on the concatenated activations with plain cross-entropy;
     clients get plain cross-entropy gradients. Equals SCALA with both logit adjustments off."""
 
@@ -47,7 +48,7 @@ class CASFL(MiniBatchSFL):
 
 
 @register("splitfedv1", family="split", study="label_skew")
-class SplitFedV1(SplitFedAlgorithm):
+class SplitFedV1(SplitMethod):
     """SplitFedV1: every selected client has its own copy of the server half, trained on that client's
     activations only; both halves are averaged with weights ``|D_k|`` after each round. With plain SGD this
     computes exactly FedAvg on the unsplit model."""
@@ -56,7 +57,7 @@ class SplitFedV1(SplitFedAlgorithm):
 
 
 @register("splitfedv2", family="split", study="label_skew")
-class SplitFedV2(SplitFedAlgorithm):
+class SplitFedV2(SplitMethod):
     """SplitFedV2: one server half, updated client after client within every local iteration (clients in
     slot order, i.e. by id); each client gets its gradient from the server weights it met (pre-update).
 
@@ -91,7 +92,7 @@ class SplitFedV2(SplitFedAlgorithm):
 
 
 @register("splitfedv3", family="split", study="label_skew")
-class SplitFedV3(SplitFedAlgorithm):
+class SplitFedV3(SplitMethod):
     """SplitFedV3: client halves stay with their clients (never averaged), the server copies are averaged.
 
     All ``K`` client halves live in ``client_states`` (``[K, P]``, checkpointed). The model evaluated after
@@ -125,7 +126,7 @@ class SplitFedV3(SplitFedAlgorithm):
 
 
 @register("sfl_local_loss", family="split", study="label_skew")
-class SFLLocalLoss(SplitFedAlgorithm):
+class SFLLocalLoss(SplitMethod):
     """SFLLocalLoss: each client trains its half with an auxiliary head on a local loss and receives no
     gradient; the server half is trained on the concatenated activations with cross-entropy.
 
@@ -156,14 +157,14 @@ class SFLLocalLoss(SplitFedAlgorithm):
 
 
 @register("lla_sfl", family="split", study="label_skew")
-class LLASFL(SplitFedAlgorithm):
+class LLASFL(SplitMethod):
     """LLA-SFL (SCALA journal §5.2): SplitFedV1 with local logit adjustment: every server copy and every
     client gradient use ``CE(s + log P_k)`` (eq. 15), ``P_k`` the client's local label distribution. (Our reading:
     the journal adjusts "the local loss functions" and does not say whether the server copies' loss is adjusted too.)
 
     Args:
         missing_class_floor: ``0`` (default): missing classes get ``−∞`` logits; ``> 0``: ``log(P_k + floor)``.
-        **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm`.
+        **kwargs: see :class:`~lightning_sfl.algorithms.split_method.SplitMethod`.
     """
 
     server_copies = True

@@ -21,6 +21,7 @@ from typing_extensions import override
 
 from lightning_sfl import trainer_view
 from lightning_sfl.algorithms.client_bank import ClientBank
+from lightning_sfl.defences import renamed_legacy_state
 
 __all__ = ["MethodState", "algorithm_path"]
 
@@ -85,6 +86,7 @@ class MethodState:
         """Fill the banks that were left out with their current values (strict loading), and create declared states
         that a fit's setup did not (``validate``/``test``/``load_from_checkpoint``) from the checkpoint's tensors."""
         super().on_load_checkpoint(checkpoint)
+        checkpoint["state_dict"] = renamed_legacy_state(checkpoint["state_dict"])  # written before defences were parts
         state = checkpoint["state_dict"]
         for prefix in self._banks_left_out():
             bank = self.get_submodule(prefix[:-1])

@@ -110,7 +110,8 @@ def group_overrides(tokens: Sequence[str]) -> list[list[str]]:
 
 
 def _override_key(item: Sequence[str]) -> str:
-    return item[0].removeprefix("--").split("=", 1)[0]
+    """``model.lr`` of ``--model.lr=0.1``; ``model.defences`` of ``--model.defences+=NoPeek`` (an item appended)."""
+    return item[0].removeprefix("--").split("=", 1)[0].removesuffix("+")
 
 
 def check_overrides(tokens: Sequence[str]) -> None:

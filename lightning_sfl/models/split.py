@@ -67,12 +67,12 @@ def add_bottleneck(
     is not a ``[C, H, W]`` feature map, or ``channels`` is not a whole number >= 1.
     """
     if isinstance(channels, bool) or int(channels) != channels or channels < 1:
-        raise ConfigError(f"bottleneck_channels={channels!r} must be a whole number >= 1")
+        raise ConfigError(f"channels={channels!r} (the bottleneck's) must be a whole number >= 1")
     shape = tuple(_dry_forward(client, input_shape).shape[1:])
     if len(shape) != 3:
         raise ConfigError(
-            f"bottleneck_channels={channels} needs a convolutional cut ([C, H, W] activations); this split point "
-            f"gives activations of shape {list(shape)}"
+            f"channels={channels} (the bottleneck's) needs a convolutional cut ([C, H, W] activations); this split "
+            f"point gives activations of shape {list(shape)}"
         )
     c, b = shape[0], int(channels)
     down = nn.Conv2d(c, b, kernel_size=3, stride=1, padding=1)

@@ -9,9 +9,8 @@
   its side, only ever sees ``Z̃``. Titcombe et al. bound the client's output with ``tanh`` first (``bound="tanh"``),
   since otherwise a client can grow its activations until the noise no longer matters.
 
-Both are pure functions here; :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm` applies them to every split
-method (``--model.nopeek_weight``, ``--model.activation_noise``, ``--model.noise_distribution``,
-``--model.noise_bound``).
+Both are pure functions here; the defences :class:`~lightning_sfl.defences.NoPeek` and
+:class:`~lightning_sfl.defences.ActivationNoise` give them to a split method's clients (``--model.defences``).
 
 >>> import torch
 >>> x = torch.randn(32, 5, generator=torch.Generator().manual_seed(0))
@@ -24,9 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lightning_sfl.errors import ConfigError
-
-__all__ = ["NOISE_BOUNDS", "NOISE_DISTRIBUTIONS", "add_noise", "check_defences", "distance_correlation", "nopeek_loss"]
+__all__ = ["NOISE_BOUNDS", "NOISE_DISTRIBUTIONS", "add_noise", "distance_correlation", "nopeek_loss"]
 
 NOISE_DISTRIBUTIONS = ("laplace", "gaussian")
 NOISE_BOUNDS = ("none", "tanh")
@@ -81,14 +78,3 @@ def add_noise(z: Tensor, scale: float, distribution: str, generator: torch.Gener
     else:
         noise = scale * torch.randn(shape, generator=generator, dtype=torch.float64)
     return z + noise.to(device=z.device, dtype=z.dtype)
-
-
-def check_defences(nopeek_weight: float, activation_noise: float, noise_distribution: str, noise_bound: str) -> None:
-    """One-line :class:`~lightning_sfl.errors.ConfigError` for a bad defence setting."""
-    for name, value in (("nopeek_weight", nopeek_weight), ("activation_noise", activation_noise)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-            raise ConfigError(f"{name}={value!r} must be a number >= 0 (0: off)")
-    if noise_distribution not in NOISE_DISTRIBUTIONS:
-        raise ConfigError(f"noise_distribution={noise_distribution!r} must be one of: {', '.join(NOISE_DISTRIBUTIONS)}")
-    if noise_bound not in NOISE_BOUNDS:
-        raise ConfigError(f"noise_bound={noise_bound!r} must be one of: {', '.join(NOISE_BOUNDS)}")
