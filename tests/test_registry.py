@@ -53,14 +53,17 @@ def test_a_name_is_taken_once_and_families_are_checked():
 TOY_METHOD = '''
 """ToySFL: MiniBatch-SFL whose server loss is halved (a method written for the registry test)."""
 
-from lightning_sfl.algorithms.base import SplitFedAlgorithm
+from typing_extensions import override
+
 from lightning_sfl.algorithms.registry import register
+from lightning_sfl.algorithms.split_method import SplitMethod
 
 
 @register("toy_sfl", family="split")
-class ToySFL(SplitFedAlgorithm):
+class ToySFL(SplitMethod):
     """MiniBatch-SFL with the server loss (eq. 7) halved."""
 
+    @override
     def server_loss(self, logits, step):
         return super().server_loss(logits, step) / 2
 '''

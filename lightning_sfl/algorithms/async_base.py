@@ -72,7 +72,7 @@ class AsyncMethod(SplitFedAlgorithm):
         self.aggregation = choice("aggregation", aggregation, AGGREGATIONS)
         self.full_bandwidth = bool(full_bandwidth)
         self.uploads: list[tuple[dict[str, torch.Tensor], int]] = []  # the model buffer; empty at every round end
-        self.checked_schedule(self.async_events())  # the settings are checked now (one-line errors at construction)
+        self._checked_schedule(self.async_events())  # the settings are checked now (one-line errors at construction)
 
     @override
     def configure_schedule(self) -> Schedule:
@@ -117,7 +117,7 @@ class AsyncMethod(SplitFedAlgorithm):
         :meth:`aggregate` follows), the next client takes the slot with the global model as it is now."""
         slot = int(step.slots[0])
         self.uploads.append((self.bank.snapshot(slot), int(step.clients[0])))
-        self.ledger.add("up", self.model_traffic_kind, module_bytes(self.client.net), step.slots)
+        self.ledger.add("up", self._model_traffic_kind, module_bytes(self.client.net), step.slots)
         self.log("train/staleness", float(step.round - step.version), on_step=False, on_epoch=True, batch_size=1)
         if not step.aggregate:
             self.reset_slots(step.slots)

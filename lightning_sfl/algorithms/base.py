@@ -23,9 +23,9 @@ Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SF
  4     client gradients        :meth:`client_loss` (+ prior)        ``G_k = ∂/∂A_k`` of each client's mean CE
                                                                     (eq. 8); SCALA eq. 15; ``None``: no gradient
                                                                     is sent (SFLLocalLoss)
- 5     client extra terms      :meth:`client_extra_loss` (rows),    none; SFLLocalLoss (auxiliary head), SCALA-PE
-                               :meth:`client_regulariser` (whole)   (inversion regulariser on the activations);
-                                                                    FedProx, FedDyn, FedDecorr, SCAFFOLD (whole)
+ 5     client extra terms      :meth:`client_extra_loss` (rows),    none; SFLLocalLoss (auxiliary head); FedProx,
+                               :meth:`client_regulariser` (whole)   FedDyn, FedDecorr, SCAFFOLD (whole); the
+                                                                    defences' terms beside them (NoPeek, SCALA-PE)
  6     server + client step    :meth:`take_step`                    one SGD step over the server and every slot
                                                                     (SplitFedV2: after each client)
  7     aggregate (round end)   :meth:`aggregate`                    average of every bank (eq. 10), weights
@@ -33,15 +33,19 @@ Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SF
                                                                     FedDyn, SplitFedV3, FedOpt, SCAFFOLD their own
 =====  ======================  ===================================  ==============================================
 
-The halves themselves come from :meth:`build_halves`. A split method's clients may be given defences
-(:mod:`lightning_sfl.defences`: NoPeek, noise, a bottleneck, the inversion regulariser), held in :attr:`defences` and
-asked at each point of the iteration (an empty set for the others).
-:meth:`local_iteration` (handler of ``"local"`` steps) runs 1-6 in that order through
+The halves themselves come from :meth:`build_halves`. :meth:`local_iteration` (handler of ``"local"`` steps) runs 1-6 in that order through
 :func:`~lightning_sfl.algorithms.iteration.split_iteration`, the one split iteration every split method runs (its
 finer hooks :meth:`send_activations`, :meth:`split_losses` and :meth:`on_client_gradients` let GAS and Semi-SFL
 run it too); plain FL methods (FedAvg family) replace it with one loss on the whole model. The base owns what every
 method shares around the hooks: the byte ledger, the NaN/Inf guards, DDP gradient summing, optimiser-state resets,
 the client banks (:meth:`client_models`, :meth:`reset_slots`) and checkpointed method state (:meth:`add_state`).
+
+It is one ``LightningModule`` with parts, not a stack of mixins: its side of the federation
+(:mod:`~lightning_sfl.algorithms.federated`), its declared state and checkpoint entry
+(:mod:`~lightning_sfl.algorithms.state`), the evaluation of the global model (:mod:`~lightning_sfl.algorithms.
+evaluation`), the round's bookkeeping (:mod:`~lightning_sfl.algorithms.round_tracker`) and, for a split method, the
+clients' defences (:attr:`defences`, :mod:`lightning_sfl.defences`; empty for the others), each reached from the hook
+where Lightning calls it.
 
 The FL phase runs inside the round's last training step, not in ``on_train_epoch_end``: Lightning validates
 *before* ``on_train_epoch_end``, and evaluation must see the aggregated model.
@@ -60,24 +64,24 @@ from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
 from lightning_sfl import trainer_view
+from lightning_sfl.algorithms import evaluation, federated, state
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots
-from lightning_sfl.algorithms.evaluation import GlobalModelEvaluation
-from lightning_sfl.algorithms.federated import FederationMember
 from lightning_sfl.algorithms.guards import check_all_finite, check_global_weights
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
 from lightning_sfl.algorithms.processes import disable_ddp_reducer, sum_gradients_over_processes, sum_over_processes
 from lightning_sfl.algorithms.round_tracker import RoundTracker
 from lightning_sfl.algorithms.stacked_bank import BANK_KINDS, StackedBank, make_bank
-from lightning_sfl.algorithms.state import MethodState
 from lightning_sfl.defences import Defence, Defences, resolve_defences
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.loop import Federation, RoundEnd, Schedule, Step, SyncRounds
+from lightning_sfl.loop import ClientStats, Federate, Federation, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.loop.selection import ClientSelection, UniformSelection, resolve_selection
 from lightning_sfl.loop.step import PROBE_KIND
 from lightning_sfl.models import build_model, split_model
 from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
-from lightning_sfl.system.comm import module_bytes
+from lightning_sfl.system.comm import CommLedger, module_bytes
+from lightning_sfl.system.timing import ClientCosts, SystemModel
+from lightning_sfl.system.wireless import WirelessCell
 
 
 class ClientModule(L.LightningModule):
@@ -116,7 +120,7 @@ def checked_floor(value: float) -> float:
 DEFAULT_SPLIT_POINT = "s2"
 
 
-class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.LightningModule):
+class SplitFedAlgorithm(L.LightningModule):
     """Base of every method: builds the split model, runs the schedule's steps, aggregates, evaluates.
 
     Args:
@@ -151,9 +155,6 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
     #: True if the clients keep their own client halves across rounds (SplitFedV3): what a client uploads is not
     #: ``h`` of the global half, so the inversion regulariser and SplitGuard's probe refuse the method.
     keeps_client_halves: ClassVar[bool] = False
-    #: True if :meth:`client_extra_loss` differentiates through the activations after ``G_k`` went back through them
-    #: (SCALA-PE's regulariser): the clients' graph is then kept for a second backward pass.
-    extra_loss_uses_activations: ClassVar[bool] = False
     #: False for methods whose clients upload something else than ``h(w_c; X)`` of one input (Semi-SFL's two views):
     #: SplitGuard (:class:`~lightning_sfl.callbacks.splitguard.SplitGuard`) cannot probe them.
     plain_upload: ClassVar[bool] = True
@@ -178,6 +179,8 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         nesterov: bool = False,
     ) -> None:
         super().__init__()
+        self._states = state.DeclaredStates()  # what add_state declares
+        self._checkpoint_rounds: int | None = None  # rounds behind a checkpoint loaded for validate/test
         if local_iters < 1:
             raise ConfigError(f"local_iters={local_iters} must be >= 1")
         if not lr > 0:
@@ -244,10 +247,10 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         if self._schedule is None:
             schedule = self.configure_schedule()
             schedule = self.defences.configure_schedule(schedule, type(self).__name__, self.local_iters, self.selection)
-            self._schedule = self.checked_schedule(schedule)
+            self._schedule = self._checked_schedule(schedule)
         return self._schedule
 
-    def checked_schedule(self, schedule: Schedule) -> Schedule:
+    def _checked_schedule(self, schedule: Schedule) -> Schedule:
         """``schedule`` checked against the method: a handler for each of its step kinds; steps that leave clients
         out run the sequential bank under ``auto`` (the stacked bank keeps such slots still too, by copying their rows
         around each step: :meth:`~lightning_sfl.algorithms.stacked_bank.StackedBank.steps_only`). A method may call it
@@ -255,7 +258,7 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         if schedule.partial_steps:  # a slot left out of a step must not move: SGD skips it on its own modules
             if self.client_bank == "auto":
                 self.client_bank = "sequential"
-        missing = [k for k in schedule.kinds if self.step_handler(k) is None]
+        missing = [k for k in schedule.kinds if self._step_handler(k) is None]
         if missing:
             raise ConfigError(
                 f"{type(self).__name__} has no handler for step kind(s) {missing} of {type(schedule).__name__}; "
@@ -263,7 +266,7 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
             )
         return schedule
 
-    def step_handler(self, kind: str):
+    def _step_handler(self, kind: str):
         """What runs steps of ``kind``: the method named in ``step_handlers``, else a step its defences added (the
         inversion regulariser's warm-up, handed the global client half); ``None`` if none does."""
         if kind in self.step_handlers:
@@ -287,6 +290,108 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         name -> global module. SFLLocalLoss adds its auxiliary head."""
         return {"client": self.client.net}
 
+    # ------------------------------------------------------------------ its parts: federation, state, evaluation
+    def add_state(self, name: str, init) -> None:
+        """Declare the checkpointed tensor ``self.<name>``, made by ``init()`` when a fit starts
+        (:class:`~lightning_sfl.algorithms.state.DeclaredStates`)."""
+        self._states.add(name, init)
+
+    @override
+    def configure_callbacks(self) -> list[L.Callback]:
+        """For a fit, :class:`~lightning_sfl.loop.Federate`: builds (unless given) and connects the fit's federation.
+        Nothing for ``validate``/``test`` (they evaluate the global model; the federation is not needed)."""
+        return [Federate()] if self._trainer is None or trainer_view.is_fitting(self._trainer) else []
+
+    def federate(self, federation: Federation) -> None:
+        """Receive the fit's federation, checked against the method (:mod:`~lightning_sfl.algorithms.federated`)."""
+        self.federation = federated.checked_federation(self, federation)
+
+    @property
+    def client_stats(self) -> ClientStats:
+        """The federation's client statistics (``|D_k|``, ``n_{k,y}``, ``P_k``, shards, ``S``, ``B``, seed)."""
+        return self._federation().stats
+
+    @property
+    def ledger(self) -> CommLedger:
+        """The federation's byte ledger of the current round."""
+        return self._federation().ledger
+
+    def _federation(self) -> Federation:
+        if self.federation is None:
+            raise RuntimeError(f"{type(self).__name__} has no federation yet: it gets one when a fit starts")
+        return self.federation
+
+    def default_system(self) -> SystemModel:
+        """The system model of a federation built without one (Python API): SCALA's wireless cell (clients at
+        1-5 GFLOP/s; :class:`~lightning_sfl.system.wireless.WirelessCell`). The CLI's is ``--clock.*``."""
+        return WirelessCell()
+
+    def split_options(self) -> list[str] | None:
+        """The cut points the system model may charge a client (a sliding split, S²FL); ``None``: ``split_point``."""
+        return None
+
+    def client_costs(self) -> ClientCosts:
+        """What the client-side model costs per sample, for the system model (measured when it asks)."""
+        return federated.client_costs(self)
+
+    def activation_shape(self) -> tuple[int, ...]:
+        """Shape of one sample's output of the client model (the global one in eval mode: no statistics move)."""
+        return federated.activation_shape(self.client, self.example_input_array)
+
+    #: ``(save, load)`` of each part with an entry in checkpoints: the method's (its class, the W&B run; banks rebuilt
+    #: every round left out) and the federation's; each keeps the others' keys, so their order does not matter.
+    _checkpoint_parts = (
+        (state.save_method_entry, state.load_method_entry),
+        (federated.save_federation_entry, federated.load_federation_entry),
+    )
+
+    @override
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        for save, _ in self._checkpoint_parts:
+            save(self, checkpoint)
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self._checkpoint_rounds = int(checkpoint.get("epoch", -1)) + 1  # saved at the end of epoch ``epoch``
+        for _, load in self._checkpoint_parts:
+            load(self, checkpoint)
+
+    @property
+    def rounds_completed(self) -> int:
+        """Rounds behind the global model being evaluated (:func:`~lightning_sfl.algorithms.evaluation.
+        rounds_completed`)."""
+        return evaluation.rounds_completed(self.trainer, self.current_epoch, self._checkpoint_rounds)
+
+    @override
+    def on_train_start(self) -> None:
+        self._checkpoint_rounds = None  # from now on the rounds are this fit's
+
+    @override
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        """Accuracy of the global model after every round, logged as ``test/acc`` with ``round``
+        (:mod:`~lightning_sfl.algorithms.evaluation`)."""
+        return evaluation.evaluation_step(self, batch)
+
+    @override
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        return evaluation.evaluation_step(self, batch)
+
+    @override
+    def on_validation_epoch_start(self) -> None:
+        evaluation.start_evaluation(self)
+
+    @override
+    def on_test_epoch_start(self) -> None:
+        evaluation.start_evaluation(self)
+
+    @override
+    def on_validation_epoch_end(self) -> None:
+        evaluation.finish_evaluation(self, "test")
+
+    @override
+    def on_test_epoch_end(self) -> None:
+        evaluation.finish_evaluation(self, "test")
+
     # ------------------------------------------------------------------ setup: buffers, banks, states
     @override
     def setup(self, stage: str) -> None:
@@ -305,7 +410,7 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
             self.client_banks[name] = self._new_bank(module, slots)
         if self.server_copies:
             self.server_bank = self._new_bank(self.server.net, slots)
-        self.build_states()
+        self._states.build(self)
 
     @property
     def bank(self) -> ClientBank:
@@ -325,19 +430,19 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         """Every per-client copy set of this method (client banks, then server copies)."""
         return [*self.client_banks.values(), *([self.server_bank] if self.server_bank is not None else [])]
 
-    def slot_parameters(self) -> list[nn.Parameter]:
+    def _slot_parameters(self) -> list[nn.Parameter]:
         """Parameters of the slots (client copies and per-client server copies)."""
         return [p for bank in self.banks() for p in bank.parameters()]
 
-    def server_parameters(self) -> list[nn.Parameter]:
+    def _server_parameters(self) -> list[nn.Parameter]:
         return [] if self.server_bank is not None else list(self.server.parameters())
 
     @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """One SGD over all slots and the server: one ``global_step`` per training step."""
-        groups = [{"params": self.slot_parameters(), "name": "client_slots"}]
-        if self.server_parameters():
-            groups.append({"params": self.server_parameters(), "name": "server"})
+        groups = [{"params": self._slot_parameters(), "name": "client_slots"}]
+        if self._server_parameters():
+            groups.append({"params": self._server_parameters(), "name": "server"})
         return torch.optim.SGD(
             groups, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay, nesterov=self.nesterov
         )
@@ -355,7 +460,7 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
             self.start_round(step)
             self.defences.start_round(step)
         self._round_tracker.count(step)
-        result = self.step_handler(step.kind)(step)
+        result = self._step_handler(step.kind)(step)
         outputs = result if isinstance(result, dict) else None
         losses = result if outputs is None else (outputs.pop("server_loss", None), outputs.pop("client_loss", None))
         if losses is not None and all(loss is not None for loss in losses):
@@ -412,7 +517,7 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         for name, module in (self.client_models() if models is None else models).items():
             self.client_banks[name].reset(module, slots)
             self.client_banks[name].reset_optimizer_state(opt, slots)
-            self.ledger.add("down", self.model_traffic_kind, module_bytes(module), slots)
+            self.ledger.add("down", self._model_traffic_kind, module_bytes(module), slots)
         if self.server_bank is not None:
             self.server_bank.reset(self.server.net, slots)
             self.server_bank.reset_optimizer_state(opt, slots)
@@ -445,10 +550,10 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         :meth:`client_models`)."""
         for name, module in (self.client_models() if models is None else models).items():
             self.client_banks[name].aggregate_into(module, weights, slots)
-            self.ledger.add("up", self.model_traffic_kind, module_bytes(module), slots)
+            self.ledger.add("up", self._model_traffic_kind, module_bytes(module), slots)
 
     @property
-    def model_traffic_kind(self) -> str:
+    def _model_traffic_kind(self) -> str:
         """What the clients download and upload each round: ``client_half`` or (plain FL) ``full_model``."""
         return "client_half" if self.has_server_half else "full_model"
 
@@ -492,11 +597,11 @@ class SplitFedAlgorithm(FederationMember, GlobalModelEvaluation, MethodState, L.
         server copies the sum over copies of each copy's mean over its client's rows."""
         prior = self.server_prior(step)
         if self.server_bank is None:
-            return self.concat_mean_loss(logits, step, prior)
+            return self._concat_mean_loss(logits, step, prior)
         rows = logit_adjusted_cross_entropy(logits, step.y, prior, "none", self.missing_class_floor)
         return sum_of_client_means(rows, step.owner, step.sizes)
 
-    def concat_mean_loss(self, logits: torch.Tensor, step: Step, prior: torch.Tensor | None = None) -> torch.Tensor:
+    def _concat_mean_loss(self, logits: torch.Tensor, step: Step, prior: torch.Tensor | None = None) -> torch.Tensor:
         """(Logit-adjusted) cross-entropy averaged over the whole concatenated batch of ``B`` rows; on a DDP
         shard, the shard's sum divided by the global ``B`` (the gradient all-reduce adds the shards)."""
         floor = self.missing_class_floor

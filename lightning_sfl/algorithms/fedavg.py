@@ -158,7 +158,7 @@ class FedAvg(SplitFedAlgorithm):
         super().__init__(**kwargs)
         self.local_epochs, self.local_batch_size = local_epochs, local_batch_size
         if local_epochs is not None:  # the settings are checked now (one-line errors at construction)
-            self.checked_schedule(self.local_epoch_rounds())
+            self._checked_schedule(self.local_epoch_rounds())
 
     @override
     def configure_schedule(self) -> Schedule:
@@ -298,7 +298,7 @@ class FedDyn(FedAvg):
         self.feddyn_h -= self.penalty * delta.sum(dim=0) / self.feddyn_client_grads.shape[0]
         self.bank.aggregate_into(self.client.net, torch.ones(len(self.bank)))  # uniform; also the buffers
         load_flat_parameters(self.client.net, thetas.double().mean(dim=0) - self.feddyn_h.double() / self.penalty)
-        self.ledger.add("up", self.model_traffic_kind, module_bytes(self.client.net))
+        self.ledger.add("up", self._model_traffic_kind, module_bytes(self.client.net))
 
 
 # ----------------------------------------------------------------------------------------------- FedLC

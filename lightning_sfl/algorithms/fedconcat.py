@@ -154,7 +154,7 @@ class FedConcat(FedAvg):
         new = ~self.fedconcat_has_encoders[step.clients]
         if new.any():
             encoders = sum(module_bytes(m) - module_bytes(m[-1]) for m in net.clusters)
-            self.ledger.add("down", self.model_traffic_kind, encoders, step.slots_tensor[new])
+            self.ledger.add("down", self._model_traffic_kind, encoders, step.slots_tensor[new])
             self.fedconcat_has_encoders[step.clients] = True
 
     @override

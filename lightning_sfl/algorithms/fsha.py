@@ -111,7 +111,7 @@ class FSHA(SplitMethod):
         """The clients' optimiser: Adam (the authors' code) unless ``client_optimizer="sgd"`` (the base's SGD)."""
         if self.client_optimizer == "sgd":
             return super().configure_optimizers()
-        return torch.optim.Adam([{"params": self.slot_parameters(), "name": "client_slots"}], lr=self.lr)
+        return torch.optim.Adam([{"params": self._slot_parameters(), "name": "client_slots"}], lr=self.lr)
 
     @override
     def one_process_only(self) -> str | None:

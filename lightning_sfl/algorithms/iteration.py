@@ -100,9 +100,8 @@ def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = Tr
     if server_loss is not None:  # into the optimised weights only (the leaf ``a`` has its gradient: G_k)
         params = [p for g in getattr(opt, "optimizer", opt).param_groups for p in g["params"]]
         method.manual_backward(server_loss, inputs=params)
-    if grad is not None:  # keep the clients' graph if the extra terms go through the activations
-        keep = method.extra_loss_uses_activations or method.defences.goes_back_through_activations
-        method.manual_backward(acts, grad, retain_graph=keep)
+    if grad is not None:  # keep the clients' graph if a defence's term goes through the activations (NoPeek's)
+        method.manual_backward(acts, grad, retain_graph=method.defences.goes_back_through_activations)
     extra = client_side_terms(method, step, acts)
     if extra is not None:
         method.manual_backward(extra)

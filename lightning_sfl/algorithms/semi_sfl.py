@@ -158,7 +158,7 @@ class SemiSFL(SplitFedAlgorithm):
         self.labelled_batch_size, self.client_batch_size = labelled_batch_size, client_batch_size
         self.client_teacher, self.lr_schedule, self.lr_min = client_teacher, lr_schedule, float(lr_min)
         self.grad_clip = None if grad_clip is None else float(grad_clip)
-        self.checked_schedule(SemiSFL.configure_schedule(self))  # the settings are checked now (one-line errors)
+        self._checked_schedule(SemiSFL.configure_schedule(self))  # the settings are checked now (one-line errors)
         self.threshold, self.temperature, self.ema, self.contrastive = threshold, temperature, ema, bool(contrastive)
         side = self.hparams.input_shape[-1]
         self.shift = max(1, round(side / 8)) if shift is None else int(shift)
@@ -197,11 +197,11 @@ class SemiSFL(SplitFedAlgorithm):
         return {"client": self.client.net, "teacher": self.teacher_client}
 
     @override
-    def slot_parameters(self) -> list[nn.Parameter]:
+    def _slot_parameters(self) -> list[nn.Parameter]:
         return list(self.client_banks["client"].parameters())
 
     @override
-    def server_parameters(self) -> list[nn.Parameter]:
+    def _server_parameters(self) -> list[nn.Parameter]:
         return [*self.server.parameters(), *self.projection.parameters(), *self.client.parameters()]
 
     @torch.no_grad()
@@ -212,7 +212,7 @@ class SemiSFL(SplitFedAlgorithm):
         if self.grad_clip is None:
             return
         self.bank.clip_grad_norms_(self.grad_clip)
-        grads = [p.grad for p in self.server_parameters() if p.grad is not None]
+        grads = [p.grad for p in self._server_parameters() if p.grad is not None]
         if grads:
             clip_gradients_(grads, self.grad_clip)
 
