@@ -218,3 +218,20 @@ def test_waves_keep_every_client_s_events_in_order_across_slots():
     steps = [s for r in range(4) for s in schedule.plan_round(r, st)]
     times = [s.time for s in steps]
     assert times == sorted(times)  # FL clocks: one upload after another, as the clock has them
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_with_flush_alone_the_flushing_arrival_is_a_step_of_its_own_and_nothing_else_moves(seed):
+    """GAS's Alg. 1 order (the server updates before the flushing arrival's gradient): every flushing arrival is
+    alone in its step, the same events run in the same per-slot order, and at least one flush that the batched rule
+    would group with other arrivals is taken out of its group."""
+    st, times = stats(), random_times(6, seed=seed)
+    grouped = [s for r in range(6) for s in AsyncEvents(**KW, times=times).plan_round(r, st)]
+    alone = [s for r in range(6) for s in AsyncEvents(**KW, times=times, flush_alone=True).plan_round(r, st)]
+    for s in alone:
+        if isinstance(s, ArrivalStep) and s.flush:
+            assert len(s.clients) == 1
+    assert sorted(_flatten(alone)) == sorted(_flatten(grouped))
+    for slot in range(KW["concurrency"]):
+        assert [e for e in _flatten(alone) if e[2] == slot] == [e for e in _flatten(grouped) if e[2] == slot]
+    assert any(isinstance(s, ArrivalStep) and s.flush and len(s.clients) > 1 for s in grouped)

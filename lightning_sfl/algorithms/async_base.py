@@ -78,8 +78,9 @@ class AsyncMethod(SplitFedAlgorithm):
     def configure_schedule(self) -> Schedule:
         return self.async_events()
 
-    def async_events(self) -> AsyncEvents:
-        """The asynchronous schedule of this method's settings (``C``, ``E``, ``Q_s``, ``Q_c``, ``B``)."""
+    def async_events(self, **options) -> AsyncEvents:
+        """The asynchronous schedule of this method's settings (``C``, ``E``, ``Q_s``, ``Q_c``, ``B``) and
+        ``options`` of :class:`~lightning_sfl.loop.AsyncEvents`."""
         return AsyncEvents(
             concurrency=self.concurrency,
             local_iters=self.local_iters,
@@ -88,6 +89,7 @@ class AsyncMethod(SplitFedAlgorithm):
             batch_size=self.client_batch_size,
             batch_arrivals=self.batch_arrivals,
             full_bandwidth=self.full_bandwidth,
+            **options,
         )
 
     @override

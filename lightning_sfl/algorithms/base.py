@@ -33,12 +33,13 @@ Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SF
                                                                     FedDyn, SplitFedV3, FedOpt, SCAFFOLD their own
 =====  ======================  ===================================  ==============================================
 
-The halves themselves come from :meth:`build_halves`. :meth:`local_iteration` (handler of ``"local"`` steps) runs 1-6 in that order through
-:func:`~lightning_sfl.algorithms.iteration.split_iteration`, the one split iteration every split method runs (its
-finer hooks :meth:`send_activations`, :meth:`split_losses` and :meth:`on_client_gradients` let GAS and Semi-SFL
-run it too); plain FL methods (FedAvg family) replace it with one loss on the whole model. The base owns what every
-method shares around the hooks: the byte ledger, the NaN/Inf guards, DDP gradient summing, optimiser-state resets,
-the client banks (:meth:`client_models`, :meth:`reset_slots`) and checkpointed method state (:meth:`add_state`).
+The halves themselves come from :meth:`build_halves`. :meth:`local_iteration` (handler of ``"local"`` steps) runs
+1-6 in that order through :func:`~lightning_sfl.algorithms.iteration.split_iteration`, the one split iteration every
+split method runs (its finer hooks :meth:`send_activations`, :meth:`split_losses` and :meth:`on_client_gradients`
+let GAS, FSHA and Semi-SFL run it too); plain FL methods (FedAvg family) replace it with one loss on the whole
+model. The base owns what every method shares around the hooks: the byte ledger, the NaN/Inf guards, DDP gradient
+summing, optimiser-state resets, the client banks (:meth:`client_models`, :meth:`reset_slots`) and checkpointed
+method state (:meth:`add_state`).
 
 It is one ``LightningModule`` with parts, not a stack of mixins: its side of the federation
 (:mod:`~lightning_sfl.algorithms.federated`), its declared state and checkpoint entry

@@ -12,7 +12,9 @@ arrival (a batched ``"arrivals"`` step of distinct clients) the server
 3. sends ``G_k = ∂l_k/∂A_k`` back, ``l_k`` the mean over the client's rows of ``CE(s + log P_k)`` (eq. 6); the
    client steps its half (eq. 8). Alg. 1 steps the server (line 10) before computing ``G_k`` (line 12): the
    gradient of the arrival that fills the buffer comes from the updated server (``gradient_order=
-   "after_server_step"``, default); the authors' code uses the server before the step (``"before_server_step"``).
+   "after_server_step"``, default: the schedule gives that arrival a step of its own, and the server updates when its
+   activations arrive, before its split iteration takes ``G_k`` with the method's ``client_loss``); the authors' code
+   uses the server before the step (``"before_server_step"``: the server updates after the iteration).
 
 Every upload enters the model buffer (eq. 9); the ``Q_c``-th replaces the global client half by the ``|D_k|``-weighted
 mean of the buffered halves (eq. 10; the code's uniform mean: ``aggregation="uniform"``): one global iteration, one
@@ -37,11 +39,11 @@ import torch.nn.functional as F
 from typing_extensions import override
 
 from lightning_sfl.algorithms.async_base import AsyncMethod, choice
-from lightning_sfl.algorithms.iteration import activation_gradients, split_iteration
+from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.label_gaussians import COVARIANCES, LabelGaussians, generation_counts
-from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.defences import Defence
+from lightning_sfl.loop import AsyncEvents
 from lightning_sfl.loop.async_events import ArrivalStep
 from lightning_sfl.loop.sampling import round_generator
 
@@ -100,10 +102,27 @@ class AsyncSFL(AsyncMethod):
         """``P_k`` of each row's client, ``[B, N]``: the base's client loss is then eq. (6)."""
         return self.row_label_distribution(step)
 
+    @override
+    def configure_schedule(self) -> AsyncEvents:
+        """:class:`AsyncMethod`'s, with the arrival that fills the buffer a step of its own when its gradient comes
+        from the updated server (``after_server_step``)."""
+        return self.async_events(flush_alone=self.gradient_order == "after_server_step")
+
     def arrivals(self, step: ArrivalStep) -> None:
-        """Handler of ``"arrivals"`` steps: one split iteration of the arriving clients (the server's own step waits
-        for a flush, :meth:`on_client_gradients`)."""
-        _, client_loss = split_iteration(self, step)
+        """Handler of ``"arrivals"`` steps (Alg. 1, lines 5-13): one split iteration of the arriving clients. Their
+        activations enter the buffer as they arrive (eq. 4); the arrival that fills it (``step.flush``) makes the
+        server update (eq. 5, :meth:`flush`): before its ``G_k`` is taken with ``after_server_step`` (its step holds
+        it alone), after the iteration with ``before_server_step``."""
+        update_first = step.flush and self.gradient_order == "after_server_step"
+
+        def arrived(acts: torch.Tensor) -> None:
+            self.buffer_arrivals(acts, step)
+            if update_first:
+                self.flush()
+
+        _, client_loss = split_iteration(self, step, on_arrival=arrived)
+        if step.flush and not update_first:
+            self.flush()
         mean_loss = client_loss.detach() / len(step.clients)
         self.log("train/client_loss", mean_loss, on_step=False, on_epoch=True, batch_size=len(step.clients))
 
@@ -112,24 +131,14 @@ class AsyncSFL(AsyncMethod):
         """No server loss at an arrival: the server trains on its activation buffer when it flushes."""
         return None
 
-    @override
-    def on_client_gradients(self, step: ArrivalStep, a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        """The arrivals enter the activation buffer (eq. 4); a flush updates the server (eq. 5), and with
-        ``gradient_order="after_server_step"`` the flushing (last) arrival's ``G_k`` comes from the new ``w_s``."""
-        self.buffer_arrivals(a.detach(), step)
-        if not step.flush:
-            return grad
-        server_loss = self.server_update(self.optimizers())
+    def flush(self) -> None:
+        """The server's update on its full activation buffer (eq. 5; :meth:`server_update`), logged as
+        ``train/server_loss``; the clients' gradients of the iteration, if any were taken, are cleared first (their
+        step is done)."""
+        opt = self.optimizers()
+        opt.zero_grad()
+        server_loss = self.server_update(opt)
         self.log("train/server_loss", server_loss, on_step=False, on_epoch=True, batch_size=1)
-        if self.gradient_order == "after_server_step":
-            last = step.owner == len(step.clients) - 1
-            a_last = a.detach()[last].requires_grad_(True)
-            prior = self.client_prior(step)[last]
-            floor = self.missing_class_floor
-            loss = logit_adjusted_cross_entropy(self.server(a_last), step.y[last], prior, "mean", floor)
-            grad = grad.clone()
-            grad[last] = activation_gradients(loss, a_last, keep_graph=False)
-        return grad
 
     def buffer_arrivals(self, acts: torch.Tensor, step: ArrivalStep) -> None:
         """Eq. (4): append the arrivals' activations ``[B, *act]`` and labels to the activation buffer."""

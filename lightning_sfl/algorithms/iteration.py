@@ -2,8 +2,8 @@
 clients' extra terms → one step (SCALA Algorithm 2, lines 9-20; the hooks are the method's).
 
 Every split method runs it: the synchronous ones for each ``"local"`` step (:meth:`SplitFedAlgorithm.local_iteration`),
-SplitFedV2 once per client, GAS for each batch of activation arrivals (its server loss is taken at a flush, inside
-:meth:`~SplitFedAlgorithm.on_client_gradients`), Semi-SFL for each cross-entity step (its own views and losses in
+SplitFedV2 once per client, GAS for each batch of activation arrivals (its server trains when they fill its buffer,
+``on_arrival``), Semi-SFL for each cross-entity step (its own views and losses in
 :meth:`~SplitFedAlgorithm.send_activations` and :meth:`~SplitFedAlgorithm.split_losses`).
 
 Under DDP every process holds a share of every client's rows and the gradients are summed over processes before the
@@ -75,11 +75,13 @@ def client_side_terms(
     return process_share(rows, whole, method.world_size)
 
 
-def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = True):
+def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = True, on_arrival=None):
     """One split iteration of ``step``'s clients (see the module docstring); returns ``(server_loss, client_loss)``
     (the clients' extra terms included; ``None`` for a loss the method does not have).
 
-    1. :meth:`send_activations`: ``A_k`` of every client, uploaded; the server's copy ``a`` requires a gradient.
+    1. :meth:`send_activations`: ``A_k`` of every client, uploaded; the server's copy ``a`` requires a gradient;
+       ``on_arrival(a)`` (``a`` detached), what the server does when they arrive (GAS: its buffer, and its update
+       when they fill it).
     2. :meth:`split_losses`: server forward, NaN/Inf guard, the server's loss (eq. 7 / 14) and the clients' (eq. 8 /
        15), both from the same (pre-update) forward.
     3. ``G_k`` (:func:`activation_gradients`), :meth:`on_client_gradients`, sent down.
@@ -90,6 +92,8 @@ def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = Tr
     opt = method.optimizers()
     opt.zero_grad()
     acts, a = method.send_activations(step)
+    if on_arrival is not None:
+        on_arrival(a.detach())
     server_loss, client_loss = method.split_losses(acts, a, step)
     grad = None
     if client_loss is not None:

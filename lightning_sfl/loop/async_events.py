@@ -85,7 +85,7 @@ class UploadStep(Step):
     local_iters: int = 0
 
 
-def arrival_waves(window: list[Arrival | Upload]) -> list[list[Arrival] | Upload]:
+def arrival_waves(window: list[Arrival | Upload], flush_alone: bool = False) -> list[list[Arrival] | Upload]:
     """The events between two server updates (``window``, in time order: up to a flush or the round's aggregation)
     as batched groups of arrivals and single uploads, each slot's events in its own order.
 
@@ -95,7 +95,8 @@ def arrival_waves(window: list[Arrival | Upload]) -> list[list[Arrival] | Upload
     clients distinct); an event waits while its client has an earlier one pending in another slot (a client that
     finishes may be drawn into another slot), so every client's events also keep their order. The event that ends
     the window comes last: the flushing arrival joins the last group when its slot and client allow (the server
-    updates after it), the aggregating upload follows everything.
+    updates after it; ``flush_alone``: always a group of its own, for a server that updates before it answers that
+    arrival), the aggregating upload follows everything.
 
     >>> a = lambda slot, client, time, flush=False: Arrival(slot, client, time, 1, 0, 1, flush)  # noqa: E731
     >>> waves = arrival_waves([a(0, 5, 1.0), a(0, 5, 2.0), a(1, 6, 2.5), a(0, 5, 3.0), a(2, 7, 4.0, flush=True)])
@@ -139,7 +140,7 @@ def arrival_waves(window: list[Arrival | Upload]) -> list[list[Arrival] | Upload
     if isinstance(held, Arrival):
         last = max((i for i, item in enumerate(out) if isinstance(item, list)), default=-1)
         before = emitted.get(held.slot, -1) < last and by_client.get(held.client, -1) < last
-        if last >= 0 and before and all(e.client != held.client for e in out[last]):
+        if not flush_alone and last >= 0 and before and all(e.client != held.client for e in out[last]):
             out[last].append(held)
         else:
             out.append([held])
@@ -163,6 +164,8 @@ class AsyncEvents(Schedule):
             batched path must equal).
         full_bandwidth: times from the system model give every client the whole bandwidth (the GAS code) instead of
             ``W / C``.
+        flush_alone: the arrival that fills the activation buffer is a step of its own (the server updates before
+            its gradient is taken: GAS's Alg. 1), not batched with the arrivals before it.
     """
 
     kinds: ClassVar[tuple[str, ...]] = ("arrivals", "upload")
@@ -179,6 +182,7 @@ class AsyncEvents(Schedule):
         times: ClientTimes | None = None,
         batch_arrivals: bool = True,
         full_bandwidth: bool = False,
+        flush_alone: bool = False,
     ) -> None:
         for name, value in (
             ("concurrency", concurrency),
@@ -193,6 +197,7 @@ class AsyncEvents(Schedule):
         self.flush_every, self.aggregate_every = int(flush_every), int(aggregate_every)
         self.batch_size = None if batch_size is None else int(batch_size)
         self.times, self.batch_arrivals, self.full_bandwidth = times, bool(batch_arrivals), bool(full_bandwidth)
+        self.flush_alone = bool(flush_alone)
         self.clock: AsyncClock | None = None
         self._pending_state: dict | None = None
 
@@ -248,7 +253,7 @@ class AsyncEvents(Schedule):
                     windows.append(events[start : i + 1])
                     start = i + 1
             windows.append(events[start:])
-            items = [item for window in windows for item in arrival_waves(window)]
+            items = [item for window in windows for item in arrival_waves(window, self.flush_alone)]
         else:
             items = [[e] if isinstance(e, Arrival) else e for e in events]
         split = clock.times.is_split
