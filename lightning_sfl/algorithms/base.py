@@ -593,31 +593,39 @@ class SplitFedAlgorithm(L.LightningModule):
         """Label distribution added (as ``log``) to the logits of the clients' loss; ``None``: plain CE."""
         return None
 
+    def cross_entropy(
+        self, logits: torch.Tensor, labels: torch.Tensor, prior: torch.Tensor | None = None, reduction: str = "none"
+    ) -> torch.Tensor:
+        """The loss the base's server and client losses are made of: cross-entropy of ``logits`` ``[B, N]`` plus
+        ``log prior`` (eqs. 14-15; ``None``: plain) against ``labels`` ``[B]``. A method that changes the loss
+        overrides this (label smoothing: ``logit_adjusted_cross_entropy(..., label_smoothing=ε)``) and keeps every
+        adjustment a base makes through its priors (SCALA's). Label smoothing with SCALA's exact priors needs
+        ``missing_class_floor > 0``: a class a client lacks has a ``−∞`` logit, and the smoothed target's mass on it
+        makes the loss infinite."""
+        return logit_adjusted_cross_entropy(logits, labels, prior, reduction, self.missing_class_floor)
+
     def server_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
         """Hook 3, the loss whose gradient updates ``w_s`` (eq. 7): the mean over the concatenated batch, or with
         server copies the sum over copies of each copy's mean over its client's rows."""
         prior = self.server_prior(step)
         if self.server_bank is None:
             return self._concat_mean_loss(logits, step, prior)
-        rows = logit_adjusted_cross_entropy(logits, step.y, prior, "none", self.missing_class_floor)
-        return sum_of_client_means(rows, step.owner, step.sizes)
+        return sum_of_client_means(self.cross_entropy(logits, step.y, prior), step.owner, step.sizes)
 
     def _concat_mean_loss(self, logits: torch.Tensor, step: Step, prior: torch.Tensor | None = None) -> torch.Tensor:
         """(Logit-adjusted) cross-entropy averaged over the whole concatenated batch of ``B`` rows; on a DDP
         shard, the shard's sum divided by the global ``B`` (the gradient all-reduce adds the shards)."""
-        floor = self.missing_class_floor
         if self.world_size == 1:  # every row is here (no read of the device for the count)
-            return logit_adjusted_cross_entropy(logits, step.y, prior, "mean", floor)
+            return self.cross_entropy(logits, step.y, prior, "mean")
         total = int(step.sizes.sum())
         if len(step.y) == total:
-            return logit_adjusted_cross_entropy(logits, step.y, prior, "mean", floor)
-        return logit_adjusted_cross_entropy(logits, step.y, prior, "sum", floor) / total
+            return self.cross_entropy(logits, step.y, prior, "mean")
+        return self.cross_entropy(logits, step.y, prior, "sum") / total
 
     def client_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor | None:
         """Hook 4, the loss whose gradient w.r.t. the activations is sent to the clients (eq. 8): each client's
         mean over its own ``B_k`` rows, summed over clients. ``None``: no gradient is sent."""
-        rows = logit_adjusted_cross_entropy(logits, step.y, self.client_prior(step), "none", self.missing_class_floor)
-        return sum_of_client_means(rows, step.owner, step.sizes)
+        return sum_of_client_means(self.cross_entropy(logits, step.y, self.client_prior(step)), step.owner, step.sizes)
 
     def client_extra_loss(
         self, step: Step, outputs: torch.Tensor, features: torch.Tensor | None = None

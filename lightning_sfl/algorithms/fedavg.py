@@ -37,7 +37,7 @@ from lightning_sfl.algorithms.aggregate import (
 )
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.iteration import client_side_terms
-from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
+from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import LocalEpochs, Schedule, Step
@@ -181,8 +181,8 @@ class FedAvg(SplitFedAlgorithm):
         return (self.client_sizes[clients, None] * self.label_dist[clients]).round()
 
     def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
-        """Loss of every row, ``[B]``. Default: plain cross-entropy."""
-        return F.cross_entropy(logits, step.y, reduction="none")
+        """Loss of every row, ``[B]``. Default: plain cross-entropy (:meth:`cross_entropy`)."""
+        return self.cross_entropy(logits, step.y)
 
     def slot_forward(self, step: Step) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Every slot's model on its client's rows: features ``z`` (input of the last layer, only when
@@ -356,8 +356,7 @@ class FedLogit(FedAvg):
 
     @override
     def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
-        prior = self.row_label_distribution(step)  # P_k(y) of each row's client, [B, N]
-        return logit_adjusted_cross_entropy(logits, step.y, prior, "none", self.missing_class_floor)
+        return self.cross_entropy(logits, step.y, self.row_label_distribution(step))  # P_k(y) of each row's client
 
 
 # ----------------------------------------------------------------------------------------------- FedDecorr

@@ -43,7 +43,12 @@ def log_prior(prior: torch.Tensor, floor: float = 0.0) -> torch.Tensor:
 
 
 def logit_adjusted_cross_entropy(
-    logits: torch.Tensor, targets: torch.Tensor, prior: torch.Tensor | None, reduction: str = "mean", floor: float = 0.0
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    prior: torch.Tensor | None,
+    reduction: str = "mean",
+    floor: float = 0.0,
+    label_smoothing: float = 0.0,
 ) -> torch.Tensor:
     """Eq. (14)/(15): ``-log softmax(s(x) + log P(y))_y``.
 
@@ -55,9 +60,13 @@ def logit_adjusted_cross_entropy(
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
         floor: ``0``: classes with ``P(y) = 0`` leave the softmax (``log 0 = −∞``); ``> 0``: ``log(P + floor)``
             (see :func:`log_prior`).
+        label_smoothing: ``ε`` of label smoothing (Szegedy et al., 2016) on the adjusted logits: the target puts
+            ``1 − ε`` on the label and ``ε / N`` on every class (``torch.nn.functional.cross_entropy``'s).
     """
     if prior is not None:
         logits = logits + log_prior(prior.to(logits.dtype), floor)
+    if label_smoothing:
+        return F.cross_entropy(logits, targets, reduction=reduction, label_smoothing=label_smoothing)
     return F.cross_entropy(logits, targets, reduction=reduction)
 
 

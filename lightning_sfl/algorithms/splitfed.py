@@ -28,7 +28,7 @@ from lightning_sfl.algorithms.aggregate import flat_parameters
 from lightning_sfl.algorithms.base import ClientModule
 from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.iteration import split_iteration
-from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
+from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.split_method import SplitMethod
 from lightning_sfl.loop import Step
@@ -153,7 +153,7 @@ class SFLLocalLoss(SplitMethod):
     def client_extra_loss(self, step: Step, outputs: torch.Tensor, features=None) -> torch.Tensor:
         """Each client's mean cross-entropy of its auxiliary head on its own activations, summed over clients."""
         local = self.client_banks["aux"](outputs, step.local_sizes, step.slots)
-        return sum_of_client_means(logit_adjusted_cross_entropy(local, step.y, None, "none"), step.owner, step.sizes)
+        return sum_of_client_means(self.cross_entropy(local, step.y), step.owner, step.sizes)
 
 
 @register("lla_sfl", family="split", study="label_skew")
