@@ -36,8 +36,7 @@ from lightning_sfl.algorithms.aggregate import (
     slot_flat_parameters,
 )
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
-from lightning_sfl.algorithms.iteration import client_side_terms
-from lightning_sfl.algorithms.losses import sum_of_client_means
+from lightning_sfl.algorithms.iteration import full_model_iteration
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import LocalEpochs, Schedule, Step
@@ -193,17 +192,9 @@ class FedAvg(SplitFedAlgorithm):
 
     @override
     def local_iteration(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
-        """One local SGD step of every selected client: ``Σ_k [mean_{i∈k} ℓ_i + R_k]``, backward, step."""
-        opt = self.optimizers()
-        opt.zero_grad()
-        features, logits = self.slot_forward(step)
-        self.check_finite("logits", logits, step)
-        loss = sum_of_client_means(self.row_loss(logits, step), step.owner, step.sizes)
-        extra = client_side_terms(self, step, logits, features)  # Σ_k R_k over the slots
-        if extra is not None:
-            loss = loss + extra
-        self.manual_backward(loss)
-        self.take_step(opt, slots=step.slots)  # local epochs leave clients out of a step: they must not move
+        """One local SGD step of every selected client: ``Σ_k [mean_{i∈k} ℓ_i + R_k]``, backward, step
+        (:func:`~lightning_sfl.algorithms.iteration.full_model_iteration`)."""
+        loss = full_model_iteration(self, step, self.slot_forward, self.row_loss)
         return loss, loss
 
 

@@ -19,14 +19,15 @@ The update acts on the parameters; buffers (e.g. BatchNorm statistics) take the 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from typing_extensions import override
 
 from lightning_sfl.algorithms.aggregate import flat_parameters, load_flat_parameters, parameter_zeros
 from lightning_sfl.algorithms.async_base import AsyncMethod, choice
 from lightning_sfl.algorithms.client_bank import ClientBank
+from lightning_sfl.algorithms.iteration import full_model_iteration
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop import Step
 from lightning_sfl.loop.async_events import UploadStep
 
 __all__ = ["CA2FL", "FedBuff"]
@@ -59,18 +60,20 @@ class FedBuff(AsyncMethod):
         """Train ``E`` local iterations in the client's slot, then buffer its model and its update ``Δ_i``."""
         slot = self.bank.slots[int(step.slots[0])]
         start = flat_parameters(slot).detach().clone()
-        opt = self.optimizers()
         rows = int(step.sizes[0]) // step.local_iters  # b: the step holds E minibatches of b rows, in order
         for e in range(step.local_iters):
-            opt.zero_grad()
-            x, y = step.x[e * rows : (e + 1) * rows], step.y[e * rows : (e + 1) * rows]
-            loss = F.cross_entropy(self.bank(x, step.sizes.new_tensor([rows]), step.slots), y)
-            self.check_finite("loss", loss.detach().expand(len(y)), step)
-            self.manual_backward(loss)
-            self.take_step(opt, e == step.local_iters - 1, step.slots)  # one global_step a step; one slot moves
-            self.log("train/client_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=len(y))
+            minibatch = step.minibatch(e * rows, rows)
+            last = e == step.local_iters - 1  # one global_step a step; one slot moves
+            loss = full_model_iteration(self, minibatch, self._slot_forward, self._row_loss, count_step=last)
+            self.log("train/client_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=rows)
         self.deltas.append(flat_parameters(slot).detach() - start)
         super().upload(step)
+
+    def _slot_forward(self, step: Step) -> tuple[None, torch.Tensor]:
+        return None, self.bank(step.x, step.local_sizes, step.slots)
+
+    def _row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
+        return self.cross_entropy(logits, step.y)
 
     def server_direction(self, deltas: torch.Tensor, clients: list[int]) -> torch.Tensor:
         """The update direction from the buffered ``Δ`` ``[M, P]`` of ``clients``: FedBuff's mean."""
@@ -106,6 +109,12 @@ class CA2FL(FedBuff):
         self.add_state("cache", lambda: parameter_zeros(self.client.net, self.client_stats.num_clients))  # h_i, [K, P]
 
     @override
+    def _slot_forward(self, step: Step) -> tuple[None, torch.Tensor]:
+        return None, self.bank(step.x, step.local_sizes, step.slots)
+
+    def _row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
+        return self.cross_entropy(logits, step.y)
+
     def server_direction(self, deltas: torch.Tensor, clients: list[int]) -> torch.Tensor:
         if self.update == "gas_code":
             self.refresh_cache(deltas, clients)

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from lightning_sfl.algorithms.losses import sum_of_client_means
+
 if TYPE_CHECKING:
     from lightning_sfl.algorithms.base import SplitFedAlgorithm
     from lightning_sfl.loop import Step
 
-__all__ = ["activation_gradients", "client_side_terms", "process_share", "split_iteration"]
+__all__ = ["activation_gradients", "client_side_terms", "full_model_iteration", "process_share", "split_iteration"]
 
 
 def activation_gradients(client_loss: torch.Tensor, activations: torch.Tensor, keep_graph: bool = True) -> torch.Tensor:
@@ -112,3 +114,23 @@ def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = Tr
         client_loss = extra if client_loss is None else client_loss + extra
     method.take_step(opt, count_step, step.slots)
     return server_loss, client_loss
+
+
+def full_model_iteration(method: SplitFedAlgorithm, step: Step, forward, row_loss, count_step: bool = True):
+    """One local SGD step of every slot of ``step`` on its whole model (plain FL: no cut), written once for the FL
+    methods: ``forward(step)`` gives each slot's features (``None`` unless asked for) and logits ``[B, N]`` on its
+    client's rows; the loss ``Σ_k [mean_{i∈k} row_loss(logits, step)_i + R_k]`` (the clients' extra terms,
+    :func:`client_side_terms`) is backpropagated and the step's slots take one step (``count_step``: counted as a
+    Lightning ``global_step``). FedAvg's family runs it for each ``"local"`` step, FedBuff and CA²FL for each of a
+    client's ``E`` minibatches. Returns the loss."""
+    opt = method.optimizers()
+    opt.zero_grad()
+    features, logits = forward(step)
+    method.check_finite("logits", logits, step)
+    loss = sum_of_client_means(row_loss(logits, step), step.owner, step.sizes)
+    extra = client_side_terms(method, step, logits, features)
+    if extra is not None:
+        loss = loss + extra
+    method.manual_backward(loss)
+    method.take_step(opt, count_step, step.slots)  # a step may leave slots out (local epochs, FedBuff): they stay
+    return loss

@@ -131,6 +131,30 @@ class Step:
         """A copy with ``changes`` (``dataclasses.replace``; keeps the subclass and its extra fields)."""
         return dataclasses.replace(self, **changes)
 
+    def minibatch(self, start: int, rows: int) -> Step:
+        """Rows ``start`` to ``start + rows`` of a one-client step as a step of their own (one of the ``E``
+        minibatches an asynchronous FL client's upload carries), for one local iteration.
+
+        >>> step = Step("upload", 0, 3, False, torch.tensor([4]), torch.tensor([6]), torch.arange(6),
+        ...             x=torch.arange(6.0), y=torch.arange(6), owner=torch.zeros(6, dtype=torch.long))
+        >>> part = step.minibatch(2, 2)
+        >>> part.y.tolist(), part.sizes.tolist(), part.local_sizes.tolist(), part.owner.tolist()
+        ([2, 3], [2], [2], [0, 0])
+        """
+        if len(self.clients) != 1:
+            raise ValueError(f"minibatch: the step holds {len(self.clients)} clients, not one")
+        part = slice(start, start + rows)
+        size = self.sizes.new_tensor([rows])
+        return self.replace(
+            sizes=size,
+            rows=self.rows[part],
+            x=None if self.x is None else self.x[part],
+            y=None if self.y is None else self.y[part],
+            owner=None if self.owner is None else self.owner[part],
+            local_sizes=size,
+            label_counts=None,
+        )
+
     @override
     def to(self, device: torch.device | str) -> Step:
         """The step with every tensor field on ``device`` (what the data module's batch transfer does)."""
