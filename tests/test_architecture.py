@@ -190,3 +190,40 @@ def test_the_architecture_docs_hooks_are_the_base_methods_hooks():
     hooks = {h for row in rows if row[3].strip() != "hook" for h in re.findall(r"`(\w+)[(`]", row[3])}
     missing = sorted(h for h in hooks if not callable(getattr(SplitFedAlgorithm, h, None)))
     assert len(hooks) >= 20 and not missing, (sorted(hooks), missing)
+
+
+def test_the_worked_example_of_a_method_runs_as_written():
+    """The architecture page's "Adding a method" block, executed as it is (``register`` recording instead of adding to
+    the library's registry), trains a round on digits; its loss is SCALA's with the labels smoothed."""
+    import torch
+    from _helpers import quiet_trainer, small_digits
+
+    import lightning_sfl.algorithms as algorithms
+
+    block = re.search(r"## Adding a method.*?```python\n(.*?)```", DOC.read_text(), re.S).group(1)
+    registered = {}
+
+    def register(name, **kwargs):
+        def keep(cls):
+            registered[name] = (cls, kwargs)
+            return cls
+
+        return keep
+
+    original = algorithms.register
+    algorithms.register = register
+    try:
+        namespace: dict = {"__name__": "worked_example"}
+        exec(compile(block, "docs/architecture.md", "exec"), namespace)
+    finally:
+        algorithms.register = original
+    cls, options = registered["scala_ls"]
+    assert options == {"family": "split"} and issubclass(cls, algorithms.SCALA)
+    torch.manual_seed(0)
+    model = cls(local_iters=1, lr=0.05, missing_class_floor=1e-12, smoothing=0.2)
+    quiet_trainer(1).fit(model, small_digits())
+    logits, labels = torch.zeros(2, 10), torch.tensor([0, 1])
+    assert float(model.cross_entropy(logits, labels, reduction="mean")) == float(torch.log(torch.tensor(10.0)))
+    logits[:, 0] = 5.0  # a confident row: smoothing raises its loss above the plain one
+    smoothed = model.cross_entropy(logits, labels)
+    assert smoothed[0] > torch.nn.functional.cross_entropy(logits, labels, reduction="none")[0]
