@@ -134,8 +134,9 @@ class SplitGuard(RoundCallback):
 def probes(method) -> bool:
     """The clients of ``method`` hold labels, upload ``h`` of the global half they download and get the server's
     gradients back: what SplitGuard probes (not SFLLocalLoss, SplitFedV3, Semi-SFL or a plain FL method)."""
-    split = method.has_server_half and method.plain_upload and method.server_sends_gradients
-    return split and not method.keeps_client_halves  # the probe runs the global half
+    return (
+        method.has_server_half and method.answers_with_gradients and not method.keeps_client_halves
+    )  # the probe runs the global half
 
 
 def server_gradients(method, sent: torch.Tensor, labels: torch.Tensor, client: int, round_index: int) -> torch.Tensor:

@@ -9,29 +9,12 @@ receives one typed :class:`~lightning_sfl.loop.Step`. **One epoch = one global r
 step's ``kind`` picks the handler (``step_handlers``), ``round_start``/``round_end`` mark the round's edges, and the
 federation delivers the ``on_round_start``/``on_round_end`` events.
 
-Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SFL):
-
-=====  ======================  ===================================  ==============================================
- #     paper step              hook                                 default / who overrides it
-=====  ======================  ===================================  ==============================================
- 0     broadcast (round start) :meth:`start_round`                  every slot ← global halves, fresh optimiser
-                                                                    state (SplitFedV3: per-client halves)
- 1     client forward          :meth:`client_forward`               ``A_k = h(w_{c,k}; X_k)``, each slot its rows
- 2     server forward          :meth:`server_forward`               ``s = l(w_s; concat_k A_k)`` (eq. 5); a copy
-                                                                    per client if ``server_copies`` (SplitFedV1)
- 3     server update           :meth:`server_loss` (+ prior)        CE on the concatenation (eq. 7); SCALA eq. 14
- 4     client gradients        :meth:`client_loss` (+ prior)        ``G_k = ∂/∂A_k`` of each client's mean CE
-                                                                    (eq. 8); SCALA eq. 15; ``None``: no gradient
-                                                                    is sent (SFLLocalLoss)
- 5     client extra terms      :meth:`client_extra_loss` (rows),    none; SFLLocalLoss (auxiliary head); FedProx,
-                               :meth:`client_regulariser` (whole)   FedDyn, FedDecorr, SCAFFOLD (whole); the
-                                                                    defences' terms beside them (NoPeek, SCALA-PE)
- 6     server + client step    :meth:`take_step`                    one SGD step over the server and every slot
-                                                                    (SplitFedV2: after each client)
- 7     aggregate (round end)   :meth:`aggregate`                    average of every bank (eq. 10), weights
-                                                                    :meth:`aggregation_weights` (``|D_k|``);
-                                                                    FedDyn, SplitFedV3, FedOpt, SCAFFOLD their own
-=====  ======================  ===================================  ==============================================
+Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SFL): 0 broadcast :meth:`start_round`,
+1 client forward :meth:`client_forward`, 2 server forward :meth:`server_forward`, 3 server loss :meth:`server_loss`
+(with :meth:`server_prior`), 4 the clients' loss :meth:`client_loss` (with :meth:`client_prior`; both made of
+:meth:`cross_entropy`), 5 the clients' extra terms :meth:`client_extra_loss` and :meth:`client_regulariser`, 6 the step
+:meth:`take_step`, 7 aggregation :meth:`aggregate` (weights :meth:`aggregation_weights`). ``docs/architecture.md``
+tabulates their defaults and who overrides each.
 
 The halves themselves come from :meth:`build_halves`. :meth:`local_iteration` (handler of ``"local"`` steps) runs
 1-6 in that order through :func:`~lightning_sfl.algorithms.iteration.split_iteration`, the one split iteration every
@@ -156,12 +139,10 @@ class SplitFedAlgorithm(L.LightningModule):
     #: True if the clients keep their own client halves across rounds (SplitFedV3): what a client uploads is not
     #: ``h`` of the global half, so the inversion regulariser and SplitGuard's probe refuse the method.
     keeps_client_halves: ClassVar[bool] = False
-    #: False for methods whose clients upload something else than ``h(w_c; X)`` of one input (Semi-SFL's two views):
-    #: SplitGuard (:class:`~lightning_sfl.callbacks.splitguard.SplitGuard`) cannot probe them.
-    plain_upload: ClassVar[bool] = True
-    #: False where the server sends the clients no gradient of its loss (SFLLocalLoss: the clients train on heads of
-    #: their own): SplitGuard has nothing to probe.
-    server_sends_gradients: ClassVar[bool] = True
+    #: True if the server answers a client's upload of ``h(w_c; X)`` with the gradient of its loss, what SplitGuard
+    #: (:class:`~lightning_sfl.callbacks.splitguard.SplitGuard`) probes; False: SFLLocalLoss (no gradient crosses the
+    #: cut), Semi-SFL (its clients upload two views).
+    answers_with_gradients: ClassVar[bool] = True
     #: Step kind -> name of the method that runs a step of that kind.
     step_handlers: ClassVar[dict[str, str]] = {"local": "local_iteration", "aggregate": "skip_step"}
 
@@ -480,7 +461,7 @@ class SplitFedAlgorithm(L.LightningModule):
         if not math.isfinite(float(server_loss.detach() + client_loss.detach())):  # one read of the device
             for name, loss in (("server loss", server_loss), ("client loss", client_loss)):
                 if not torch.isfinite(loss):
-                    self.check_finite(name, loss.detach().expand(step.num_rows), step)
+                    self.check_finite(step, (name, loss.detach().expand(step.num_rows)))
         self.log("train/server_loss", server_loss.detach(), on_step=False, on_epoch=True, batch_size=step.num_rows)
         self.log("train/client_loss", client_loss.detach(), on_step=False, on_epoch=True, batch_size=step.num_rows)
 
@@ -498,14 +479,10 @@ class SplitFedAlgorithm(L.LightningModule):
     def on_round_end(self, event: RoundEnd) -> None:
         """Module hook after a round's FL phase (e.g. Semi-SFL adapts its ``K_s`` here for the next round)."""
 
-    def check_finite(self, what: str, values: torch.Tensor, step: Step) -> None:
-        """NaN/Inf guard for per-row values ``[B, ...]``: stop the run naming the round, the step and the clients
-        whose rows are affected (:mod:`~lightning_sfl.algorithms.guards`)."""
-        self.check_all_finite(step, (what, values))
-
-    def check_all_finite(self, step: Step, *named: tuple[str, torch.Tensor]) -> None:
-        """:meth:`check_finite` for several ``(what, values)`` at once, blaming the first non-finite one; every process
-        stops together."""
+    def check_finite(self, step: Step, *named: tuple[str, torch.Tensor]) -> None:
+        """NaN/Inf guard for per-row values ``(what, [B, ...])`` of ``step``, checked together: stop the run naming the
+        round, the step, the first non-finite ``what`` and the clients whose rows are affected
+        (:mod:`~lightning_sfl.algorithms.guards`); every process stops together."""
         check_all_finite(step, named, sum_over_processes if self.world_size > 1 else None)
 
     # ------------------------------------------------------------------ round edges: broadcast and FL phase
@@ -659,7 +636,7 @@ class SplitFedAlgorithm(L.LightningModule):
         activations and logits, then the server loss (hook 3) and the clients' loss (hook 4), both from this
         (pre-update) forward."""
         logits = self.server_forward(a, step)
-        self.check_all_finite(step, ("activations", acts), ("logits", logits))
+        self.check_finite(step, ("activations", acts), ("logits", logits))
         return self.server_loss(logits, step), self.client_loss(logits, step)
 
     def answer_loss(self, a: torch.Tensor, step: Step) -> torch.Tensor:

@@ -331,7 +331,7 @@ class FedMatch(SemiSFL):
         strong = strong_view(x, self.shift, g)
         logits = self.bank(x, step.local_sizes, step.slots)  # p_θ(u) of each client's own model
         strong_logits = self.bank(strong, step.local_sizes, step.slots)
-        self.check_finite("client logits", strong_logits, step)
+        self.check_finite(step, ("client logits", strong_logits))
         log_probs = logits.log_softmax(dim=1)
         confidence, local = log_probs.detach().exp().max(dim=1)
         mask = confidence >= self.threshold

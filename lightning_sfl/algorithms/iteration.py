@@ -126,7 +126,7 @@ def full_model_iteration(method: SplitFedAlgorithm, step: Step, forward, row_los
     opt = method.optimizers()
     opt.zero_grad()
     features, logits = forward(step)
-    method.check_finite("logits", logits, step)
+    method.check_finite(step, ("logits", logits))
     loss = sum_of_client_means(row_loss(logits, step), step.owner, step.sizes)
     extra = client_side_terms(method, step, logits, features)
     if extra is not None:

@@ -107,7 +107,7 @@ class SemiSFL(SplitFedAlgorithm):
     """
 
     step_handlers = {"supervised": "supervised_step", "unlabelled": "unlabelled_step"}
-    plain_upload = False  # the clients upload two views' activations (send_activations)
+    answers_with_gradients = False  # the clients upload two views' activations (send_activations)
     #: The schedule of the rounds (:meth:`configure_schedule`).
     phase_schedule: ClassVar[type[Phases]] = Phases
 
@@ -293,7 +293,7 @@ class SemiSFL(SplitFedAlgorithm):
         g = self._generator(step)
         weak, strong = weak_view(step.x, self.shift, g), strong_view(step.x, self.shift, g)
         acts = self.bank(strong, step.local_sizes, step.slots)  # e_i [B, *act]
-        self.check_finite("activations", acts, step)
+        self.check_finite(step, ("activations", acts))
         with torch.no_grad():
             teacher_acts = self.client_banks["teacher"](weak, step.local_sizes, step.slots)  # ẽ_i
         self.send_up(step, acts, teacher_acts)

@@ -133,7 +133,7 @@ class SFLLocalLoss(SplitMethod):
     The auxiliary head is ``Flatten → Linear(activation size, N)`` (Han et al. use a small local classifier);
     it belongs to the client model and is averaged with it each round."""
 
-    server_sends_gradients = False  # no gradient crosses the cut: SplitGuard has nothing to probe
+    answers_with_gradients = False  # no gradient crosses the cut: SplitGuard has nothing to probe
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
