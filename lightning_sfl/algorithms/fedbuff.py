@@ -109,12 +109,6 @@ class CA2FL(FedBuff):
         self.add_state("cache", lambda: parameter_zeros(self.client.net, self.client_stats.num_clients))  # h_i, [K, P]
 
     @override
-    def _slot_forward(self, step: Step) -> tuple[None, torch.Tensor]:
-        return None, self.bank(step.x, step.local_sizes, step.slots)
-
-    def _row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
-        return self.cross_entropy(logits, step.y)
-
     def server_direction(self, deltas: torch.Tensor, clients: list[int]) -> torch.Tensor:
         if self.update == "gas_code":
             self.refresh_cache(deltas, clients)
