@@ -8,7 +8,7 @@
 * :mod:`lightning_sfl.privacy.splitguard`: SplitGuard's score, the clients' detector of a hijacking server (the probe
   is the callback :class:`~lightning_sfl.callbacks.splitguard.SplitGuard`);
 * :mod:`lightning_sfl.privacy.defences`: NoPeek's distance correlation and noise on the activations (applied to every
-  split method by :mod:`lightning_sfl.algorithms.defended`);
+  split method's clients by :mod:`lightning_sfl.defences`);
 * :mod:`lightning_sfl.privacy.progress`: the attacks' progress on a terminal (quiet otherwise).
 
 ``lightning-sfl attack`` (``--attack inversion|unsplit`` on any split checkpoint) is the command
