@@ -27,7 +27,6 @@ from lightning_sfl.algorithms.client_bank import ClientBank
 from lightning_sfl.algorithms.iteration import full_model_iteration
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.loop import Step
 from lightning_sfl.loop.async_events import UploadStep
 
 __all__ = ["CA2FL", "FedBuff"]
@@ -64,16 +63,10 @@ class FedBuff(AsyncMethod):
         for e in range(step.local_iters):
             minibatch = step.minibatch(e * rows, rows)
             last = e == step.local_iters - 1  # one global_step a step; one slot moves
-            loss = full_model_iteration(self, minibatch, self._slot_forward, self._row_loss, count_step=last)
+            loss = full_model_iteration(self, minibatch, count_step=last)  # its slot's CE
             self.log("train/client_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=rows)
         self.deltas.append(flat_parameters(slot).detach() - start)
         super().upload(step)
-
-    def _slot_forward(self, step: Step) -> tuple[None, torch.Tensor]:
-        return None, self.bank(step.x, step.local_sizes, step.slots)
-
-    def _row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
-        return self.cross_entropy(logits, step.y)
 
     def server_direction(self, deltas: torch.Tensor, clients: list[int]) -> torch.Tensor:
         """The update direction from the buffered ``Δ`` ``[M, P]`` of ``clients``: FedBuff's mean."""

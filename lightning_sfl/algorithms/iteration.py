@@ -116,18 +116,22 @@ def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = Tr
     return server_loss, client_loss
 
 
-def full_model_iteration(method: SplitFedAlgorithm, step: Step, forward, row_loss, count_step: bool = True):
+def full_model_iteration(
+    method: SplitFedAlgorithm, step: Step, forward=None, row_loss=None, count_step: bool = True
+) -> torch.Tensor:
     """One local SGD step of every slot of ``step`` on its whole model (plain FL: no cut), written once for the FL
     methods: ``forward(step)`` gives each slot's features (``None`` unless asked for) and logits ``[B, N]`` on its
-    client's rows; the loss ``Σ_k [mean_{i∈k} row_loss(logits, step)_i + R_k]`` (the clients' extra terms,
+    client's rows (default: the bank's logits, no features); ``row_loss`` defaults to the method's
+    ``cross_entropy``; the loss ``Σ_k [mean_{i∈k} row_loss(logits, step)_i + R_k]`` (the clients' extra terms,
     :func:`client_side_terms`) is backpropagated and the step's slots take one step (``count_step``: counted as a
     Lightning ``global_step``). FedAvg's family runs it for each ``"local"`` step, FedBuff and CA²FL for each of a
     client's ``E`` minibatches. Returns the loss."""
     opt = method.optimizers()
     opt.zero_grad()
-    features, logits = forward(step)
+    features, logits = (None, method.bank(step.x, step.local_sizes, step.slots)) if forward is None else forward(step)
     method.check_finite(step, ("logits", logits))
-    loss = sum_of_client_means(row_loss(logits, step), step.owner, step.sizes)
+    rows = method.cross_entropy(logits, step.y) if row_loss is None else row_loss(logits, step)
+    loss = sum_of_client_means(rows, step.owner, step.sizes)
     extra = client_side_terms(method, step, logits, features)
     if extra is not None:
         loss = loss + extra
