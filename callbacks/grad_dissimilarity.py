@@ -119,7 +119,7 @@ class GradientDissimilarity(RoundCallback):
 
     Works for split methods (client half ∘ server half) and plain FL (the whole model is the client half,
     ``dissimilarity/server_half`` is 0). Reads the clients' shards and data from the fit's federation and the global
-    model from the method (``global_halves()``).
+    model from the method (its ``client`` and ``server`` halves).
 
     Args:
         every_n_rounds: measure at rounds ``i`` (0-based ``trainer.current_epoch``) with ``i % every_n_rounds == 0``;
@@ -166,10 +166,10 @@ class GradientDissimilarity(RoundCallback):
 
     @torch.no_grad()
     def measure(self, pl_module, federation: Federation, clients: torch.Tensor, round_idx: int) -> dict[str, float]:
-        """The ``dissimilarity/*`` metrics of the current global model (``pl_module.global_halves()``) for ``clients``
-        (``[S]`` ids) on the federation's data."""
+        """The ``dissimilarity/*`` metrics of the current global model (the method's ``client`` and ``server`` halves)
+        for ``clients`` (``[S]`` ids) on the federation's data."""
         device = pl_module.device
-        halves = pl_module.global_halves()
+        halves = {"client": pl_module.client.net, "server": pl_module.server.net}
         data, stats = federation.data, federation.stats
         ids = clients.tolist()
         rng_devices = []

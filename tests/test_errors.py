@@ -13,6 +13,7 @@ from _helpers import round_steps
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl.algorithms import SCALA
+from lightning_sfl.algorithms.guards import check_finite
 from lightning_sfl.checkpoint import check_checkpoint
 from lightning_sfl.cli import main
 from lightning_sfl.data import FederatedDataModule
@@ -170,10 +171,10 @@ def test_check_finite_on_its_own(rows, bad_client):
     step = Step("local", 0, 1, False, torch.tensor([5, 7]), sizes, torch.arange(2), owner=torch.arange(2))
     values = torch.tensor(rows, dtype=torch.float32)
     if bad_client is None:
-        SCALA().check_finite(step, ("activations", values))
+        check_finite(step, ("activations", values))
     else:
         with pytest.raises(NonFiniteError, match=rf"round 1, local iteration 2, client\(s\) \[{bad_client}\]"):
-            SCALA().check_finite(step, ("activations", values))
+            check_finite(step, ("activations", values))
 
 
 @pytest.mark.parametrize(
@@ -193,10 +194,10 @@ def test_activations_and_logits_checked_together(acts, logits, blamed):
     )
     named = (("activations", torch.tensor(acts)), ("logits", torch.tensor(logits)))
     if blamed is None:
-        SCALA().check_finite(step, *named)
+        check_finite(step, *named)
     else:
         with pytest.raises(NonFiniteError, match=rf"non-finite {blamed[0]} in round 1, .*client\(s\) \[{blamed[1]}\]"):
-            SCALA().check_finite(step, *named)
+            check_finite(step, *named)
 
 
 def test_divergence_from_the_cli_is_one_line(tmp_path):

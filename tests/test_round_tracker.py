@@ -37,11 +37,12 @@ def test_a_round_counts_each_slots_client_rows_and_iterations_and_ends_with_the_
     federation = _Federation()
     first = make_step([4, 9], [3, 0], slots=torch.tensor([0, 2]))
     second = dataclasses.replace(make_step([9, 1], [2, 5], slots=torch.tensor([2, 1])), index=1, round_end=True)
+    server = dataclasses.replace(make_step([], []), rows=torch.arange(4))  # rows the server holds, no clients
     tracker = RoundTracker.start(federation, first, num_slots=3)
     assert federation.events == [("on_round_start", first)] and federation.ledger.started == [3]
-    for step in (first, second):
+    for step in (first, server, second):
         tracker.count(step)
-    event = tracker.end(second, metrics={"supervised_loss": 0.25}, server_rows=4)
+    event = tracker.end(second, metrics={"supervised_loss": 0.25})
     # by hand: slot 0 holds client 4 (3 rows, 1 iteration), slot 2 client 9 (0 + 2 rows, 1 iteration: the step with
     # no rows for it does not count), slot 1 client 1 (5 rows, 1 iteration)
     assert event.clients.tolist() == [4, 1, 9] and event.samples.tolist() == [3, 5, 2]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from typing_extensions import override
 
+from lightning_sfl.algorithms import federated
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.client_bank import ClientBank
 from lightning_sfl.errors import ConfigError
@@ -53,7 +54,7 @@ class AsyncMethod(SplitFedAlgorithm):
         **kwargs: the base's (``local_iters`` is ``E``, local iterations per participation).
     """
 
-    step_handlers = {"arrivals": "skip_step", "upload": "upload"}
+    step_handlers = {"arrivals": None, "upload": "upload"}
 
     def __init__(
         self,
@@ -105,7 +106,7 @@ class AsyncMethod(SplitFedAlgorithm):
     @override
     def setup(self, stage: str) -> None:
         if stage == "fit":
-            self._act_shape = self.activation_shape()
+            self._act_shape = federated.activation_shape(self)
         super().setup(stage)
 
     # ------------------------------------------------------------------ round edges, uploads, aggregation

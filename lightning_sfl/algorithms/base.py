@@ -7,7 +7,7 @@ configures a :class:`~lightning_sfl.loop.Schedule` (:meth:`SplitFedAlgorithm.con
 to the method by :meth:`SplitFedAlgorithm.federate`); the data module executes it, and every ``training_step``
 receives one typed :class:`~lightning_sfl.loop.Step`. **One epoch = one global round** of any number of steps. The
 step's ``kind`` picks the handler (``step_handlers``), ``round_start``/``round_end`` mark the round's edges, and the
-federation delivers the ``on_round_start``/``on_round_end`` events.
+federation delivers the round events (``on_round_end`` also to the method).
 
 Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SFL): 0 broadcast :meth:`start_round`,
 1 client forward :meth:`client_forward`, 2 server forward :meth:`server_forward`, 3 server loss :meth:`server_loss`
@@ -50,10 +50,15 @@ from typing_extensions import override
 from lightning_sfl import trainer_view
 from lightning_sfl.algorithms import evaluation, federated, state
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots
-from lightning_sfl.algorithms.guards import check_all_finite, check_global_weights
+from lightning_sfl.algorithms.guards import check_finite, check_global_weights
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
-from lightning_sfl.algorithms.processes import disable_ddp_reducer, sum_gradients_over_processes, sum_over_processes
+from lightning_sfl.algorithms.processes import (
+    disable_ddp_reducer,
+    sum_gradients_over_processes,
+    sum_over_processes,
+    world_size,
+)
 from lightning_sfl.algorithms.round_tracker import RoundTracker
 from lightning_sfl.algorithms.stacked_bank import BANK_KINDS, StackedBank, make_bank
 from lightning_sfl.defences import Defence, Defences, resolve_defences
@@ -143,8 +148,9 @@ class SplitFedAlgorithm(L.LightningModule):
     #: (:class:`~lightning_sfl.callbacks.splitguard.SplitGuard`) probes; False: SFLLocalLoss (no gradient crosses the
     #: cut), Semi-SFL (its clients upload two views).
     answers_with_gradients: ClassVar[bool] = True
-    #: Step kind -> name of the method that runs a step of that kind.
-    step_handlers: ClassVar[dict[str, str]] = {"local": "local_iteration", "aggregate": "skip_step"}
+    #: Step kind -> name of the method that runs a step of that kind; ``None``: nothing to run (the round's closing
+    #: ``"aggregate"`` step lists its clients but has no rows; the base then aggregates).
+    step_handlers: ClassVar[dict[str, str | None]] = {"local": "local_iteration", "aggregate": None}
 
     def __init__(
         self,
@@ -252,7 +258,8 @@ class SplitFedAlgorithm(L.LightningModule):
         """What runs steps of ``kind``: the method named in ``step_handlers``, else a step its defences added (the
         inversion regulariser's warm-up, handed the global client half); ``None`` if none does."""
         if kind in self.step_handlers:
-            return getattr(self, self.step_handlers[kind])
+            name = self.step_handlers[kind]
+            return (lambda step: None) if name is None else getattr(self, name)
         handler = self.defences.step_handler(kind)
         return None if handler is None else (lambda step: handler(step, self.client))
 
@@ -261,11 +268,6 @@ class SplitFedAlgorithm(L.LightningModule):
         refused before its processes start (the command line) and at ``setup``. Here: what its defences refuse
         (the inversion regulariser)."""
         return self.defences.one_process_only()
-
-    def global_halves(self) -> dict[str, nn.Module]:
-        """The global model as its halves, ``{"client": w_c, "server": w_s}`` (plain FL: the whole model and an empty
-        server), for callbacks that evaluate it part by part (gradient dissimilarity)."""
-        return {"client": self.client.net, "server": self.server.net}
 
     def client_models(self) -> dict[str, nn.Module]:
         """The client-side models every client holds a copy of (broadcast, trained in a slot, aggregated):
@@ -316,10 +318,6 @@ class SplitFedAlgorithm(L.LightningModule):
         """What the client-side model costs per sample, for the system model (measured when it asks)."""
         return federated.client_costs(self)
 
-    def activation_shape(self) -> tuple[int, ...]:
-        """Shape of one sample's output of the client model (the global one in eval mode: no statistics move)."""
-        return federated.activation_shape(self.client, self.example_input_array)
-
     #: ``(save, load)`` of each part with an entry in checkpoints: the method's (its class, the W&B run; banks rebuilt
     #: every round left out) and the federation's; each keeps the others' keys, so their order does not matter.
     _checkpoint_parts = (
@@ -337,12 +335,6 @@ class SplitFedAlgorithm(L.LightningModule):
         self._checkpoint_rounds = int(checkpoint.get("epoch", -1)) + 1  # saved at the end of epoch ``epoch``
         for _, load in self._checkpoint_parts:
             load(self, checkpoint)
-
-    @property
-    def rounds_completed(self) -> int:
-        """Rounds behind the global model being evaluated (:func:`~lightning_sfl.algorithms.evaluation.
-        rounds_completed`)."""
-        return evaluation.rounds_completed(self.trainer, self.current_epoch, self._checkpoint_rounds)
 
     @override
     def on_train_start(self) -> None:
@@ -380,9 +372,9 @@ class SplitFedAlgorithm(L.LightningModule):
         if stage != "fit":
             return
         skip_redundant_metric_moves()  # Lightning's self.log re-moves every logged metric to its device: skip no-ops
-        refused = self.one_process_only() if self.world_size > 1 else None
+        refused = self.one_process_only() if world_size() > 1 else None
         if refused is not None:
-            raise ConfigError(f"{refused} runs on one process (got {self.world_size})")
+            raise ConfigError(f"{refused} runs on one process (got {world_size()})")
         self.defences.setup(self._federation(), self.global_rank)
         stats = self._federation().stats
         self.register_buffer("client_sizes", stats.sizes.clone(), persistent=False)
@@ -408,13 +400,13 @@ class SplitFedAlgorithm(L.LightningModule):
         bank.checkpointed = self.schedule.persistent_slots
         return bank
 
-    def banks(self) -> list[ClientBank]:
+    def _banks(self) -> list[ClientBank]:
         """Every per-client copy set of this method (client banks, then server copies)."""
         return [*self.client_banks.values(), *([self.server_bank] if self.server_bank is not None else [])]
 
     def _slot_parameters(self) -> list[nn.Parameter]:
         """Parameters of the slots (client copies and per-client server copies)."""
-        return [p for bank in self.banks() for p in bank.parameters()]
+        return [p for bank in self._banks() for p in bank.parameters()]
 
     def _server_parameters(self) -> list[nn.Parameter]:
         return [] if self.server_bank is not None else list(self.server.parameters())
@@ -451,17 +443,17 @@ class SplitFedAlgorithm(L.LightningModule):
             self.aggregate(step)
             halves = ((n, p) for n, p in self.named_parameters() if n.startswith(("client.", "server.")))
             check_global_weights(halves, step)
-            self._round_tracker.end(step, metrics=self.round_metrics(), server_rows=self.round_server_rows())
+            self._round_tracker.end(step, metrics=self.round_metrics())
         return outputs
 
     def _log_losses(self, step: Step, server_loss: torch.Tensor, client_loss: torch.Tensor) -> None:
-        if self.world_size > 1:  # each process holds its shard's part of the (globally normalised) losses
+        if world_size() > 1:  # each process holds its shard's part of the (globally normalised) losses
             losses = (server_loss, client_loss)
             server_loss, client_loss = (sum_over_processes(v.detach().clone()) for v in losses)
         if not math.isfinite(float(server_loss.detach() + client_loss.detach())):  # one read of the device
             for name, loss in (("server loss", server_loss), ("client loss", client_loss)):
                 if not torch.isfinite(loss):
-                    self.check_finite(step, (name, loss.detach().expand(step.num_rows)))
+                    check_finite(step, (name, loss.detach().expand(step.num_rows)))
         self.log("train/server_loss", server_loss.detach(), on_step=False, on_epoch=True, batch_size=step.num_rows)
         self.log("train/client_loss", client_loss.detach(), on_step=False, on_epoch=True, batch_size=step.num_rows)
 
@@ -469,21 +461,8 @@ class SplitFedAlgorithm(L.LightningModule):
         """What the method measured in the round that its schedule adapts to (``RoundEnd.metrics``); none here."""
         return {}
 
-    def round_server_rows(self) -> int:
-        """Rows the server trained on its own data in the round (``RoundEnd.server_rows``); none here."""
-        return 0
-
-    def on_round_start(self, step: Step) -> None:
-        """Module hook before the first step of a round (e.g. to adapt the schedule)."""
-
     def on_round_end(self, event: RoundEnd) -> None:
         """Module hook after a round's FL phase (e.g. Semi-SFL adapts its ``K_s`` here for the next round)."""
-
-    def check_finite(self, step: Step, *named: tuple[str, torch.Tensor]) -> None:
-        """NaN/Inf guard for per-row values ``(what, [B, ...])`` of ``step``, checked together: stop the run naming the
-        round, the step, the first non-finite ``what`` and the clients whose rows are affected
-        (:mod:`~lightning_sfl.algorithms.guards`); every process stops together."""
-        check_all_finite(step, named, sum_over_processes if self.world_size > 1 else None)
 
     # ------------------------------------------------------------------ round edges: broadcast and FL phase
     def reset_slots(self, slots: Slots = None, models: dict[str, nn.Module] | None = None) -> None:
@@ -504,11 +483,6 @@ class SplitFedAlgorithm(L.LightningModule):
         """Round start (hook 0): every client of the round gets the global halves in its slot (FL-style: the
         client optimiser state starts fresh every round)."""
         self.reset_slots()
-
-    def skip_step(self, step: Step) -> None:
-        """Handler of ``"aggregate"`` steps (a round's closing step listing all its clients, no rows): nothing to
-        train; the base then aggregates (the step ends the round)."""
-        return None
 
     def aggregation_weights(self, step: Step) -> torch.Tensor:
         """Weights of the step's clients in :meth:`aggregate`, ``[S]``: ``|D_k|`` (eq. 10)."""
@@ -558,10 +532,6 @@ class SplitFedAlgorithm(L.LightningModule):
     def missing_class_floor(self, value: float) -> None:
         self._missing_class_floor = checked_floor(value)
 
-    def row_label_distribution(self, step: Step) -> torch.Tensor:
-        """``P_k(y)`` of each row's client, ``[B, N]`` (eq. 15's prior; ``step.owner`` picks the row's client)."""
-        return self.label_dist.index_select(0, step.clients).index_select(0, step.owner)
-
     def server_prior(self, step: Step) -> torch.Tensor | None:
         """Label distribution added (as ``log``) to the logits of the server loss; ``None``: plain CE."""
         return None
@@ -592,7 +562,7 @@ class SplitFedAlgorithm(L.LightningModule):
     def _concat_mean_loss(self, logits: torch.Tensor, step: Step, prior: torch.Tensor | None = None) -> torch.Tensor:
         """(Logit-adjusted) cross-entropy averaged over the whole concatenated batch of ``B`` rows; on a DDP
         shard, the shard's sum divided by the global ``B`` (the gradient all-reduce adds the shards)."""
-        if self.world_size == 1:  # every row is here (no read of the device for the count)
+        if world_size() == 1:  # every row is here (no read of the device for the count)
             return self.cross_entropy(logits, step.y, prior, "mean")
         total = int(step.sizes.sum())
         if len(step.y) == total:
@@ -636,7 +606,7 @@ class SplitFedAlgorithm(L.LightningModule):
         activations and logits, then the server loss (hook 3) and the clients' loss (hook 4), both from this
         (pre-update) forward."""
         logits = self.server_forward(a, step)
-        self.check_finite(step, ("activations", acts), ("logits", logits))
+        check_finite(step, ("activations", acts), ("logits", logits))
         return self.server_loss(logits, step), self.client_loss(logits, step)
 
     def answer_loss(self, a: torch.Tensor, step: Step) -> torch.Tensor:
@@ -661,23 +631,19 @@ class SplitFedAlgorithm(L.LightningModule):
         return split_iteration(self, step)
 
     # ------------------------------------------------------------------ several processes
-    @property
-    def world_size(self) -> int:
-        return trainer_view.rank_and_world(self._trainer)[1]
-
     def take_step(self, opt, count_step: bool = True, slots=None) -> None:
         """Hook 6: sum the gradients over processes (each holds a shard of every client's rows; losses are
         normalised by global counts, so the sum is the one-process gradient), then step. ``count_step=False``
         steps the raw optimiser, which Lightning does not count as a ``global_step``. ``slots``: the client slots
         this step moves (``None``: every slot; the others keep their weights and momentum, whatever the bank)."""
-        if self.world_size > 1:
+        if world_size() > 1:
             sum_gradients_over_processes([p for p in self.parameters() if p.requires_grad], self.device)
         self.adjust_gradients()
         if slots is None or not self.schedule.partial_steps:  # every slot of the round is in the step
             (opt.step() if count_step else opt.optimizer.step())
             return
         with ExitStack() as keep:  # every bank keeps the slots the step leaves out (client halves, heads, copies)
-            for bank in self.banks():
+            for bank in self._banks():
                 keep.enter_context(bank.steps_only(opt.optimizer, slots))
             (opt.step() if count_step else opt.optimizer.step())
 

@@ -22,7 +22,7 @@ def evaluation_step(method, batch: dict[str, torch.Tensor]) -> dict[str, torch.T
 def finish_evaluation(method, prefix: str) -> None:
     """Log the epoch's accuracy as ``<prefix>/acc`` with ``round``, the rounds behind the model."""
     method.log(f"{prefix}/acc", method.val_acc.compute())
-    method.log("round", float(method.rounds_completed))
+    method.log("round", float(rounds_completed(method)))
     method.val_acc.reset()
 
 
@@ -31,13 +31,15 @@ def start_evaluation(method) -> None:
     fit)."""
     if len(method.defences):
         seed = int(method.federation.stats.seed) if method.federation is not None else 0
-        done = method.rounds_completed if method._trainer is not None else 0
+        done = rounds_completed(method) if method._trainer is not None else 0
         method.defences.start_evaluation(seed, method.global_rank, done)
 
 
-def rounds_completed(trainer, current_epoch: int, checkpoint_rounds: int | None) -> int:
-    """Rounds behind the global model being evaluated: during fit the round just aggregated; in ``validate``/``test``
-    of a checkpoint the rounds it was saved after (``checkpoint_rounds``); otherwise the trainer's epochs."""
-    if trainer_view.is_fitting(trainer):
-        return current_epoch + 1
-    return checkpoint_rounds if checkpoint_rounds is not None else current_epoch
+def rounds_completed(method) -> int:
+    """Rounds behind ``method``'s global model being evaluated (the ``round`` logged with ``test/acc``): during fit the
+    round just aggregated; in ``validate``/``test`` of a checkpoint the rounds it was saved after; otherwise the
+    trainer's epochs."""
+    if trainer_view.is_fitting(method._trainer):
+        return method.current_epoch + 1
+    saved = getattr(method, "_checkpoint_rounds", None)
+    return saved if saved is not None else method.current_epoch

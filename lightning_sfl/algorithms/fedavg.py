@@ -37,6 +37,7 @@ from lightning_sfl.algorithms.aggregate import (
 )
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.iteration import full_model_iteration
+from lightning_sfl.algorithms.losses import row_label_distribution
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import LocalEpochs, Schedule, Step
@@ -347,7 +348,8 @@ class FedLogit(FedAvg):
 
     @override
     def row_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
-        return self.cross_entropy(logits, step.y, self.row_label_distribution(step))  # P_k(y) of each row's client
+        prior = row_label_distribution(self.label_dist, step)  # P_k(y) of each row's client
+        return self.cross_entropy(logits, step.y, prior)
 
 
 # ----------------------------------------------------------------------------------------------- FedDecorr

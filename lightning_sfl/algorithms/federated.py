@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 
 import torch
-from torch import nn
 
 from lightning_sfl import trainer_view
 from lightning_sfl.errors import ConfigError
@@ -53,7 +52,7 @@ def client_costs(method) -> ClientCosts:
         method.client.net,
         shape,
         method.has_server_half,
-        activation_shape=method.activation_shape,
+        activation_shape=functools.partial(activation_shape, method),
         cut_model=functools.partial(build_model, hp.arch, method.num_classes, shape),  # picklable (ddp_spawn)
         cut_options=method.split_options() or [hp.split_point],
         nominal_cut=hp.split_point,
@@ -61,9 +60,10 @@ def client_costs(method) -> ClientCosts:
 
 
 @torch.no_grad()
-def activation_shape(client: nn.Module, example: torch.Tensor) -> tuple[int, ...]:
-    """Shape of one sample's output of the ``client`` model on ``example`` ``[1, *input]`` (in eval mode: no
-    statistics move)."""
+def activation_shape(method) -> tuple[int, ...]:
+    """Shape of one sample's output of ``method``'s global client model (on its ``example_input_array``, in eval mode:
+    no statistics move)."""
+    client, example = method.client, method.example_input_array
     param = next(client.parameters())
     was_training = client.training
     client.eval()

@@ -44,6 +44,7 @@ from torch import nn
 from torch.nn import functional as F
 from typing_extensions import override
 
+from lightning_sfl.algorithms.guards import check_finite
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.semi_baselines import client_means
 from lightning_sfl.algorithms.semi_sfl import SemiSFL
@@ -331,7 +332,7 @@ class FedMatch(SemiSFL):
         strong = strong_view(x, self.shift, g)
         logits = self.bank(x, step.local_sizes, step.slots)  # p_θ(u) of each client's own model
         strong_logits = self.bank(strong, step.local_sizes, step.slots)
-        self.check_finite(step, ("client logits", strong_logits))
+        check_finite(step, ("client logits", strong_logits))
         log_probs = logits.log_softmax(dim=1)
         confidence, local = log_probs.detach().exp().max(dim=1)
         mask = confidence >= self.threshold

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from typing_extensions import override
 
+from lightning_sfl.algorithms.guards import check_finite
 from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.split_method import SplitMethod
@@ -67,7 +68,7 @@ class FSHA(SplitMethod):
         **kwargs: the base's (``lr``: the clients' learning rate, under either optimiser).
     """
 
-    step_handlers = {"local": "local_iteration", "aggregate": "skip_step"}
+    step_handlers = {"local": "local_iteration", "aggregate": None}
 
     def __init__(
         self,
@@ -150,7 +151,7 @@ class FSHA(SplitMethod):
     @override
     def split_losses(self, acts: torch.Tensor, a: torch.Tensor, step: Step) -> tuple[None, torch.Tensor]:
         """No server loss (the task is not trained); the clients' loss is ``Σ_k mean D(Z_k)`` (step 1)."""
-        self.check_finite(step, ("activations", acts))
+        check_finite(step, ("activations", acts))
         return None, self.answer_loss(a, step)
 
     @override

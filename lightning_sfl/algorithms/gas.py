@@ -41,6 +41,7 @@ from typing_extensions import override
 from lightning_sfl.algorithms.async_base import AsyncMethod, choice
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.label_gaussians import COVARIANCES, LabelGaussians, generation_counts
+from lightning_sfl.algorithms.losses import row_label_distribution
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.defences import Defence
 from lightning_sfl.loop import AsyncEvents
@@ -100,7 +101,7 @@ class AsyncSFL(AsyncMethod):
     @override
     def client_prior(self, step: ArrivalStep) -> torch.Tensor:
         """``P_k`` of each row's client, ``[B, N]``: the base's client loss is then eq. (6)."""
-        return self.row_label_distribution(step)
+        return row_label_distribution(self.label_dist, step)
 
     @override
     def configure_schedule(self) -> AsyncEvents:

@@ -20,10 +20,18 @@ from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
+from lightning_sfl.algorithms import processes
 from lightning_sfl.errors import NonFiniteError
 from lightning_sfl.loop import Step
 
-__all__ = ["check_all_finite", "check_global_weights"]
+__all__ = ["check_all_finite", "check_finite", "check_global_weights"]
+
+
+def check_finite(step: Step, *named: tuple[str, torch.Tensor]) -> None:
+    """:func:`check_all_finite` of per-row values ``(what, [B, ...])`` of ``step``, checked together; under DDP every
+    process stops together (the flags are summed over processes)."""
+    several = processes.world_size() > 1
+    check_all_finite(step, named, processes.sum_over_processes if several else None)
 
 
 def check_all_finite(

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from lightning_sfl.algorithms.guards import check_finite
 from lightning_sfl.algorithms.losses import sum_of_client_means
+from lightning_sfl.algorithms.processes import world_size
 
 if TYPE_CHECKING:
     from lightning_sfl.algorithms.base import SplitFedAlgorithm
@@ -74,7 +76,7 @@ def client_side_terms(
     whole = method.client_regulariser(step, outputs, features)
     if defence_whole is not None:
         whole = defence_whole if whole is None else whole + defence_whole
-    return process_share(rows, whole, method.world_size)
+    return process_share(rows, whole, world_size())
 
 
 def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = True, on_arrival=None):
@@ -129,7 +131,7 @@ def full_model_iteration(
     opt = method.optimizers()
     opt.zero_grad()
     features, logits = (None, method.bank(step.x, step.local_sizes, step.slots)) if forward is None else forward(step)
-    method.check_finite(step, ("logits", logits))
+    check_finite(step, ("logits", logits))
     rows = method.cross_entropy(logits, step.y) if row_loss is None else row_loss(logits, step)
     loss = sum_of_client_means(rows, step.owner, step.sizes)
     extra = client_side_terms(method, step, logits, features)

@@ -8,8 +8,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from lightning_sfl.loop import Step
 
 
 def label_distribution(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -80,3 +85,15 @@ def sum_of_client_means(row_losses: torch.Tensor, slot: torch.Tensor, sizes: tor
     ``[B]``; ``sizes``: ``[S]``.
     """
     return (row_losses / sizes.to(row_losses.dtype).index_select(0, slot)).sum()
+
+
+def row_label_distribution(label_distribution: torch.Tensor, step: Step) -> torch.Tensor:
+    """``P_k(y)`` of each row's client, ``[B, N]``, from every client's ``label_distribution`` ``[K, N]`` (eq. 15's
+    prior; ``step.owner`` ``[B]`` picks the row's client among ``step.clients``).
+
+    >>> from types import SimpleNamespace
+    >>> step = SimpleNamespace(clients=torch.tensor([2, 0]), owner=torch.tensor([1, 0, 0]))
+    >>> row_label_distribution(torch.tensor([[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]]), step).tolist()
+    [[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]
+    """
+    return label_distribution.index_select(0, step.clients).index_select(0, step.owner)

@@ -10,7 +10,13 @@ from collections.abc import Sequence
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-__all__ = ["disable_ddp_reducer", "sum_gradients_over_processes", "sum_over_processes"]
+__all__ = ["disable_ddp_reducer", "sum_gradients_over_processes", "sum_over_processes", "world_size"]
+
+
+def world_size() -> int:
+    """Processes of the run: the process group's size under DDP (the trainer's ``world_size``), else 1."""
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def disable_ddp_reducer(wrapped: torch.nn.Module) -> None:

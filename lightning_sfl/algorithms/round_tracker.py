@@ -21,6 +21,7 @@ class RoundTracker:
         clients: ``[S]`` the client in each slot (-1: none yet this round).
         samples: ``[S]`` training rows each slot processed.
         iterations: ``[S]`` local iterations each slot took part in (steps with rows for it).
+        server_rows: rows of steps without clients: data the server holds and trains on (Semi-SFL's labelled set).
     """
 
     def __init__(self, federation: Federation, first: Step, num_slots: int) -> None:
@@ -28,6 +29,7 @@ class RoundTracker:
         self.samples = first.sizes.new_zeros(num_slots)
         self.iterations = first.sizes.new_zeros(num_slots)
         self.clients = first.clients.new_full((num_slots,), -1)
+        self.server_rows = 0
 
     @classmethod
     def start(cls, federation: Federation, first: Step, num_slots: int) -> RoundTracker:
@@ -39,14 +41,16 @@ class RoundTracker:
 
     def count(self, step: Step) -> None:
         """What ``step`` adds to its slots: its rows, one local iteration where it has rows, and its clients (only
-        for steps that train the client halves)."""
+        for steps that train the client halves); a step without clients, its rows to the server's."""
         if len(step.clients) and step.trains_client_halves:
             slots = step.slots_tensor
             self.samples.index_add_(0, slots, step.sizes)
             self.iterations.index_add_(0, slots, (step.sizes > 0).to(step.sizes.dtype))
             self.clients[slots] = step.clients
+        elif not len(step.clients):
+            self.server_rows += len(step.rows)
 
-    def end(self, last: Step, metrics: dict[str, float], server_rows: int) -> RoundEnd:
+    def end(self, last: Step, metrics: dict[str, float]) -> RoundEnd:
         """The round of ``last`` (its last step, after the aggregation) ends: its :class:`RoundEnd`, stamped with the
         simulated time by the federation, goes to the callbacks' ``on_round_end``; returns it."""
         event = RoundEnd(
@@ -57,7 +61,7 @@ class RoundTracker:
             last.time,
             self.iterations.cpu(),
             metrics=metrics,
-            server_rows=server_rows,
+            server_rows=self.server_rows,
         )
         event = self.federation.end_round(event)
         self.federation.emit("on_round_end", event)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from typing_extensions import override
 
-from lightning_sfl.algorithms.losses import distribution_from_counts
+from lightning_sfl.algorithms.losses import distribution_from_counts, row_label_distribution
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.split_method import SplitMethod
 from lightning_sfl.loop import Step
@@ -69,9 +69,9 @@ class SCALA(SplitMethod):
         if not self.server_logit_adjustment:
             return None
         if not self.concat_activations:  # each copy sees its own client's data: P_k
-            return self.row_label_distribution(step)
+            return row_label_distribution(self.label_dist, step)
         return distribution_from_counts(step.label_counts)  # P_s of the whole concatenated batch, eq. (14)
 
     @override
     def client_prior(self, step: Step) -> torch.Tensor | None:
-        return self.row_label_distribution(step) if self.client_logit_adjustment else None  # P_k, eq. (15)
+        return row_label_distribution(self.label_dist, step) if self.client_logit_adjustment else None  # P_k, eq. (15)

@@ -38,9 +38,11 @@ from torch import nn
 from typing_extensions import override
 
 from lightning_sfl import trainer_view
+from lightning_sfl.algorithms import federated
 from lightning_sfl.algorithms.async_base import choice
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.client_bank import clip_gradients_
+from lightning_sfl.algorithms.guards import check_finite
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.semi_losses import (
@@ -162,7 +164,7 @@ class SemiSFL(SplitFedAlgorithm):
         self.threshold, self.temperature, self.ema, self.contrastive = threshold, temperature, ema, bool(contrastive)
         side = self.hparams.input_shape[-1]
         self.shift = max(1, round(side / 8)) if shift is None else int(shift)
-        d = math.prod(self.activation_shape())  # the flattened activation (eval mode: BatchNorm statistics stay)
+        d = math.prod(federated.activation_shape(self))  # the flattened activation (eval mode: statistics stay)
         hidden = d if proj_hidden is None else int(proj_hidden)
         if hidden < 1:
             raise ConfigError(f"proj_hidden={proj_hidden!r} must be a whole number >= 1 (or None: d = {d})")
@@ -221,7 +223,6 @@ class SemiSFL(SplitFedAlgorithm):
         """The broadcast (B.) happens after the supervised phase, at the round's first unlabelled step; the round's
         learning rate is set (a function of the round: a resumed run continues the schedule)."""
         self._round_sup_losses = []
-        self._round_server_rows = 0
         self._slots_ready = False
         if self.lr_schedule == "cosine":
             lr = cosine_lr(step.round, max(1, int(trainer_view.run_length(self.trainer) or 1)), self.lr, self.lr_min)
@@ -253,7 +254,6 @@ class SemiSFL(SplitFedAlgorithm):
             ema_update(teacher, student, decay)
         self.teacher_updates += 1
         self._round_sup_losses.append(loss.detach())
-        self._round_server_rows += len(step.y)
         self.log("train/supervised_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=len(step.y))
 
     def supervised_loss_scale(self) -> float:
@@ -293,7 +293,7 @@ class SemiSFL(SplitFedAlgorithm):
         g = self._generator(step)
         weak, strong = weak_view(step.x, self.shift, g), strong_view(step.x, self.shift, g)
         acts = self.bank(strong, step.local_sizes, step.slots)  # e_i [B, *act]
-        self.check_finite(step, ("activations", acts))
+        check_finite(step, ("activations", acts))
         with torch.no_grad():
             teacher_acts = self.client_banks["teacher"](weak, step.local_sizes, step.slots)  # ẽ_i
         self.send_up(step, acts, teacher_acts)
@@ -395,11 +395,6 @@ class SemiSFL(SplitFedAlgorithm):
         if not self._round_sup_losses:
             return {}
         return {"supervised_loss": float(torch.stack(self._round_sup_losses).mean())}
-
-    @override
-    def round_server_rows(self) -> int:
-        """A.: the labelled rows of the round's supervised phase (``K_s`` steps), trained on the server."""
-        return self._round_server_rows
 
     @override
     def on_round_end(self, event) -> None:

@@ -28,7 +28,7 @@ from lightning_sfl.algorithms.aggregate import flat_parameters
 from lightning_sfl.algorithms.base import ClientModule
 from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.iteration import split_iteration
-from lightning_sfl.algorithms.losses import sum_of_client_means
+from lightning_sfl.algorithms.losses import row_label_distribution, sum_of_client_means
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.split_method import SplitMethod
 from lightning_sfl.loop import Step
@@ -175,11 +175,11 @@ class LLASFL(SplitMethod):
 
     @override
     def server_prior(self, step: Step) -> torch.Tensor:
-        return self.row_label_distribution(step)  # P_k of each row's client: the copy's own data
+        return row_label_distribution(self.label_dist, step)  # P_k of each row's client: the copy's own data
 
     @override
     def client_prior(self, step: Step) -> torch.Tensor:
-        return self.row_label_distribution(step)  # P_k, eq. (15)
+        return row_label_distribution(self.label_dist, step)  # P_k, eq. (15)
 
 
 @register("cs_sfl", family="split", study="label_skew")

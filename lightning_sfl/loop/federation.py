@@ -128,7 +128,9 @@ class Federation:
             fn = getattr(callback, hook, None)
             if callable(fn):
                 fn(trainer, module, arg)
-        getattr(module, hook)(arg)
+        fn = getattr(module, hook, None)  # the method's own (on_round_end; none has on_round_start)
+        if callable(fn):
+            fn(arg)
         fn = getattr(self.schedule, hook, None)
         if callable(fn):
             fn(arg)
