@@ -73,11 +73,21 @@ def _cpuinfo() -> list[str]:
         return []
 
 
+#: Tensors a fingerprint leaves out: Semi-SFL's projection heads and queue, which its baselines held unused (trained
+#: by nothing, read by nothing) until they got a base of their own (:mod:`~lightning_sfl.algorithms.semi_supervised`).
+UNUSED = {
+    name: ("projection.", "teacher_projection.", "queue_")
+    for name in ("FedSwitchSL", "FedSwitch", "SemiFL", "FedMatch", "SupervisedOnly")
+}
+
+
 def fingerprint(model, trainer) -> dict:
-    """The fingerprint of a trained ``model`` (see the module docstring)."""
+    """The fingerprint of a trained ``model`` (see the module docstring; without its :data:`UNUSED` tensors)."""
     metrics = trainer.callback_metrics
     logged = {key: float(metrics[key]).hex() for key in KEYS if key in metrics}
     state = renamed_legacy_state(model.state_dict(), reverse=True)  # the defences' tensors under their old keys
+    unused = UNUSED.get(type(model).__name__, ())
+    state = {k: v for k, v in state.items() if not k.startswith(unused)} if unused else state
     return {"state": state_digest(state), "norm": state_norm(state).hex(), **logged}
 
 
