@@ -107,6 +107,10 @@ RENAMED_HPARAMS = {
 }
 
 
+#: Semi-SFL's options its baselines' checkpoints carry from before the baselines had a base of their own.
+SEMI_SFL_ONLY_OPTIONS = ("temperature", "proj_dim", "proj_hidden", "queue_size", "contrastive")
+
+
 def legacy_hyperparameters(cls, hparams: dict) -> dict:
     """The hyperparameters of a checkpoint of ``cls`` as its constructor takes them now: old names renamed, and the
     defence options every method had before defences were parts as ``defences``
@@ -118,8 +122,12 @@ def legacy_hyperparameters(cls, hparams: dict) -> dict:
     hparams = {renamed.get(k, k): v for k, v in hparams.items()}
     default = cls.default_defences() if issubclass(cls, SplitMethod) else []
     hparams = from_legacy_options(hparams, default)
-    if not hparams.get("defences") and "defences" not in inspect_parameters(cls):
+    accepted = inspect_parameters(cls)
+    if not hparams.get("defences") and "defences" not in accepted:
         hparams.pop("defences", None)  # a method without the option (FedAvg) had them all off
+    for name in SEMI_SFL_ONLY_OPTIONS:  # Semi-SFL's, held by its baselines until they had a base of their own
+        if name not in accepted:
+            hparams.pop(name, None)
     return hparams
 
 

@@ -64,7 +64,10 @@ def method_kwargs(name: str) -> dict:
     """Extra constructor arguments of registered method ``name`` in the registry-driven tests."""
     from lightning_sfl.algorithms import REGISTRY
 
-    return dict({"semi": SEMI_SMALL, "async": ASYNC_SMALL}.get(REGISTRY[name].family, {}))
+    kwargs = dict({"semi": SEMI_SMALL, "async": ASYNC_SMALL}.get(REGISTRY[name].family, {}))
+    if name == "semi_sfl":
+        kwargs["queue_size"] = 16  # Semi-SFL's queue of teacher projections (eq. 5)
+    return kwargs
 
 
 #: Data-module arguments the registry-driven tests add for the semi-supervised methods: a labelled server set of 3
@@ -72,7 +75,7 @@ def method_kwargs(name: str) -> dict:
 SEMI_DATA = {"labelled_per_class": 3}
 #: ... and constructor arguments of the semi-supervised family: small supervised and client batches, K_s = 2
 #: supervised steps per round.
-SEMI_SMALL = {"supervised_steps": 2, "labelled_batch_size": 8, "client_batch_size": 8, "queue_size": 16}
+SEMI_SMALL = {"supervised_steps": 2, "labelled_batch_size": 8, "client_batch_size": 8}
 
 
 def data_kwargs(name: str) -> dict:

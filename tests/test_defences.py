@@ -126,13 +126,13 @@ def test_only_split_methods_that_upload_activations_have_the_option():
     registered method has it, GAS and AsyncSFL included."""
     import inspect
 
-    from lightning_sfl.algorithms import ALGORITHMS, SemiSFL
+    from lightning_sfl.algorithms import ALGORITHMS, SemiSupervised
 
     def options(cls):
         return {n for c in cls.__mro__ if "__init__" in vars(c) for n in inspect.signature(c.__init__).parameters}
 
     has = {name for name, cls in ALGORITHMS.items() if "defences" in options(cls)}
-    without = {name for name, cls in ALGORITHMS.items() if not cls.has_server_half or issubclass(cls, SemiSFL)}
+    without = {name for name, cls in ALGORITHMS.items() if not cls.has_server_half or issubclass(cls, SemiSupervised)}
     assert has == set(ALGORITHMS) - without and {"gas", "async_sfl", "scala"} <= has
     assert "fedavg" in without and "semi_sfl" in without and "fedmatch" in without
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import lightning_sfl
-from lightning_sfl.algorithms import ALGORITHMS, ASYNC_METHODS, REGISTRY, SEMI_METHODS, AsyncMethod, SemiSFL
+from lightning_sfl.algorithms import ALGORITHMS, ASYNC_METHODS, REGISTRY, SEMI_METHODS, AsyncMethod, SemiSupervised
 from lightning_sfl.algorithms.registry import FAMILIES, names, register
 from lightning_sfl.lightning_cli import resolve_algorithm_names
 
@@ -25,7 +25,7 @@ def test_families_match_what_the_classes_are():
     for name, entry in REGISTRY.items():
         cls = entry.cls
         assert (entry.family == "async") == issubclass(cls, AsyncMethod), name
-        assert (entry.family == "semi") == issubclass(cls, SemiSFL), name
+        assert (entry.family == "semi") == issubclass(cls, SemiSupervised), name
         if entry.family in ("split", "fl"):
             assert (entry.family == "split") == cls.has_server_half, name
     assert ASYNC_METHODS == names(family="async") and SEMI_METHODS == names(family="semi")

@@ -21,7 +21,6 @@ SMALL = dict(
     local_iters=2,
     labelled_batch_size=16,
     client_batch_size=8,
-    queue_size=32,
     threshold=0.3,
     lr=0.05,
     momentum=0.9,
@@ -30,7 +29,8 @@ SMALL = dict(
 
 def _fit(cls, rounds=2, **kwargs):
     torch.manual_seed(0)
-    model = cls(**{**SMALL, **kwargs})
+    queue = {"queue_size": 32} if issubclass(cls, SemiSFL) else {}  # Semi-SFL's queue of teacher projections
+    model = cls(**{**SMALL, **queue, **kwargs})
     dm = FederatedDataModule(
         dataset="digits", num_clients=6, partition="dirichlet", beta=0.3, participation=0.5, batch_size=24,
         labelled_per_class=5, seed=1,
@@ -81,13 +81,19 @@ def test_mix_partners_stay_within_their_client_and_the_mix_loss_matches_a_loop()
 
 
 # ----------------------------------------------------------------------------------------------- identities
+def _students_and_teachers(model):
+    return torch.cat([flat_params(m) for m in (model.client, model.server, model.teacher_client, model.teacher_server)])
+
+
 def test_fedswitch_sl_without_switching_is_semi_sfl_without_its_contrastive_terms():
+    """FedSwitch-SL is the semi-supervised base with a labeller: without switching it is Semi-SFL without eqs. 3 and 5
+    (whose projection head then trains on nothing), bitwise."""
     gentle = dict(threshold=0.5, lr=0.02, momentum=0.0)  # the student is more confident than its lagging teacher
     a, _ = _fit(FedSwitchSL, switching="off", **gentle)
     b, _ = _fit(SemiSFL, contrastive=False, **gentle)
-    torch.testing.assert_close(flat_params(a), flat_params(b), rtol=0, atol=0)
+    torch.testing.assert_close(_students_and_teachers(a), _students_and_teachers(b), rtol=0, atol=0)
     c, _ = _fit(FedSwitchSL, **gentle)
-    assert not torch.equal(flat_params(a), flat_params(c)), "switching changed nothing"
+    assert not torch.equal(_students_and_teachers(a), _students_and_teachers(c)), "switching changed nothing"
 
 
 def test_split_methods_send_activations_and_full_model_methods_only_models():
@@ -240,3 +246,28 @@ def test_semifl_recomputes_batch_norm_before_sending_and_testing():
     plain, _ = _fit(SemiFL, rounds=1, arch="resnet18", static_bn=False)
     bn = [b for n, b in plain.teacher_client.named_buffers() if n.endswith("running_mean")][0]
     assert not torch.allclose(bn, [b for n, b in reference.named_buffers() if n.endswith("running_mean")][0])
+
+
+def test_a_baselines_checkpoint_with_semi_sfls_unused_head_and_queue_still_resumes(tmp_path):
+    """Before the baselines had a base of their own they held Semi-SFL's projection head, queue and options, unused: a
+    checkpoint of theirs with those still builds the method (the options dropped) and resumes (the tensors dropped)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from lightning_sfl.checkpoint import legacy_hyperparameters
+
+    torch.manual_seed(0)
+    model = FedSwitch(**SMALL)
+    dm = lambda: FederatedDataModule(  # noqa: E731
+        dataset="digits", num_clients=6, partition="dirichlet", beta=0.3, participation=0.5, batch_size=24,
+        labelled_per_class=5, seed=1,
+    )  # fmt: skip
+    saving = ModelCheckpoint(dirpath=tmp_path, save_last=True)
+    quiet_trainer(1, callbacks=[saving], enable_checkpointing=True).fit(model, dm())
+    old = torch.load(tmp_path / "last.ckpt", weights_only=False)
+    old["hyper_parameters"].update(temperature=0.2, proj_dim=4, queue_size=8, contrastive=False)
+    old["state_dict"].update({"projection.1.weight": torch.zeros(4, 4), "queue_keys": torch.zeros(8, 4)})
+    torch.save(old, tmp_path / "old.ckpt")
+    resumed = FedSwitch(**legacy_hyperparameters(FedSwitch, old["hyper_parameters"]))
+    again = ModelCheckpoint(dirpath=tmp_path / "resumed")
+    quiet_trainer(2, callbacks=[again], enable_checkpointing=True).fit(resumed, dm(), ckpt_path=tmp_path / "old.ckpt")
+    assert resumed.current_epoch == 2 and not hasattr(resumed, "projection")

@@ -36,7 +36,8 @@ def _dm(**kw):
 
 def _fit(rounds, cls=SemiSFL, folder=None, ckpt_path=None, **kwargs):
     torch.manual_seed(0)
-    model = cls(**{**SMALL, **kwargs})
+    small = SMALL if issubclass(cls, SemiSFL) else {k: v for k, v in SMALL.items() if k != "queue_size"}
+    model = cls(**{**small, **kwargs})
     callbacks = [CommunicationBytes()]
     if folder is not None:
         callbacks.append(ModelCheckpoint(dirpath=folder, save_last=True))

@@ -17,6 +17,7 @@ import pkgutil
 from lightning_sfl.algorithms.async_base import AsyncMethod
 from lightning_sfl.algorithms.base import ClientModule, ServerModule, SplitFedAlgorithm
 from lightning_sfl.algorithms.registry import REGISTRY, methods, names, register
+from lightning_sfl.algorithms.semi_supervised import SemiSupervised
 from lightning_sfl.algorithms.split_method import SplitMethod
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
@@ -34,6 +35,7 @@ __all__ = [
     "SEMI_METHODS",
     "AsyncMethod",
     "ClientModule",
+    "SemiSupervised",
     "ServerModule",
     "SplitFedAlgorithm",
     "SplitMethod",

@@ -1,7 +1,8 @@
 """FedMatch (Jeong et al., "Federated Semi-Supervised Learning with Inter-Client Consistency & Disjoint Learning",
 ICLR 2021; code ``wyjeong/FedMatch``), labels-at-server: one of Semi-SFL's baselines (Tables II, IV, V). Full-model
 federated learning; labelled data on the server, unlabelled clients; a round is ``K_s`` supervised server steps, then
-``K_u`` steps on the round's clients, then aggregation (:class:`~lightning_sfl.algorithms.semi_sfl.SemiSFL`'s rounds).
+``K_u`` steps on the round's clients, then aggregation (the rounds of
+:class:`~lightning_sfl.algorithms.semi_supervised.SemiSupervised`).
 
 **Parameter decomposition** ``θ = σ + ψ`` (:func:`decompose_`): every convolution and linear weight is ``σ + ψ``;
 ``σ`` (and the biases) is learned on the server only, ``ψ`` on the clients only; ``ψ`` starts at ``psi_factor·σ``
@@ -47,7 +48,7 @@ from typing_extensions import override
 from lightning_sfl.algorithms.guards import check_finite
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.semi_baselines import client_means
-from lightning_sfl.algorithms.semi_sfl import SemiSFL
+from lightning_sfl.algorithms.semi_supervised import SemiSupervised
 from lightning_sfl.data.augment import strong_view
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
@@ -182,7 +183,7 @@ def probe_image(input_shape, seed: int = 0) -> torch.Tensor:
 
 
 @register("fedmatch", family="semi", study="semi_sfl")
-class FedMatch(SemiSFL):
+class FedMatch(SemiSupervised):
     """FedMatch (see the module docstring): decomposed parameters, inter-client consistency with helpers.
 
     Args:
@@ -194,7 +195,7 @@ class FedMatch(SemiSFL):
         helpers: ``H``, helpers per client.
         helper_interval: helpers are sent in rounds ``h`` with ``(h + 1) % helper_interval == 0`` (the code: 10).
         mask_kl: the KL term only on confident rows (the code) instead of every row (the equation).
-        **kwargs: see :class:`SemiSFL` (``contrastive`` is ``False``, ``ema`` 0: no EMA teacher).
+        **kwargs: see :class:`~lightning_sfl.algorithms.semi_supervised.SemiSupervised` (``ema`` 0: no EMA teacher).
     """
 
     has_server_half: ClassVar[bool] = False
@@ -219,7 +220,7 @@ class FedMatch(SemiSFL):
         for name, value, low in (("helpers", helpers, 0), ("helper_interval", helper_interval, 1)):
             if int(value) != value or value < low:
                 raise ConfigError(f"{name}={value!r} must be a whole number >= {low}")
-        kwargs.update(contrastive=False, ema=0.0)
+        kwargs.update(ema=0.0)
         super().__init__(**kwargs)
         self.psi_factor, self.supervised_weight = float(psi_factor), float(supervised_weight)
         self.consistency_weight, self.l2_weight, self.l1_weight = map(float, (consistency_weight, l2_weight, l1_weight))

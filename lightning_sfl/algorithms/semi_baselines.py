@@ -1,6 +1,7 @@
-"""The semi-supervised baselines of Semi-SFL's Tables II, IV and V, each Semi-SFL (:class:`SemiSFL`) with one to
-three changes. Labelled data stays on the server, clients are unlabelled; a round is ``K_s`` supervised steps on the
-server, then ``K_u`` steps on the round's clients, then the clients' models are averaged (unweighted).
+"""The semi-supervised baselines of Semi-SFL's Tables II, IV and V, each the semi-supervised base
+(:class:`~lightning_sfl.algorithms.semi_supervised.SemiSupervised`, Semi-SFL without its projection head and queue)
+with one to three changes. Labelled data stays on the server, clients are unlabelled; a round is ``K_s`` supervised
+steps on the server, then ``K_u`` steps on the round's clients, then the clients' models are averaged (unweighted).
 
 * :class:`FedSwitchSL` (``fedswitch_sl``) — Semi-SFL without the contrastive and clustering terms (eqs. 3 and 5), with
   teacher/student *switching* for the pseudo-labels: the paper's ablation of its clustering regularisation.
@@ -50,7 +51,7 @@ from lightning_sfl.algorithms.async_base import choice
 from lightning_sfl.algorithms.fedopt import server_step
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.semi_losses import pseudo_labels
-from lightning_sfl.algorithms.semi_sfl import SemiSFL
+from lightning_sfl.algorithms.semi_supervised import SemiSupervised, ViewedStep
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 
@@ -133,22 +134,21 @@ def mixup_rows(logits: torch.Tensor, labels: torch.Tensor, partner: torch.Tensor
 
 
 @register("fedswitch_sl", family="semi", study="semi_sfl")
-class FedSwitchSL(SemiSFL):
-    """Semi-SFL without eqs. 3 and 5 (CE terms only), with teacher/student switching for the pseudo-labels (see the
-    module docstring).
+class FedSwitchSL(SemiSupervised):
+    """Semi-SFL without eqs. 3 and 5 (CE terms only: the semi-supervised base), with teacher/student switching for
+    the pseudo-labels (see the module docstring).
 
     Args:
         switching: ``confidence`` (per client and step, the more confident of student and teacher labels) or ``off``.
-        **kwargs: see :class:`SemiSFL` (``contrastive`` is fixed to ``False``).
+        **kwargs: see :class:`~lightning_sfl.algorithms.semi_supervised.SemiSupervised`.
     """
 
     def __init__(self, switching: str = "confidence", **kwargs) -> None:
         self.switching = choice("switching", switching, SWITCHING)
-        kwargs["contrastive"] = False
         super().__init__(**kwargs)
 
     @override
-    def pseudo_label(self, step: Step, weak: torch.Tensor, teacher_logits: torch.Tensor):
+    def pseudo_label(self, step: ViewedStep, weak: torch.Tensor, teacher_logits: torch.Tensor):
         if self.switching == "off":
             return super().pseudo_label(step, weak, teacher_logits)
         with torch.no_grad():
@@ -170,7 +170,7 @@ class FedSwitch(FedSwitchSL):
 
 
 @register("semifl", family="semi", study="semi_sfl")
-class SemiFL(SemiSFL):
+class SemiFL(SemiSupervised):
     """SemiFL (see the module docstring): full-model FL; the server trains on the labelled set; each client labels its
     batch with the global model it received (``τ``, confidence ``≥ τ`` as in the authors' code) and trains on the
     strong view of its confident rows plus the mixup loss.
@@ -180,13 +180,14 @@ class SemiFL(SemiSFL):
         global_momentum: momentum of the server's global optimiser (the authors': 0.5; 0 with ``global_lr = 1``:
             the plain mean).
         global_lr: its learning rate (the authors': 1).
-        grad_clip: see :class:`SemiSFL` (the authors' code clips every model at 1).
+        grad_clip: see :class:`~lightning_sfl.algorithms.semi_supervised.SemiSupervised` (the authors' code clips
+            every model at 1).
         static_bn: sBN (:func:`static_batch_norm_`): the global model's BatchNorm statistics are recomputed over the
             whole training set (the server's labelled rows and every client's, without augmentation) before the
             clients download it and before it is evaluated, as in the authors' code; nothing to do for a model
             without BatchNorm (none of the digits, CNN, AlexNet and VGG models of the zoo has any).
-        **kwargs: see :class:`SemiSFL` (``contrastive``, ``ema`` and ``client_teacher`` are fixed: no contrastive
-            terms, the teacher is the current global model, frozen on the clients).
+        **kwargs: see :class:`~lightning_sfl.algorithms.semi_supervised.SemiSupervised` (``ema`` and
+            ``client_teacher`` are fixed: the teacher is the current global model, frozen on the clients).
     """
 
     has_server_half: ClassVar[bool] = False
@@ -210,7 +211,7 @@ class SemiFL(SemiSFL):
         self.mix_alpha = float(mix_alpha)
         self.global_momentum, self.global_lr = float(global_momentum), float(global_lr)
         self.static_bn = bool(static_bn)
-        kwargs.update(contrastive=False, ema=0.0, client_teacher="frozen")
+        kwargs.update(ema=0.0, client_teacher="frozen")
         super().__init__(grad_clip=grad_clip, **kwargs)
         self.add_state("global_momentum_buffer", lambda: parameter_zeros(self.client.net))
 
@@ -260,7 +261,7 @@ class SemiFL(SemiSFL):
                     self.teacher_client.get_buffer(name).copy_(buffer)
 
     @override
-    def pseudo_label(self, step: Step, weak: torch.Tensor, teacher_logits: torch.Tensor):
+    def pseudo_label(self, step: ViewedStep, weak: torch.Tensor, teacher_logits: torch.Tensor):
         return pseudo_labels(teacher_logits, self.threshold, strict=False)
 
     def _fix_counts(self, step: Step, mask: torch.Tensor) -> torch.Tensor:
@@ -269,15 +270,16 @@ class SemiFL(SemiSFL):
         return counts[step.owner].to(torch.get_default_dtype())
 
     @override
-    def unlabelled_rows(self, step: Step, a: torch.Tensor, labels, mask, keys) -> torch.Tensor:
+    def unlabelled_rows(self, step: ViewedStep, a: torch.Tensor, labels, mask) -> torch.Tensor:
         """``CE(f(strong x), ŷ)`` on the fix set, scaled so that the base's per-client mean is a mean over it."""
         scale = step.sizes[step.owner].to(a.dtype) / self._fix_counts(step, mask).to(a.dtype)
         return nn.functional.cross_entropy(self.server(a), labels, reduction="none") * mask.to(a.dtype) * scale
 
     @override
-    def client_side_loss(self, step: Step, weak, labels, mask, generator) -> torch.Tensor:
+    def client_side_loss(self, step: ViewedStep) -> torch.Tensor:
         """The mixup term ``λ·CE(f(m), ŷ) + (1 − λ)·CE(f(m), ŷ')`` over each client's fix set, summed over
-        clients."""
+        clients (the weak view's rows, mixed; partners and ``λ`` drawn from the step's generator)."""
+        weak, labels, mask, generator = step.views.weak, step.pseudo_labels, step.mask, step.views.generator
         rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator)))  # seeded: exact resume
         lam = torch.as_tensor(rng.beta(self.mix_alpha, self.mix_alpha, len(step.clients)), dtype=weak.dtype)
         lam = lam.to(weak.device)[step.owner]  # [B], one λ per client

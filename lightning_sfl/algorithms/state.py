@@ -87,11 +87,19 @@ def save_method_entry(method, checkpoint: dict) -> None:
         entry["wandb_id"] = run
 
 
+#: What a semi-supervised baseline's checkpoint held of Semi-SFL's before the baselines had a base of their own.
+SEMI_SFL_ONLY_STATE = ("projection.", "teacher_projection.", "queue_keys", "queue_labels", "queue_confident",
+                       "queue_pointer")  # fmt: skip
+
+
 def load_method_entry(method, checkpoint: dict) -> None:
     """Read the method's part of ``checkpoint`` before its state is loaded: keys of earlier versions renamed, the
     banks that were left out filled with their current values (strict loading), the declared states sized."""
     checkpoint["state_dict"] = renamed_legacy_state(checkpoint["state_dict"])  # written before defences were parts
     state = checkpoint["state_dict"]
+    if not hasattr(method, "projection"):  # Semi-SFL's head and queue, held unused by its baselines before
+        for key in [k for k in state if k.startswith(SEMI_SFL_ONLY_STATE)]:
+            del state[key]
     for prefix in banks_left_out(method):
         bank = method.get_submodule(prefix[:-1])
         state.update({f"{prefix}{k}": v for k, v in bank.state_dict().items()})
