@@ -1,43 +1,23 @@
-"""The coordinating loop of split federated learning (see ``docs/architecture.md``).
+"""The coordinating loop of split federated learning: one ``LightningModule`` per run (manual optimisation), the base
+of every method. ``docs/architecture.md`` describes it: the objects, one round as data flows, and the table of the
+hooks with their paper steps (SCALA Algorithm 2), defaults and who overrides each.
 
-One ``LightningModule`` coordinates a whole run (manual optimisation). The round structure is data: the method
-configures a :class:`~lightning_sfl.loop.Schedule` (:meth:`SplitFedAlgorithm.configure_schedule`; default
-:class:`~lightning_sfl.loop.SyncRounds` of ``T`` local iterations), which becomes part of the fit's
-:class:`~lightning_sfl.loop.Federation` (with the clients' statistics, the system model and the byte ledger, handed
-to the method by :meth:`SplitFedAlgorithm.federate`); the data module executes it, and every ``training_step``
-receives one typed :class:`~lightning_sfl.loop.Step`. **One epoch = one global round** of any number of steps. The
-step's ``kind`` picks the handler (``step_handlers``), ``round_start``/``round_end`` mark the round's edges, and the
-federation delivers the round events (``on_round_end`` also to the method).
-
-Hooks, named after the paper's steps (SCALA Algorithm 2; defaults = MiniBatch-SFL): 0 broadcast :meth:`start_round`,
-1 client forward :meth:`client_forward`, 2 server forward :meth:`server_forward`, 3 server loss :meth:`server_loss`
-(with :meth:`server_prior`), 4 the clients' loss :meth:`client_loss` (with :meth:`client_prior`; both made of
-:meth:`cross_entropy`), 5 the clients' extra terms :meth:`client_extra_loss` and :meth:`client_regulariser`, 6 the step
-:meth:`take_step`, 7 aggregation :meth:`aggregate` (weights :meth:`aggregation_weights`). ``docs/architecture.md``
-tabulates their defaults and who overrides each.
-
-The halves themselves come from :meth:`build_halves`. :meth:`local_iteration` (handler of ``"local"`` steps) runs
-1-6 in that order through :func:`~lightning_sfl.algorithms.iteration.split_iteration`, the one split iteration every
-split method runs (its finer hooks :meth:`send_activations`, :meth:`split_losses` and :meth:`on_client_gradients`
-let GAS, FSHA and Semi-SFL run it too); plain FL methods (FedAvg family) replace it with one loss on the whole
-model. The base owns what every method shares around the hooks: the byte ledger, the NaN/Inf guards, DDP gradient
-summing, optimiser-state resets, the client banks (:meth:`client_models`, :meth:`reset_slots`) and checkpointed
-method state (:meth:`add_state`).
-
-It is one ``LightningModule`` with parts, not a stack of mixins: its side of the federation
-(:mod:`~lightning_sfl.algorithms.federated`), its declared state and checkpoint entry
-(:mod:`~lightning_sfl.algorithms.state`), the evaluation of the global model (:mod:`~lightning_sfl.algorithms.
-evaluation`), the round's bookkeeping (:mod:`~lightning_sfl.algorithms.round_tracker`) and, for a split method, the
-clients' defences (:attr:`defences`, :mod:`lightning_sfl.defences`; empty for the others), each reached from the hook
-where Lightning calls it.
-
-The FL phase runs inside the round's last training step, not in ``on_train_epoch_end``: Lightning validates
-*before* ``on_train_epoch_end``, and evaluation must see the aggregated model.
+The method configures its :class:`~lightning_sfl.loop.Schedule` (:meth:`SplitFedAlgorithm.configure_schedule`), which
+becomes part of the fit's :class:`~lightning_sfl.loop.Federation` (:meth:`SplitFedAlgorithm.federate`); the data module
+executes it and every ``training_step`` receives one typed :class:`~lightning_sfl.loop.Step`, run by the handler of its
+kind (``step_handlers``; ``"local"``: :func:`~lightning_sfl.algorithms.iteration.split_iteration`, the one split
+iteration). **One epoch = one global round**; the FL phase (:meth:`SplitFedAlgorithm.aggregate`) runs inside the
+round's last training step, not in ``on_train_epoch_end``: Lightning validates before it, and evaluation must see the
+aggregated model. The base is one module with parts, not a stack of mixins: the federation's side
+(:mod:`~lightning_sfl.algorithms.federated`), declared state and its checkpoint entry
+(:mod:`~lightning_sfl.algorithms.state`), the evaluation (:mod:`~lightning_sfl.algorithms.evaluation`), the round's
+bookkeeping (:mod:`~lightning_sfl.algorithms.round_tracker`), the halves (:mod:`~lightning_sfl.algorithms.halves`)
+and a split method's defences (:attr:`defences`, :mod:`lightning_sfl.defences`), each reached from the hook where
+Lightning calls it.
 """
 
 from __future__ import annotations
 
-import math
 from contextlib import ExitStack
 from typing import ClassVar
 
@@ -51,12 +31,12 @@ from lightning_sfl import trainer_view
 from lightning_sfl.algorithms import evaluation, federated, state
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots
 from lightning_sfl.algorithms.guards import check_finite, check_global_weights
+from lightning_sfl.algorithms.halves import DEFAULT_SPLIT_POINT, ClientModule, ServerModule, checked_floor, split_halves
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
 from lightning_sfl.algorithms.processes import (
     disable_ddp_reducer,
     sum_gradients_over_processes,
-    sum_over_processes,
     world_size,
 )
 from lightning_sfl.algorithms.round_tracker import RoundTracker
@@ -66,47 +46,10 @@ from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import ClientStats, Federate, Federation, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.loop.selection import ClientSelection, UniformSelection, resolve_selection
 from lightning_sfl.loop.step import PROBE_KIND
-from lightning_sfl.models import build_model, split_model
 from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
 from lightning_sfl.system.comm import CommLedger, module_bytes
 from lightning_sfl.system.timing import ClientCosts, SystemModel
 from lightning_sfl.system.wireless import WirelessCell
-
-
-class ClientModule(L.LightningModule):
-    """Client-side half ``h(w_c; X) -> A``: ``[B, C, H, W] -> [B, *activation_shape]``."""
-
-    def __init__(self, net: nn.Module) -> None:
-        super().__init__()
-        self.net = net
-
-    @override
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
-class ServerModule(L.LightningModule):
-    """Server-side half ``l(w_s; A) -> s``: ``[B, *activation_shape] -> [B, N]`` logits."""
-
-    def __init__(self, net: nn.Module) -> None:
-        super().__init__()
-        self.net = net
-
-    @override
-    def forward(self, a: torch.Tensor) -> torch.Tensor:
-        return self.net(a)
-
-
-def checked_floor(value: float) -> float:
-    """``missing_class_floor`` of the logit-adjusting methods, checked: ``0`` (missing classes leave the softmax) or a
-    positive floor (public code's finite version)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"missing_class_floor={value!r} must be a number >= 0 (0: missing classes get -inf logits)")
-    return float(value)
-
-
-#: The cut point when none is given (methods without a server half take the whole model and ignore it).
-DEFAULT_SPLIT_POINT = "s2"
 
 
 class SplitFedAlgorithm(L.LightningModule):
@@ -205,12 +148,7 @@ class SplitFedAlgorithm(L.LightningModule):
     ) -> tuple[nn.Sequential, nn.Sequential]:
         """The client half ``[B, *input_shape] -> [B, *act]`` and the server half ``[B, *act] -> [B, N]`` (plain FL:
         the whole model and an empty server)."""
-        net = build_model(arch, num_classes, input_shape)
-        if not self.has_server_half:
-            if split_point != DEFAULT_SPLIT_POINT:  # (unused, but a cut point the model lacks is a mistake: one line)
-                split_model(net, split_point)
-            return net[:], nn.Sequential()
-        return split_model(net, split_point)
+        return split_halves(arch, split_point, num_classes, input_shape, self.has_server_half)
 
     def _defend_with(self, defences: list[Defence] | None, default: list[Defence] | None = None) -> None:
         """Give the clients ``defences`` (``None``: ``default``), from a split method's constructor, right after the
@@ -438,24 +376,13 @@ class SplitFedAlgorithm(L.LightningModule):
         outputs = result if isinstance(result, dict) else None
         losses = result if outputs is None else (outputs.pop("server_loss", None), outputs.pop("client_loss", None))
         if losses is not None and all(loss is not None for loss in losses):
-            self._log_losses(step, *losses)
+            self._round_tracker.log_losses(self.log, step, *losses)
         if step.round_end:
             self.aggregate(step)
             halves = ((n, p) for n, p in self.named_parameters() if n.startswith(("client.", "server.")))
             check_global_weights(halves, step)
             self._round_tracker.end(step, metrics=self.round_metrics())
         return outputs
-
-    def _log_losses(self, step: Step, server_loss: torch.Tensor, client_loss: torch.Tensor) -> None:
-        if world_size() > 1:  # each process holds its shard's part of the (globally normalised) losses
-            losses = (server_loss, client_loss)
-            server_loss, client_loss = (sum_over_processes(v.detach().clone()) for v in losses)
-        if not math.isfinite(float(server_loss.detach() + client_loss.detach())):  # one read of the device
-            for name, loss in (("server loss", server_loss), ("client loss", client_loss)):
-                if not torch.isfinite(loss):
-                    check_finite(step, (name, loss.detach().expand(step.num_rows)))
-        self.log("train/server_loss", server_loss.detach(), on_step=False, on_epoch=True, batch_size=step.num_rows)
-        self.log("train/client_loss", client_loss.detach(), on_step=False, on_epoch=True, batch_size=step.num_rows)
 
     def round_metrics(self) -> dict[str, float]:
         """What the method measured in the round that its schedule adapts to (``RoundEnd.metrics``); none here."""

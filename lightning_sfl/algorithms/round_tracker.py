@@ -2,12 +2,19 @@
 round of the byte ledger, what each bank slot did (its client, rows and local iterations) and the
 :class:`~lightning_sfl.loop.RoundEnd` that closes the round.
 
-A method starts one at the round's first step (:meth:`RoundTracker.start`), counts every step (:meth:`count`) and
-ends it after aggregating (:meth:`end`); the federation stamps the simulated time and hands the event on.
+A method starts one at the round's first step (:meth:`RoundTracker.start`), counts every step (:meth:`count`), logs
+its losses (:meth:`log_losses`) and ends it after aggregating (:meth:`end`); the federation stamps the simulated time
+and hands the event on.
 """
 
 from __future__ import annotations
 
+import math
+
+import torch
+
+from lightning_sfl.algorithms.guards import check_finite
+from lightning_sfl.algorithms.processes import sum_over_processes, world_size
 from lightning_sfl.loop import Federation, RoundEnd, Step
 
 __all__ = ["RoundTracker"]
@@ -49,6 +56,19 @@ class RoundTracker:
             self.clients[slots] = step.clients
         elif not len(step.clients):
             self.server_rows += len(step.rows)
+
+    def log_losses(self, log, step: Step, server_loss: torch.Tensor, client_loss: torch.Tensor) -> None:
+        """The step's losses as ``train/server_loss`` and ``train/client_loss`` (means over the round, through the
+        method's ``log``), summed over processes first; a non-finite one stops the run naming the step's clients."""
+        if world_size() > 1:  # each process holds its shard's part of the (globally normalised) losses
+            losses = (server_loss, client_loss)
+            server_loss, client_loss = (sum_over_processes(v.detach().clone()) for v in losses)
+        if not math.isfinite(float(server_loss.detach() + client_loss.detach())):  # one read of the device
+            for name, loss in (("server loss", server_loss), ("client loss", client_loss)):
+                if not torch.isfinite(loss):
+                    check_finite(step, (name, loss.detach().expand(step.num_rows)))
+        log("train/server_loss", server_loss.detach(), on_step=False, on_epoch=True, batch_size=step.num_rows)
+        log("train/client_loss", client_loss.detach(), on_step=False, on_epoch=True, batch_size=step.num_rows)
 
     def end(self, last: Step, metrics: dict[str, float]) -> RoundEnd:
         """The round of ``last`` (its last step, after the aggregation) ends: its :class:`RoundEnd`, stamped with the

@@ -1,0 +1,63 @@
+"""The two halves of a split model as modules, and the cut (:func:`split_halves`): the client half ``h(w_c; X)`` and
+the server half ``l(w_s; A)`` of :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm`."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torch import nn
+from typing_extensions import override
+
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.models import build_model, split_model
+
+__all__ = ["DEFAULT_SPLIT_POINT", "ClientModule", "ServerModule", "checked_floor", "split_halves"]
+
+
+class ClientModule(L.LightningModule):
+    """Client-side half ``h(w_c; X) -> A``: ``[B, C, H, W] -> [B, *activation_shape]``."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    @override
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class ServerModule(L.LightningModule):
+    """Server-side half ``l(w_s; A) -> s``: ``[B, *activation_shape] -> [B, N]`` logits."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    @override
+    def forward(self, a: torch.Tensor) -> torch.Tensor:
+        return self.net(a)
+
+
+def checked_floor(value: float) -> float:
+    """``missing_class_floor`` of the logit-adjusting methods, checked: ``0`` (missing classes leave the softmax) or a
+    positive floor (public code's finite version)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigError(f"missing_class_floor={value!r} must be a number >= 0 (0: missing classes get -inf logits)")
+    return float(value)
+
+
+#: The cut point when none is given (methods without a server half take the whole model and ignore it).
+DEFAULT_SPLIT_POINT = "s2"
+
+
+def split_halves(
+    arch: str, split_point: str, num_classes: int, input_shape: tuple[int, int, int], has_server_half: bool
+) -> tuple[nn.Sequential, nn.Sequential]:
+    """The client half ``[B, *input_shape] -> [B, *act]`` and the server half ``[B, *act] -> [B, N]`` of ``arch`` cut
+    at ``split_point``; without a server half (plain FL) the whole model and an empty server."""
+    net = build_model(arch, num_classes, input_shape)
+    if not has_server_half:
+        if split_point != DEFAULT_SPLIT_POINT:  # (unused, but a cut point the model lacks is a mistake: one line)
+            split_model(net, split_point)
+        return net[:], nn.Sequential()
+    return split_model(net, split_point)
