@@ -12,6 +12,7 @@ import torch
 from _helpers import make_step, round_steps
 from torch.func import functional_call
 
+from lightning_sfl.algorithms.banks import traffic_kind
 from lightning_sfl.algorithms.fedavg import (
     FedAvg,
     FedDecorr,
@@ -73,7 +74,7 @@ def _global_state(model) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("cls", METHODS, ids=lambda c: c.__name__)
 def test_every_method_trains_two_rounds(cls):
     model0, model = _run(cls)
-    assert cls.has_server_half is False and model._model_traffic_kind == "full_model"
+    assert cls.has_server_half is False and traffic_kind(model) == "full_model"
     assert len(model.server.net) == 0 and len(model.client.net) == len(model0.client.net)
     moved = 0.0
     for (n, p), q in zip(model.client.net.named_parameters(), model0.client.net.parameters()):

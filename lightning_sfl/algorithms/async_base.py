@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from typing_extensions import override
 
-from lightning_sfl.algorithms import federated
+from lightning_sfl.algorithms import banks, federated
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.client_bank import ClientBank
 from lightning_sfl.errors import ConfigError
@@ -73,7 +73,7 @@ class AsyncMethod(SplitFedAlgorithm):
         self.aggregation = choice("aggregation", aggregation, AGGREGATIONS)
         self.full_bandwidth = bool(full_bandwidth)
         self.uploads: list[tuple[dict[str, torch.Tensor], int]] = []  # the model buffer; empty at every round end
-        self._checked_schedule(self.async_events())  # the settings are checked now (one-line errors at construction)
+        federated.checked_schedule(self, self.async_events())  # the settings are checked now (one-line errors)
 
     @override
     def configure_schedule(self) -> Schedule:
@@ -120,7 +120,7 @@ class AsyncMethod(SplitFedAlgorithm):
         :meth:`aggregate` follows), the next client takes the slot with the global model as it is now."""
         slot = int(step.slots[0])
         self.uploads.append((self.bank.snapshot(slot), int(step.clients[0])))
-        self.ledger.add("up", self._model_traffic_kind, module_bytes(self.client.net), step.slots)
+        self.ledger.add("up", banks.traffic_kind(self), module_bytes(self.client.net), step.slots)
         self.log("train/staleness", float(step.round - step.version), on_step=False, on_epoch=True, batch_size=1)
         if not step.aggregate:
             self.reset_slots(step.slots)

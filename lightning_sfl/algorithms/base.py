@@ -18,7 +18,6 @@ Lightning calls it.
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from typing import ClassVar
 
 import lightning as L
@@ -28,26 +27,23 @@ from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
 from lightning_sfl import trainer_view
-from lightning_sfl.algorithms import evaluation, federated, state
+from lightning_sfl.algorithms import banks, evaluation, federated, state
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots
 from lightning_sfl.algorithms.guards import check_finite, check_global_weights
-from lightning_sfl.algorithms.halves import DEFAULT_SPLIT_POINT, ClientModule, ServerModule, checked_floor, split_halves
+from lightning_sfl.algorithms.halves import DEFAULT_SPLIT_POINT, ClientModule, ServerModule, split_halves
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
-from lightning_sfl.algorithms.processes import (
-    disable_ddp_reducer,
-    sum_gradients_over_processes,
-    world_size,
-)
+from lightning_sfl.algorithms.options import MissingClassFloor, check_training_options
+from lightning_sfl.algorithms.processes import disable_ddp_reducer, sum_gradients_over_processes, world_size
 from lightning_sfl.algorithms.round_tracker import RoundTracker
-from lightning_sfl.algorithms.stacked_bank import BANK_KINDS, StackedBank, make_bank
-from lightning_sfl.defences import Defence, Defences, resolve_defences
+from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank
+from lightning_sfl.defences import Defences
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import ClientStats, Federate, Federation, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.loop.selection import ClientSelection, UniformSelection, resolve_selection
 from lightning_sfl.loop.step import PROBE_KIND
 from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
-from lightning_sfl.system.comm import CommLedger, module_bytes
+from lightning_sfl.system.comm import CommLedger
 from lightning_sfl.system.timing import ClientCosts, SystemModel
 from lightning_sfl.system.wireless import WirelessCell
 
@@ -80,20 +76,19 @@ class SplitFedAlgorithm(L.LightningModule):
     has_server_half: ClassVar[bool] = True
     #: Client-selection policy used when ``client_selection`` is not given.
     default_selection: ClassVar[type[ClientSelection]] = UniformSelection
-    #: True: one server-half copy per selected client, trained on that client's activations only and averaged
-    #: each round (SplitFedV1); False: one server half trained on the concatenated activations (eq. 5-7).
+    #: True: one server-half copy per client, trained on its activations only and averaged each round (SplitFedV1);
+    #: False: one server half trained on the concatenated activations (eqs. 5-7).
     server_copies: bool = False
-    _missing_class_floor: float = 0.0  # see missing_class_floor
-    #: True if the clients keep their own client halves across rounds (SplitFedV3): what a client uploads is not
-    #: ``h`` of the global half, so the inversion regulariser and SplitGuard's probe refuse the method.
+    #: True if the clients keep their own client halves across rounds (SplitFedV3): what they upload is not ``h`` of
+    #: the global half, so the inversion regulariser and SplitGuard's probe refuse the method.
     keeps_client_halves: ClassVar[bool] = False
-    #: True if the server answers a client's upload of ``h(w_c; X)`` with the gradient of its loss, what SplitGuard
-    #: (:class:`~lightning_sfl.callbacks.splitguard.SplitGuard`) probes; False: SFLLocalLoss (no gradient crosses the
-    #: cut), Semi-SFL (its clients upload two views).
+    #: False if the server does not answer an upload of ``h(w_c; X)`` with the gradient of its loss, which SplitGuard
+    #: probes: SFLLocalLoss (no gradient crosses the cut), the semi-supervised methods (two views uploaded).
     answers_with_gradients: ClassVar[bool] = True
-    #: Step kind -> name of the method that runs a step of that kind; ``None``: nothing to run (the round's closing
+    #: Step kind -> name of the method that runs such steps; ``None``: nothing to run (a round's closing
     #: ``"aggregate"`` step lists its clients but has no rows; the base then aggregates).
     step_handlers: ClassVar[dict[str, str | None]] = {"local": "local_iteration", "aggregate": None}
+    missing_class_floor = MissingClassFloor()
 
     def __init__(
         self,
@@ -112,54 +107,29 @@ class SplitFedAlgorithm(L.LightningModule):
         super().__init__()
         self._states = state.DeclaredStates()  # what add_state declares
         self._checkpoint_rounds: int | None = None  # rounds behind a checkpoint loaded for validate/test
-        if local_iters < 1:
-            raise ConfigError(f"local_iters={local_iters} must be >= 1")
-        if not lr > 0:
-            raise ConfigError(f"lr={lr} must be > 0")
-        if not 0 <= momentum < 1:  # at 1 and above the momentum buffer never forgets: SGD diverges
-            raise ConfigError(f"momentum={momentum} must be in [0, 1)")
-        if weight_decay < 0:
-            raise ConfigError(f"weight_decay={weight_decay} must be >= 0")
-        if client_bank not in BANK_KINDS:
-            raise ConfigError(f"client_bank={client_bank!r} is not one of: {', '.join(BANK_KINDS)}")
-        if not isinstance(nesterov, bool) or (nesterov and momentum == 0):
-            raise ConfigError(f"nesterov={nesterov!r} must be true or false, and true needs momentum > 0")
+        check_training_options(local_iters, lr, momentum, weight_decay, client_bank, nesterov)
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.local_iters, self.lr, self.momentum, self.weight_decay = local_iters, lr, momentum, weight_decay
-        self.nesterov = nesterov
-        self.num_classes = num_classes
+        self.nesterov, self.num_classes, self.client_bank = nesterov, num_classes, client_bank
         self.selection = resolve_selection(client_selection, self.default_selection)
         self.hparams["client_selection"] = self.selection.config()  # a config, so checkpoints load safely
-        self.client_bank = client_bank
         self.federation: Federation | None = None  # handed over when a fit starts (federate)
         self._schedule: Schedule | None = None  # configured on first use (schedule), after the whole construction
         client_net, server_net = self.build_halves(arch, split_point, num_classes, tuple(input_shape))
-        self.client = ClientModule(client_net)
-        self.server = ServerModule(server_net)
+        self.client, self.server = ClientModule(client_net), ServerModule(server_net)
         self.client_banks = nn.ModuleDict()  # name of a client model -> its slots (built when a fit starts)
         self.server_bank: ClientBank | None = None
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.defences = Defences()  # none but a split method's (defend_with)
+        self.defences = Defences()  # none but a split method's (split_method.defend)
         self.example_input_array = torch.zeros(1, *input_shape)  # the model summary counts FLOPs on it
 
     def build_halves(
         self, arch: str, split_point: str, num_classes: int, input_shape: tuple[int, int, int]
     ) -> tuple[nn.Sequential, nn.Sequential]:
-        """The client half ``[B, *input_shape] -> [B, *act]`` and the server half ``[B, *act] -> [B, N]`` (plain FL:
-        the whole model and an empty server)."""
+        """The client half ``[B, *input] -> [B, *act]`` and the server half ``[B, *act] -> [B, N]``
+        (:func:`~lightning_sfl.algorithms.halves.split_halves`; plain FL: the whole model and an empty server)."""
         return split_halves(arch, split_point, num_classes, input_shape, self.has_server_half)
-
-    def _defend_with(self, defences: list[Defence] | None, default: list[Defence] | None = None) -> None:
-        """Give the clients ``defences`` (``None``: ``default``), from a split method's constructor, right after the
-        base's: the halves they change (a bottleneck), then each attached to the final client half; the
-        hyperparameters record them as configs."""
-        parts = resolve_defences(list(default or []) if defences is None else defences)
-        self.defences = Defences(parts)
-        self.hparams["defences"] = self.defences.configs()
-        shape = tuple(self.hparams.input_shape)
-        self.client.net, self.server.net = self.defences.build_halves(self.client.net, self.server.net, shape)
-        self.defences.attach(type(self).__name__, self.client.net, shape, self.keeps_client_halves)
 
     def configure_schedule(self) -> Schedule:
         """How a round unfolds (executed by the data module): synchronous rounds of ``T`` local iterations. Called
@@ -168,43 +138,17 @@ class SplitFedAlgorithm(L.LightningModule):
 
     @property
     def schedule(self) -> Schedule:
-        """The method's schedule (:meth:`configure_schedule`, checked: a handler for every step kind; a schedule whose
-        steps leave clients out runs the sequential bank), made on first use; the federation's during a fit."""
+        """The method's schedule (:meth:`configure_schedule`, given to the defences, then checked:
+        :func:`~lightning_sfl.algorithms.federated.checked_schedule`), made on first use."""
         if self._schedule is None:
             schedule = self.configure_schedule()
             schedule = self.defences.configure_schedule(schedule, type(self).__name__, self.local_iters, self.selection)
-            self._schedule = self._checked_schedule(schedule)
+            self._schedule = federated.checked_schedule(self, schedule)
         return self._schedule
-
-    def _checked_schedule(self, schedule: Schedule) -> Schedule:
-        """``schedule`` checked against the method: a handler for each of its step kinds; steps that leave clients
-        out run the sequential bank under ``auto`` (the stacked bank keeps such slots still too, by copying their rows
-        around each step: :meth:`~lightning_sfl.algorithms.stacked_bank.StackedBank.steps_only`). A method may call it
-        in its constructor on the schedule its settings describe, so that they are one-line errors at construction."""
-        if schedule.partial_steps:  # a slot left out of a step must not move: SGD skips it on its own modules
-            if self.client_bank == "auto":
-                self.client_bank = "sequential"
-        missing = [k for k in schedule.kinds if self._step_handler(k) is None]
-        if missing:
-            raise ConfigError(
-                f"{type(self).__name__} has no handler for step kind(s) {missing} of {type(schedule).__name__}; "
-                f"it handles: {', '.join(self.step_handlers)}"
-            )
-        return schedule
-
-    def _step_handler(self, kind: str):
-        """What runs steps of ``kind``: the method named in ``step_handlers``, else a step its defences added (the
-        inversion regulariser's warm-up, handed the global client half); ``None`` if none does."""
-        if kind in self.step_handlers:
-            name = self.step_handlers[kind]
-            return (lambda step: None) if name is None else getattr(self, name)
-        handler = self.defences.step_handler(kind)
-        return None if handler is None else (lambda step: handler(step, self.client))
 
     def one_process_only(self) -> str | None:
         """What of the method runs on one process only (``None``: all of it runs on several); a run of it on more is
-        refused before its processes start (the command line) and at ``setup``. Here: what its defences refuse
-        (the inversion regulariser)."""
+        refused before its processes start (the command line) and at ``setup``. Here: what its defences refuse."""
         return self.defences.one_process_only()
 
     def client_models(self) -> dict[str, nn.Module]:
@@ -220,8 +164,7 @@ class SplitFedAlgorithm(L.LightningModule):
 
     @override
     def configure_callbacks(self) -> list[L.Callback]:
-        """For a fit, :class:`~lightning_sfl.loop.Federate`: builds (unless given) and connects the fit's federation.
-        Nothing for ``validate``/``test`` (they evaluate the global model; the federation is not needed)."""
+        """For a fit, :class:`~lightning_sfl.loop.Federate`: builds (unless given) and connects the fit's federation."""
         return [Federate()] if self._trainer is None or trainer_view.is_fitting(self._trainer) else []
 
     def federate(self, federation: Federation) -> None:
@@ -280,12 +223,8 @@ class SplitFedAlgorithm(L.LightningModule):
 
     @override
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
-        """Accuracy of the global model after every round, logged as ``test/acc`` with ``round``
-        (:mod:`~lightning_sfl.algorithms.evaluation`)."""
-        return evaluation.evaluation_step(self, batch)
-
-    @override
-    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        """Accuracy of the global model after every round (also ``test_step``), logged as ``test/acc`` with ``round``
+        by the epoch's end (:mod:`~lightning_sfl.algorithms.evaluation`)."""
         return evaluation.evaluation_step(self, batch)
 
     @override
@@ -293,16 +232,11 @@ class SplitFedAlgorithm(L.LightningModule):
         evaluation.start_evaluation(self)
 
     @override
-    def on_test_epoch_start(self) -> None:
-        evaluation.start_evaluation(self)
-
-    @override
     def on_validation_epoch_end(self) -> None:
         evaluation.finish_evaluation(self, "test")
 
-    @override
-    def on_test_epoch_end(self) -> None:
-        evaluation.finish_evaluation(self, "test")
+    test_step, on_test_epoch_start = validation_step, on_validation_epoch_start
+    on_test_epoch_end = on_validation_epoch_end
 
     # ------------------------------------------------------------------ setup: buffers, banks, states
     @override
@@ -317,11 +251,7 @@ class SplitFedAlgorithm(L.LightningModule):
         stats = self._federation().stats
         self.register_buffer("client_sizes", stats.sizes.clone(), persistent=False)
         self.register_buffer("label_dist", stats.label_distribution.to(torch.float32), persistent=False)
-        slots = self.schedule.num_slots(stats)
-        for name, module in self.client_models().items():
-            self.client_banks[name] = self._new_bank(module, slots)
-        if self.server_copies:
-            self.server_bank = self._new_bank(self.server.net, slots)
+        banks.build_banks(self, self.schedule.num_slots(stats), self.schedule.persistent_slots)
         self._states.build(self)
 
     @property
@@ -333,18 +263,9 @@ class SplitFedAlgorithm(L.LightningModule):
         """A bank of ``num_slots`` copies of ``template`` of the configured kind (``client_bank``)."""
         return make_bank(template, num_slots, self.client_bank, device=trainer_view.device(self.trainer))
 
-    def _new_bank(self, template: nn.Module, num_slots: int) -> ClientBank:
-        bank = self.make_bank(template, num_slots)
-        bank.checkpointed = self.schedule.persistent_slots
-        return bank
-
-    def _banks(self) -> list[ClientBank]:
-        """Every per-client copy set of this method (client banks, then server copies)."""
-        return [*self.client_banks.values(), *([self.server_bank] if self.server_bank is not None else [])]
-
     def _slot_parameters(self) -> list[nn.Parameter]:
         """Parameters of the slots (client copies and per-client server copies)."""
-        return [p for bank in self._banks() for p in bank.parameters()]
+        return [p for bank in banks.all_banks(self) for p in bank.parameters()]
 
     def _server_parameters(self) -> list[nn.Parameter]:
         return [] if self.server_bank is not None else list(self.server.parameters())
@@ -372,7 +293,7 @@ class SplitFedAlgorithm(L.LightningModule):
             self.start_round(step)
             self.defences.start_round(step)
         self._round_tracker.count(step)
-        result = self._step_handler(step.kind)(step)
+        result = federated.step_handler(self, step.kind)(step)
         outputs = result if isinstance(result, dict) else None
         losses = result if outputs is None else (outputs.pop("server_loss", None), outputs.pop("client_loss", None))
         if losses is not None and all(loss is not None for loss in losses):
@@ -389,22 +310,16 @@ class SplitFedAlgorithm(L.LightningModule):
         return {}
 
     def on_round_end(self, event: RoundEnd) -> None:
-        """Module hook after a round's FL phase (e.g. Semi-SFL adapts its ``K_s`` here for the next round)."""
+        """Module hook after a round's FL phase (e.g. Semi-SFL logs its ``K_s`` here)."""
 
     # ------------------------------------------------------------------ round edges: broadcast and FL phase
     def reset_slots(self, slots: Slots = None, models: dict[str, nn.Module] | None = None) -> None:
         """The ``slots`` (default all) download the global models (bytes counted) and start with a fresh optimiser
         state; per-client server copies are reset too. ``models``: bank name -> the module those slots download
-        (default :meth:`client_models`; e.g. FedConcat's clients download their cluster's model)."""
+        (default :meth:`client_models`; FedConcat's clients download their cluster's model)."""
         opt = self.optimizers()
-        opt = getattr(opt, "optimizer", opt)  # the torch optimiser inside Lightning's wrapper
-        for name, module in (self.client_models() if models is None else models).items():
-            self.client_banks[name].reset(module, slots)
-            self.client_banks[name].reset_optimizer_state(opt, slots)
-            self.ledger.add("down", self._model_traffic_kind, module_bytes(module), slots)
-        if self.server_bank is not None:
-            self.server_bank.reset(self.server.net, slots)
-            self.server_bank.reset_optimizer_state(opt, slots)
+        models = self.client_models() if models is None else models
+        banks.download(self, slots, models, getattr(opt, "optimizer", opt))  # the torch optimiser in Lightning's
 
     def start_round(self, step: Step) -> None:
         """Round start (hook 0): every client of the round gets the global halves in its slot (FL-style: the
@@ -427,14 +342,7 @@ class SplitFedAlgorithm(L.LightningModule):
         """Eq. (10) for the client banks: each global module ← the ``weights``-weighted average of its bank's
         ``slots`` (uploads counted). ``models``: bank name -> the module to aggregate into (default
         :meth:`client_models`)."""
-        for name, module in (self.client_models() if models is None else models).items():
-            self.client_banks[name].aggregate_into(module, weights, slots)
-            self.ledger.add("up", self._model_traffic_kind, module_bytes(module), slots)
-
-    @property
-    def _model_traffic_kind(self) -> str:
-        """What the clients download and upload each round: ``client_half`` or (plain FL) ``full_model``."""
-        return "client_half" if self.has_server_half else "full_model"
+        banks.upload(self, weights, slots, self.client_models() if models is None else models)
 
     # ------------------------------------------------------------------ one local iteration (hooks 1-6)
     def client_forward(self, step: Step) -> torch.Tensor:
@@ -447,17 +355,6 @@ class SplitFedAlgorithm(L.LightningModule):
         if self.server_bank is None or step.kind == PROBE_KIND:
             return self.server(a)
         return self.server_bank(a, step.local_sizes, step.slots)
-
-    @property
-    def missing_class_floor(self) -> float:
-        """Floor of the log-priors of :meth:`server_prior`/:meth:`client_prior` and of the methods that adjust logits
-        by a client's label counts (``0``: ``log 0 = −∞``, a class a client lacks leaves the softmax; ``> 0``: public
-        code's finite version; see :func:`~lightning_sfl.algorithms.losses.log_prior`). Checked when set."""
-        return self._missing_class_floor
-
-    @missing_class_floor.setter
-    def missing_class_floor(self, value: float) -> None:
-        self._missing_class_floor = checked_floor(value)
 
     def server_prior(self, step: Step) -> torch.Tensor | None:
         """Label distribution added (as ``log``) to the logits of the server loss; ``None``: plain CE."""
@@ -479,22 +376,14 @@ class SplitFedAlgorithm(L.LightningModule):
         return logit_adjusted_cross_entropy(logits, labels, prior, reduction, self.missing_class_floor)
 
     def server_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
-        """Hook 3, the loss whose gradient updates ``w_s`` (eq. 7): the mean over the concatenated batch, or with
-        server copies the sum over copies of each copy's mean over its client's rows."""
+        """Hook 3, the loss whose gradient updates ``w_s`` (eq. 7): the mean over the concatenated batch (on a DDP
+        shard, its sum over the global ``B``), or with server copies the sum over copies of each one's mean."""
         prior = self.server_prior(step)
-        if self.server_bank is None:
-            return self._concat_mean_loss(logits, step, prior)
-        return sum_of_client_means(self.cross_entropy(logits, step.y, prior), step.owner, step.sizes)
-
-    def _concat_mean_loss(self, logits: torch.Tensor, step: Step, prior: torch.Tensor | None = None) -> torch.Tensor:
-        """(Logit-adjusted) cross-entropy averaged over the whole concatenated batch of ``B`` rows; on a DDP
-        shard, the shard's sum divided by the global ``B`` (the gradient all-reduce adds the shards)."""
-        if world_size() == 1:  # every row is here (no read of the device for the count)
+        if self.server_bank is not None:
+            return sum_of_client_means(self.cross_entropy(logits, step.y, prior), step.owner, step.sizes)
+        if world_size() == 1 or len(step.y) == int(step.sizes.sum()):  # every row is here
             return self.cross_entropy(logits, step.y, prior, "mean")
-        total = int(step.sizes.sum())
-        if len(step.y) == total:
-            return self.cross_entropy(logits, step.y, prior, "mean")
-        return self.cross_entropy(logits, step.y, prior, "sum") / total
+        return self.cross_entropy(logits, step.y, prior, "sum") / int(step.sizes.sum())
 
     def client_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor | None:
         """Hook 4, the loss whose gradient w.r.t. the activations is sent to the clients (eq. 8): each client's
@@ -518,9 +407,8 @@ class SplitFedAlgorithm(L.LightningModule):
         return None
 
     def send_activations(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
-        """Hook 1 and the upload: the clients' activations ``[B, *act]`` (counted up with the labels) and a detached
-        copy that requires a gradient, for the server (``∂/∂`` it gives ``G_k``). Checked finite with the logits
-        (:meth:`split_losses`)."""
+        """Hook 1 and the upload: the clients' activations ``[B, *act]`` (through the defences; counted up with the
+        labels) and a detached copy that requires a gradient, for the server (``∂/∂`` it gives ``G_k``)."""
         acts = self.defences.upload(self.client_forward(step), self.defences.training_noise(step))
         self.ledger.add_rows("up", "activations", acts, step.sizes, step.slots)
         self.ledger.add_rows("up", "labels", step.y, step.sizes, step.slots)
@@ -530,15 +418,14 @@ class SplitFedAlgorithm(L.LightningModule):
         self, acts: torch.Tensor, a: torch.Tensor, step: Step
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Hooks 2-4 on the server's copy ``a`` of the activations ``acts``: the server forward, the NaN/Inf guard of
-        activations and logits, then the server loss (hook 3) and the clients' loss (hook 4), both from this
-        (pre-update) forward."""
+        activations and logits, then the server loss and the clients' loss, both from this (pre-update) forward."""
         logits = self.server_forward(a, step)
         check_finite(step, ("activations", acts), ("logits", logits))
         return self.server_loss(logits, step), self.client_loss(logits, step)
 
     def answer_loss(self, a: torch.Tensor, step: Step) -> torch.Tensor:
         """The loss whose gradient w.r.t. the activations ``a`` the server sends the clients (what SplitGuard probes):
-        hook 4 (the clients' loss) on hook 2 (the server forward); FSHA answers with its critic instead."""
+        hook 4 on hook 2; FSHA answers with its critic instead."""
         client_loss = self.client_loss(self.server_forward(a, step), step)
         if client_loss is None:
             name = type(self).__name__
@@ -547,17 +434,14 @@ class SplitFedAlgorithm(L.LightningModule):
 
     def on_client_gradients(self, step: Step, a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
         """The clients' gradients ``G`` ``[B, *act]`` (rows of client ``k``: ``G_k``) before they are sent down; a
-        method may act here (GAS buffers the arrivals and updates its server) and return other gradients."""
+        method may act here and return other gradients (FSHA trains its attacker)."""
         return grad
 
     def local_iteration(self, step: Step) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Handler of ``"local"`` steps: one split iteration (:func:`~lightning_sfl.algorithms.iteration.
-        split_iteration`): client forward → server forward on the concatenation → server update and client gradients
-        from the same (pre-update) forward → every client backpropagates its ``G_k`` (and its extra terms) → one
-        step."""
+        """Handler of ``"local"`` steps: one split iteration (hooks 1-6, :func:`~lightning_sfl.algorithms.iteration.
+        split_iteration`)."""
         return split_iteration(self, step)
 
-    # ------------------------------------------------------------------ several processes
     def take_step(self, opt, count_step: bool = True, slots=None) -> None:
         """Hook 6: sum the gradients over processes (each holds a shard of every client's rows; losses are
         normalised by global counts, so the sum is the one-process gradient), then step. ``count_step=False``
@@ -566,13 +450,7 @@ class SplitFedAlgorithm(L.LightningModule):
         if world_size() > 1:
             sum_gradients_over_processes([p for p in self.parameters() if p.requires_grad], self.device)
         self.adjust_gradients()
-        if slots is None or not self.schedule.partial_steps:  # every slot of the round is in the step
-            (opt.step() if count_step else opt.optimizer.step())
-            return
-        with ExitStack() as keep:  # every bank keeps the slots the step leaves out (client halves, heads, copies)
-            for bank in self._banks():
-                keep.enter_context(bank.steps_only(opt.optimizer, slots))
-            (opt.step() if count_step else opt.optimizer.step())
+        banks.step_slots(self, opt, slots if self.schedule.partial_steps else None, count_step)
 
     def adjust_gradients(self) -> None:
         """Between the gradients (summed over processes) and the optimiser step, e.g. clipping; nothing here."""

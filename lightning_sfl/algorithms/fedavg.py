@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from typing_extensions import override
 
+from lightning_sfl.algorithms import banks, federated
 from lightning_sfl.algorithms.aggregate import (
     flat_parameters,
     load_flat_parameters,
@@ -158,7 +159,7 @@ class FedAvg(SplitFedAlgorithm):
         super().__init__(**kwargs)
         self.local_epochs, self.local_batch_size = local_epochs, local_batch_size
         if local_epochs is not None:  # the settings are checked now (one-line errors at construction)
-            self._checked_schedule(self.local_epoch_rounds())
+            federated.checked_schedule(self, self.local_epoch_rounds())
 
     @override
     def configure_schedule(self) -> Schedule:
@@ -290,7 +291,7 @@ class FedDyn(FedAvg):
         self.feddyn_h -= self.penalty * delta.sum(dim=0) / self.feddyn_client_grads.shape[0]
         self.bank.aggregate_into(self.client.net, torch.ones(len(self.bank)))  # uniform; also the buffers
         load_flat_parameters(self.client.net, thetas.double().mean(dim=0) - self.feddyn_h.double() / self.penalty)
-        self.ledger.add("up", self._model_traffic_kind, module_bytes(self.client.net))
+        self.ledger.add("up", banks.traffic_kind(self), module_bytes(self.client.net))
 
 
 # ----------------------------------------------------------------------------------------------- FedLC

@@ -34,6 +34,7 @@ from torch import nn
 from typing_extensions import override
 
 from lightning_sfl import trainer_view
+from lightning_sfl.algorithms import banks
 from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
@@ -154,7 +155,7 @@ class FedConcat(FedAvg):
         new = ~self.fedconcat_has_encoders[step.clients]
         if new.any():
             encoders = sum(module_bytes(m) - module_bytes(m[-1]) for m in net.clusters)
-            self.ledger.add("down", self._model_traffic_kind, encoders, step.slots_tensor[new])
+            self.ledger.add("down", banks.traffic_kind(self), encoders, step.slots_tensor[new])
             self.fedconcat_has_encoders[step.clients] = True
 
     @override

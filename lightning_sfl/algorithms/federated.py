@@ -10,12 +10,20 @@ import torch
 
 from lightning_sfl import trainer_view
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.loop import Federation
+from lightning_sfl.loop import Federation, Schedule
 from lightning_sfl.loop.federation import legacy_federation_state
 from lightning_sfl.models import build_model
 from lightning_sfl.system.timing import ClientCosts
 
-__all__ = ["activation_shape", "checked_federation", "client_costs", "load_federation_entry", "save_federation_entry"]
+__all__ = [
+    "activation_shape",
+    "checked_federation",
+    "checked_schedule",
+    "client_costs",
+    "load_federation_entry",
+    "save_federation_entry",
+    "step_handler",
+]
 
 
 def checked_federation(method, federation: Federation) -> Federation:
@@ -70,3 +78,30 @@ def activation_shape(method) -> tuple[int, ...]:
     out = client(example.to(param.device, param.dtype))
     client.train(was_training)
     return tuple(out.shape[1:])
+
+
+def checked_schedule(method, schedule: Schedule) -> Schedule:
+    """``schedule`` checked against ``method``: a handler for each of its step kinds (:func:`step_handler`); steps that
+    leave clients out run the sequential bank under ``client_bank="auto"`` (the stacked bank keeps such slots still
+    too, by copying their rows around each step: :meth:`~lightning_sfl.algorithms.stacked_bank.StackedBank.
+    steps_only`)."""
+    if schedule.partial_steps and method.client_bank == "auto":  # a slot left out of a step must not move
+        method.client_bank = "sequential"
+    missing = [k for k in schedule.kinds if step_handler(method, k) is None]
+    if missing:
+        raise ConfigError(
+            f"{type(method).__name__} has no handler for step kind(s) {missing} of {type(schedule).__name__}; "
+            f"it handles: {', '.join(method.step_handlers)}"
+        )
+    return schedule
+
+
+def step_handler(method, kind: str):
+    """What runs ``method``'s steps of ``kind``: the method named in its ``step_handlers`` (``None`` there: nothing
+    to run), else a step its defences added (the inversion regulariser's warm-up, handed the global client half);
+    ``None`` if none does."""
+    if kind in method.step_handlers:
+        name = method.step_handlers[kind]
+        return (lambda step: None) if name is None else getattr(method, name)
+    handler = method.defences.step_handler(kind)
+    return None if handler is None else (lambda step: handler(step, method.client))

@@ -43,6 +43,7 @@ from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.label_gaussians import COVARIANCES, LabelGaussians, generation_counts
 from lightning_sfl.algorithms.losses import row_label_distribution
 from lightning_sfl.algorithms.registry import register
+from lightning_sfl.algorithms.split_method import defend
 from lightning_sfl.defences import Defence
 from lightning_sfl.loop import AsyncEvents
 from lightning_sfl.loop.async_events import ArrivalStep
@@ -81,7 +82,7 @@ class AsyncSFL(AsyncMethod):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        self._defend_with(defences)
+        defend(self, defences)
         self.gradient_order = choice("gradient_order", gradient_order, GRADIENT_ORDERS)
         self.missing_class_floor = missing_class_floor
         self.add_state("act_buffer", lambda: torch.zeros(self._capacity, *self._act_shape))

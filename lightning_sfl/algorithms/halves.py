@@ -8,10 +8,9 @@ import torch
 from torch import nn
 from typing_extensions import override
 
-from lightning_sfl.errors import ConfigError
 from lightning_sfl.models import build_model, split_model
 
-__all__ = ["DEFAULT_SPLIT_POINT", "ClientModule", "ServerModule", "checked_floor", "split_halves"]
+__all__ = ["DEFAULT_SPLIT_POINT", "ClientModule", "ServerModule", "split_halves"]
 
 
 class ClientModule(L.LightningModule):
@@ -36,14 +35,6 @@ class ServerModule(L.LightningModule):
     @override
     def forward(self, a: torch.Tensor) -> torch.Tensor:
         return self.net(a)
-
-
-def checked_floor(value: float) -> float:
-    """``missing_class_floor`` of the logit-adjusting methods, checked: ``0`` (missing classes leave the softmax) or a
-    positive floor (public code's finite version)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"missing_class_floor={value!r} must be a number >= 0 (0: missing classes get -inf logits)")
-    return float(value)
 
 
 #: The cut point when none is given (methods without a server half take the whole model and ignore it).

@@ -36,6 +36,7 @@ from torch import nn
 from typing_extensions import override
 
 from lightning_sfl import trainer_view
+from lightning_sfl.algorithms import federated
 from lightning_sfl.algorithms.async_base import choice
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.client_bank import clip_gradients_
@@ -163,7 +164,7 @@ class SemiSupervised(SplitFedAlgorithm):
         self.labelled_batch_size, self.client_batch_size = labelled_batch_size, client_batch_size
         self.client_teacher, self.lr_schedule, self.lr_min = client_teacher, lr_schedule, float(lr_min)
         self.grad_clip = None if grad_clip is None else float(grad_clip)
-        self._checked_schedule(self.configure_schedule())  # the settings are checked now (one-line errors)
+        federated.checked_schedule(self, self.configure_schedule())  # the settings are checked now (one-line errors)
         self.threshold, self.ema = threshold, ema
         side = self.hparams.input_shape[-1]
         self.shift = max(1, round(side / 8)) if shift is None else int(shift)

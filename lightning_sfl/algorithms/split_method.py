@@ -4,9 +4,20 @@ clients' defences (:mod:`lightning_sfl.defences`), the one option plain FL metho
 from __future__ import annotations
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
-from lightning_sfl.defences import Defence
+from lightning_sfl.defences import Defence, Defences, resolve_defences
 
-__all__ = ["SplitMethod"]
+__all__ = ["SplitMethod", "defend"]
+
+
+def defend(method: SplitFedAlgorithm, defences: list[Defence] | None, default: list[Defence] | None = None) -> None:
+    """Give ``method``'s clients ``defences`` (``None``: ``default``), from its constructor, right after the base's: the
+    halves they change (a bottleneck), then each attached to the final client half; the hyperparameters record them
+    as configs."""
+    method.defences = Defences(resolve_defences(list(default or []) if defences is None else defences))
+    method.hparams["defences"] = method.defences.configs()
+    shape = tuple(method.hparams.input_shape)
+    method.client.net, method.server.net = method.defences.build_halves(method.client.net, method.server.net, shape)
+    method.defences.attach(type(method).__name__, method.client.net, shape, method.keeps_client_halves)
 
 
 class SplitMethod(SplitFedAlgorithm):
@@ -22,7 +33,7 @@ class SplitMethod(SplitFedAlgorithm):
 
     def __init__(self, defences: list[Defence] | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
-        self._defend_with(defences, self.default_defences())
+        defend(self, defences, self.default_defences())
 
     @classmethod
     def default_defences(cls) -> list[Defence]:

@@ -1,0 +1,71 @@
+"""The clients' copies of a method's models (its banks, :mod:`~lightning_sfl.algorithms.client_bank`), as functions
+the base's hooks call: built when a fit starts, downloaded into when clients start, averaged when they upload, and
+stepped only in the slots of a step's clients. Bytes go to the federation's ledger as ``client_half`` (or, without a
+server half, ``full_model``)."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+import torch
+from torch import nn
+
+from lightning_sfl.algorithms.client_bank import ClientBank, Slots
+from lightning_sfl.system.comm import module_bytes
+
+__all__ = ["all_banks", "build_banks", "download", "step_slots", "traffic_kind", "upload"]
+
+
+def traffic_kind(method) -> str:
+    """What ``method``'s clients download and upload each round: ``client_half`` or (plain FL) ``full_model``."""
+    return "client_half" if method.has_server_half else "full_model"
+
+
+def build_banks(method, num_slots: int, persistent: bool) -> None:
+    """``num_slots`` copies of each of ``method``'s client models (``client_models()``, ``make_bank``) and, with server
+    copies, of its server half; ``persistent``: the slots live across rounds (checkpointed)."""
+    for name, module in method.client_models().items():
+        method.client_banks[name] = method.make_bank(module, num_slots)
+        method.client_banks[name].checkpointed = persistent
+    if method.server_copies:
+        method.server_bank = method.make_bank(method.server.net, num_slots)
+        method.server_bank.checkpointed = persistent
+
+
+def all_banks(method) -> list[ClientBank]:
+    """Every per-client copy set of ``method`` (client banks, then server copies)."""
+    server = [method.server_bank] if method.server_bank is not None else []
+    return [*method.client_banks.values(), *server]
+
+
+def download(method, slots: Slots, models: dict[str, nn.Module], optimizer: torch.optim.Optimizer) -> None:
+    """The ``slots`` take ``models`` (bank name -> global module; bytes counted down) and a fresh ``optimizer`` state;
+    per-client server copies take the global server half."""
+    for name, module in models.items():
+        method.client_banks[name].reset(module, slots)
+        method.client_banks[name].reset_optimizer_state(optimizer, slots)
+        method.ledger.add("down", traffic_kind(method), module_bytes(module), slots)
+    if method.server_bank is not None:
+        method.server_bank.reset(method.server.net, slots)
+        method.server_bank.reset_optimizer_state(optimizer, slots)
+
+
+def upload(method, weights: torch.Tensor, slots: Slots, models: dict[str, nn.Module]) -> None:
+    """Eq. (10) for the client banks: each of ``models`` (bank name -> global module) ← the ``weights``-weighted
+    average of its bank's ``slots`` (bytes counted up)."""
+    for name, module in models.items():
+        method.client_banks[name].aggregate_into(module, weights, slots)
+        method.ledger.add("up", traffic_kind(method), module_bytes(module), slots)
+
+
+def step_slots(method, opt, slots: Slots, count_step: bool) -> None:
+    """One step of ``opt`` (Lightning's wrapper; ``count_step=False``: its raw optimiser, not counted as a
+    ``global_step``) that moves only ``slots`` (``None``: all): every bank keeps the others' weights and momentum."""
+    step = opt.step if count_step else opt.optimizer.step
+    if slots is None:
+        step()
+        return
+    with ExitStack() as keep:
+        for bank in all_banks(method):
+            keep.enter_context(bank.steps_only(opt.optimizer, slots))
+        step()
