@@ -432,11 +432,6 @@ class SplitFedAlgorithm(L.LightningModule):
             raise ConfigError(f"{name}'s server sends the clients no gradients: SplitGuard cannot probe it")
         return client_loss
 
-    def on_client_gradients(self, step: Step, a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        """The clients' gradients ``G`` ``[B, *act]`` (rows of client ``k``: ``G_k``) before they are sent down; a
-        method may act here and return other gradients (FSHA trains its attacker)."""
-        return grad
-
     def local_iteration(self, step: Step) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Handler of ``"local"`` steps: one split iteration (hooks 1-6, :func:`~lightning_sfl.algorithms.iteration.
         split_iteration`)."""

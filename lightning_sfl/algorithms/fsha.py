@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from typing_extensions import override
 
 from lightning_sfl.algorithms.guards import check_finite
+from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.split_method import SplitMethod
@@ -160,8 +161,17 @@ class FSHA(SplitMethod):
         return sum_of_client_means(self.discriminator(a).squeeze(1), step.owner, step.sizes)
 
     @override
-    def on_client_gradients(self, step: Step, a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        """Steps 2 and 3 on a public batch as large as the step's, after the clients' gradient is taken."""
+    def local_iteration(self, step: Step) -> tuple[None, torch.Tensor]:
+        """Step 1, the split iteration (the clients step on the critic's gradient), then steps 2 and 3 of the server
+        (:meth:`train_attacker`) on the activations that arrived."""
+        arrived: list[torch.Tensor] = []
+        losses = split_iteration(self, step, on_arrival=arrived.append)
+        self.train_attacker(step, arrived[0])
+        return losses
+
+    def train_attacker(self, step: Step, a: torch.Tensor) -> None:
+        """Steps 2 and 3 on a public batch as large as the step's: the pilot and the decoder (the autoencoder), then the
+        critic ``D`` between the pilot's features and the clients' activations ``a`` ``[B, *act]``."""
         opts = self.attack_optimizers()
         x_pub = self.public_batch(step, len(a))
         z_pub = self.pilot(x_pub)
@@ -179,7 +189,6 @@ class FSHA(SplitMethod):
         size = len(a)
         self.log("fsha/autoencoder_mse", reconstruction.detach(), on_step=False, on_epoch=True, batch_size=size)
         self.log("fsha/discriminator_loss", d_loss.detach(), on_step=False, on_epoch=True, batch_size=size)
-        return grad
 
     # ------------------------------------------------------------------ the attack, scored every round
     @override

@@ -88,7 +88,7 @@ def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = Tr
        when they fill it).
     2. :meth:`split_losses`: server forward, NaN/Inf guard, the server's loss (eq. 7 / 14) and the clients' (eq. 8 /
        15), both from the same (pre-update) forward.
-    3. ``G_k`` (:func:`activation_gradients`), :meth:`on_client_gradients`, sent down.
+    3. ``G_k`` (:func:`activation_gradients`), sent down.
     4. The server loss into the optimised weights; every client backpropagates ``G_k`` through its half, then its
        extra terms (:func:`client_side_terms`).
     5. :meth:`take_step` (``count_step=False``: not counted as a Lightning ``global_step``).
@@ -102,7 +102,6 @@ def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = Tr
     grad = None
     if client_loss is not None:
         grad = activation_gradients(client_loss, a, keep_graph=server_loss is not None)
-        grad = method.on_client_gradients(step, a, grad)
         if method.has_server_half:
             method.ledger.add_rows("down", "gradients", grad, step.sizes, step.slots)
     if server_loss is not None:  # into the optimised weights only (the leaf ``a`` has its gradient: G_k)
