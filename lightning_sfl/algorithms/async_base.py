@@ -1,10 +1,12 @@
 """What every asynchronous method shares (GAS, AsyncSFL, FedBuff, CA²FL): ``C`` clients in flight on the simulated
-clock of :class:`~lightning_sfl.loop.AsyncEvents`, persistent client slots, the model buffer.
+clock of :class:`~lightning_sfl.loop.AsyncEvents`, persistent client slots, the model buffer; as functions their hooks
+call (:func:`async_events`, :func:`start_round`, :func:`upload`, :func:`aggregate`) and, for the plain-FL ones, the
+base :class:`AsyncMethod` (the split ones are split methods: :class:`~lightning_sfl.algorithms.gas.AsyncSFL`).
 
 A client takes a slot when it starts, downloading the global model as it is then, and keeps it (weights and
 optimiser state) until its upload, across rounds. Every upload enters the model buffer; the ``Q_c``-th ends the
-round: :meth:`AsyncMethod.aggregate` replaces the global model (eq. 10 of GAS by default), and the client drawn to
-take the slot next downloads it.
+round: :func:`aggregate` replaces the global model (eq. 10 of GAS by default), and the client drawn to take the slot
+next downloads it.
 
 The clock's times come from the federation's system model (:meth:`~lightning_sfl.system.wireless.WirelessCell.
 client_times`: forward, activation upload, backward and model upload of each client, each client at ``W / C`` of the
@@ -27,7 +29,17 @@ from lightning_sfl.loop.async_events import UploadStep
 from lightning_sfl.system.comm import module_bytes
 from lightning_sfl.system.wireless import WirelessCell
 
-__all__ = ["AGGREGATIONS", "AsyncMethod", "choice"]
+__all__ = [
+    "AGGREGATIONS",
+    "AsyncMethod",
+    "aggregate",
+    "async_events",
+    "choice",
+    "default_system",
+    "keep_settings",
+    "start_round",
+    "upload",
+]
 
 AGGREGATIONS = ("data_size", "uniform")
 
@@ -39,8 +51,78 @@ def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
+def async_events(method, **options) -> AsyncEvents:
+    """The asynchronous schedule of ``method``'s settings (``C``, ``E``, ``Q_s``, ``Q_c``, ``B``, its attributes
+    of the same names as :class:`AsyncMethod`'s arguments) and ``options`` of :class:`~lightning_sfl.loop.
+    AsyncEvents`."""
+    return AsyncEvents(
+        concurrency=method.concurrency,
+        local_iters=method.local_iters,
+        flush_every=method.flush_every,
+        aggregate_every=method.aggregate_every,
+        batch_size=method.client_batch_size,
+        batch_arrivals=method.batch_arrivals,
+        full_bandwidth=method.full_bandwidth,
+        **options,
+    )
+
+
+def keep_settings(
+    method,
+    concurrency: int,
+    flush_every: int,
+    aggregate_every: int,
+    client_batch_size: int | None,
+    aggregation: str,
+    full_bandwidth: bool,
+    batch_arrivals: bool,
+) -> None:
+    """``method``'s asynchronous settings (:class:`AsyncMethod`'s arguments), checked by the schedule they describe
+    (one-line errors at construction); its model buffer starts empty."""
+    method.concurrency, method.flush_every, method.aggregate_every = concurrency, flush_every, aggregate_every
+    method.client_batch_size, method.batch_arrivals = client_batch_size, batch_arrivals
+    method.aggregation = choice("aggregation", aggregation, AGGREGATIONS)
+    method.full_bandwidth = bool(full_bandwidth)
+    method.uploads = []  # the model buffer: (state, client) of each upload; empty at every round end
+    federated.checked_schedule(method, async_events(method))
+
+
+def start_round(method, step) -> None:
+    """The first ``C`` clients download the initial model; later ones when they start (:func:`upload`)."""
+    if step.round == 0:
+        method.reset_slots()
+
+
+def upload(method, step: UploadStep) -> None:
+    """Eq. (9): the client's model enters the buffer; unless the buffer is full (the round's end, where the aggregation
+    follows), the next client takes the slot with the global model as it is now."""
+    slot = int(step.slots[0])
+    method.uploads.append((method.bank.snapshot(slot), int(step.clients[0])))
+    method.ledger.add("up", banks.traffic_kind(method), module_bytes(method.client.net), step.slots)
+    method.log("train/staleness", float(step.round - step.version), on_step=False, on_epoch=True, batch_size=1)
+    if not step.aggregate:
+        method.reset_slots(step.slots)
+
+
+def aggregate(method, step: UploadStep) -> None:
+    """Eq. (10): the global model ← the mean of the buffered uploads weighted by ``|D_k|`` (``aggregation=
+    "data_size"``) or uniformly; the buffer empties and the next client takes the finished client's slot."""
+    states, clients = zip(*method.uploads)
+    sizes = method.client_sizes[list(clients)].double()
+    weights = sizes if method.aggregation == "data_size" else torch.ones_like(sizes)
+    ClientBank.aggregate_snapshots(method.client.net, states, weights)
+    method.uploads.clear()
+    method.reset_slots(step.slots)
+
+
+def default_system() -> WirelessCell:
+    """The GAS paper's system (``f_k ~ U[1e9, 1e10]``), placed with the data seed."""
+    return WirelessCell(flops_high=1e10, seed=None)
+
+
 class AsyncMethod(SplitFedAlgorithm):
-    """Base of the asynchronous methods (see the module docstring).
+    """Base of the asynchronous plain-FL methods (FedBuff, CA²FL; the split ones, AsyncSFL and GAS, are split methods
+    with the same settings and the functions of this module).
 
     Args:
         concurrency: ``C``, clients in flight.
@@ -68,35 +150,16 @@ class AsyncMethod(SplitFedAlgorithm):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        self.concurrency, self.flush_every, self.aggregate_every = concurrency, flush_every, aggregate_every
-        self.client_batch_size, self.batch_arrivals = client_batch_size, batch_arrivals
-        self.aggregation = choice("aggregation", aggregation, AGGREGATIONS)
-        self.full_bandwidth = bool(full_bandwidth)
-        self.uploads: list[tuple[dict[str, torch.Tensor], int]] = []  # the model buffer; empty at every round end
-        federated.checked_schedule(self, self.async_events())  # the settings are checked now (one-line errors)
+        settings = (concurrency, flush_every, aggregate_every, client_batch_size, aggregation, full_bandwidth)
+        keep_settings(self, *settings, batch_arrivals)
 
     @override
     def configure_schedule(self) -> Schedule:
-        return self.async_events()
-
-    def async_events(self, **options) -> AsyncEvents:
-        """The asynchronous schedule of this method's settings (``C``, ``E``, ``Q_s``, ``Q_c``, ``B``) and
-        ``options`` of :class:`~lightning_sfl.loop.AsyncEvents`."""
-        return AsyncEvents(
-            concurrency=self.concurrency,
-            local_iters=self.local_iters,
-            flush_every=self.flush_every,
-            aggregate_every=self.aggregate_every,
-            batch_size=self.client_batch_size,
-            batch_arrivals=self.batch_arrivals,
-            full_bandwidth=self.full_bandwidth,
-            **options,
-        )
+        return async_events(self)
 
     @override
     def default_system(self) -> WirelessCell:
-        """The GAS paper's system (``f_k ~ U[1e9, 1e10]``), placed with the data seed."""
-        return WirelessCell(flops_high=1e10, seed=None)
+        return default_system()
 
     @override
     def one_process_only(self) -> str | None:
@@ -104,37 +167,13 @@ class AsyncMethod(SplitFedAlgorithm):
         return type(self).__name__
 
     @override
-    def setup(self, stage: str) -> None:
-        if stage == "fit":
-            self._act_shape = federated.activation_shape(self)
-        super().setup(stage)
-
-    # ------------------------------------------------------------------ round edges, uploads, aggregation
-    @override
     def start_round(self, step) -> None:
-        if step.round == 0:  # the first C clients download the initial model; later clients when they start
-            self.reset_slots()
+        start_round(self, step)
 
     def upload(self, step: UploadStep) -> None:
-        """Eq. (9): the client's model enters the buffer; unless the buffer is full (the round's end, where
-        :meth:`aggregate` follows), the next client takes the slot with the global model as it is now."""
-        slot = int(step.slots[0])
-        self.uploads.append((self.bank.snapshot(slot), int(step.clients[0])))
-        self.ledger.add("up", banks.traffic_kind(self), module_bytes(self.client.net), step.slots)
-        self.log("train/staleness", float(step.round - step.version), on_step=False, on_epoch=True, batch_size=1)
-        if not step.aggregate:
-            self.reset_slots(step.slots)
-
-    def upload_weights(self, clients: list[int]) -> torch.Tensor:
-        """Weights of the buffered uploads of ``clients`` in the aggregation: ``|D_k|`` or uniform, ``[Q_c]``."""
-        sizes = self.client_sizes[clients].double()
-        return sizes if self.aggregation == "data_size" else torch.ones_like(sizes)
+        """A client's upload (eq. 9, :func:`upload`)."""
+        upload(self, step)
 
     @override
     def aggregate(self, step: UploadStep) -> None:
-        """Eq. (10): the global model ← the weighted mean of the buffered uploads; the buffer empties and the next
-        client takes the finished client's slot."""
-        states, clients = zip(*self.uploads)
-        ClientBank.aggregate_snapshots(self.client.net, states, self.upload_weights(list(clients)))
-        self.uploads.clear()
-        self.reset_slots(step.slots)
+        aggregate(self, step)

@@ -26,8 +26,9 @@ one batched step equals processing its arrivals one at a time, on either client 
 it in float64; with ``covariance="lowrank"`` the truncated factor depends on how arrivals are grouped, so there it
 is close, not equal). ``client_bank="stacked"`` runs a step's client halves as one stacked computation.
 
-The clock, the persistent slots and the model buffer are :class:`~lightning_sfl.algorithms.async_base.AsyncMethod`'s
-(times from the run's system model; GAS's ``f_k ~ U[1e9, 1e10]``: ``--clock.flops_high 1e10``).
+AsyncSFL is a split method (:class:`~lightning_sfl.algorithms.split_method.SplitMethod`: its hooks and defences) with
+the asynchronous clients of :mod:`~lightning_sfl.algorithms.async_base`: the clock, the persistent slots and the model
+buffer (times from the run's system model; GAS's ``f_k ~ U[1e9, 1e10]``: ``--clock.flops_high 1e10``).
 """
 
 from __future__ import annotations
@@ -38,15 +39,15 @@ import torch
 import torch.nn.functional as F
 from typing_extensions import override
 
-from lightning_sfl.algorithms.async_base import AsyncMethod, choice
+from lightning_sfl.algorithms import async_base, federated
+from lightning_sfl.algorithms.async_base import choice
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.label_gaussians import COVARIANCES, LabelGaussians, generation_counts
 from lightning_sfl.algorithms.losses import row_label_distribution
 from lightning_sfl.algorithms.registry import register
-from lightning_sfl.algorithms.split_method import defend
-from lightning_sfl.defences import Defence
+from lightning_sfl.algorithms.split_method import SplitMethod
 from lightning_sfl.loop import AsyncEvents
-from lightning_sfl.loop.async_events import ArrivalStep
+from lightning_sfl.loop.async_events import ArrivalStep, UploadStep
 from lightning_sfl.loop.sampling import round_generator
 
 __all__ = ["GAS", "AsyncSFL"]
@@ -56,7 +57,7 @@ _GENERATION_STREAM = 11
 
 
 @register("async_sfl", family="async", study="gas")
-class AsyncSFL(AsyncMethod):
+class AsyncSFL(SplitMethod):
     """Asynchronous SFL without generation (GAS's ablation): see the module docstring.
 
     Args:
@@ -64,11 +65,15 @@ class AsyncSFL(AsyncMethod):
             computes the gradient of the arrival that fills the buffer.
         missing_class_floor: ``0``: ``log P_k = −∞`` for absent classes in ``l_k`` (the equation); the GAS code adds
             ``1e-12``.
-        defences: the clients' defences, as a split method's
-            (:class:`~lightning_sfl.algorithms.split_method.SplitMethod`; none by default; the inversion regulariser
-            needs synchronous rounds).
-        **kwargs: :class:`~lightning_sfl.algorithms.async_base.AsyncMethod`'s (``concurrency`` ``C``,
-            ``flush_every`` ``Q_s``, ``aggregate_every`` ``Q_c``, ``client_batch_size`` ``B``, ``aggregation``, ...)
+        concurrency: ``C``, clients in flight.
+        flush_every: ``Q_s``, activation arrivals per server update.
+        aggregate_every: ``Q_c``, uploads per aggregation (one round).
+        client_batch_size: ``B``, rows per client minibatch (``None``: the data module's ``batch_size``).
+        aggregation: ``data_size`` (``|D_k|`` weights, eq. 10) or ``uniform`` (the GAS code).
+        full_bandwidth: every client gets the whole bandwidth (the GAS code) instead of ``W / C``.
+        batch_arrivals: process the arrivals between two server updates in batched steps, one for every slot's
+            next arrival (exact); ``False``: one step per arrival.
+        **kwargs: a split method's (``defences``: none by default; the inversion regulariser needs synchronous rounds)
             and the base's (``local_iters`` is ``E``).
     """
 
@@ -78,11 +83,18 @@ class AsyncSFL(AsyncMethod):
         self,
         gradient_order: str = "after_server_step",
         missing_class_floor: float = 0.0,
-        defences: list[Defence] | None = None,
+        concurrency: int = 10,
+        flush_every: int = 10,
+        aggregate_every: int = 10,
+        client_batch_size: int | None = None,
+        aggregation: str = "data_size",
+        full_bandwidth: bool = False,
+        batch_arrivals: bool = True,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        defend(self, defences)
+        settings = (concurrency, flush_every, aggregate_every, client_batch_size, aggregation, full_bandwidth)
+        async_base.keep_settings(self, *settings, batch_arrivals)
         self.gradient_order = choice("gradient_order", gradient_order, GRADIENT_ORDERS)
         self.missing_class_floor = missing_class_floor
         self.add_state("act_buffer", lambda: torch.zeros(self._capacity, *self._act_shape))
@@ -92,7 +104,8 @@ class AsyncSFL(AsyncMethod):
 
     @override
     def setup(self, stage: str) -> None:
-        if stage == "fit":  # the buffer holds at most Q_s arrivals of at most max_k b_k rows
+        if stage == "fit":  # the buffer holds at most Q_s arrivals of at most max_k b_k rows of [*act]
+            self._act_shape = federated.activation_shape(self)
             stats = self.client_stats
             rows = max(self.schedule.rows_per_batch(k, stats) for k in range(stats.num_clients))
             self._capacity = self.schedule.flush_every * rows
@@ -106,9 +119,32 @@ class AsyncSFL(AsyncMethod):
 
     @override
     def configure_schedule(self) -> AsyncEvents:
-        """:class:`AsyncMethod`'s, with the arrival that fills the buffer a step of its own when its gradient comes
-        from the updated server (``after_server_step``)."""
-        return self.async_events(flush_alone=self.gradient_order == "after_server_step")
+        """The asynchronous clients' events, with the arrival that fills the buffer a step of its own when its gradient
+        comes from the updated server (``after_server_step``)."""
+        return async_base.async_events(self, flush_alone=self.gradient_order == "after_server_step")
+
+    @override
+    def default_system(self):
+        return async_base.default_system()
+
+    @override
+    def one_process_only(self) -> str | None:
+        """The asynchronous clock and its slots live in one process."""
+        return type(self).__name__
+
+    # ------------------------------------------------------------------ round edges, uploads, aggregation
+    @override
+    def start_round(self, step) -> None:
+        async_base.start_round(self, step)
+
+    def upload(self, step: UploadStep) -> None:
+        """A client's upload (eq. 9, :func:`~lightning_sfl.algorithms.async_base.upload`)."""
+        async_base.upload(self, step)
+
+    @override
+    def aggregate(self, step: UploadStep) -> None:
+        """Eq. (10) (:func:`~lightning_sfl.algorithms.async_base.aggregate`)."""
+        async_base.aggregate(self, step)
 
     def arrivals(self, step: ArrivalStep) -> None:
         """Handler of ``"arrivals"`` steps (Alg. 1, lines 5-13): one split iteration of the arriving clients. Their
