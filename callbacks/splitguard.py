@@ -134,9 +134,10 @@ class SplitGuard(RoundCallback):
 def probes(method) -> bool:
     """The clients of ``method`` hold labels, upload ``h`` of the global half they download and get the server's
     gradients back: what SplitGuard probes (not SFLLocalLoss, SplitFedV3, Semi-SFL or a plain FL method)."""
-    return (
-        method.has_server_half and method.answers_with_gradients and not method.keeps_client_halves
-    )  # the probe runs the global half
+    from lightning_sfl.algorithms.split_method import SplitMethod  # (the method's package is imported by now)
+
+    split = isinstance(method, SplitMethod) and method.has_server_half
+    return split and method.answers_with_gradients and not method.keeps_client_halves  # the probe: the global half
 
 
 def server_gradients(method, sent: torch.Tensor, labels: torch.Tensor, client: int, round_index: int) -> torch.Tensor:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from lightning_sfl.algorithms import SplitFedAlgorithm
+from lightning_sfl.algorithms import SplitMethod
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank
 from lightning_sfl.loop import ClientStats, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.loop.sampling import round_generator
@@ -106,7 +106,7 @@ class ToyAsync(Schedule):
         self.events = int(state.get("events", 0))
 
 
-class ToyAsyncSFL(SplitFedAlgorithm):
+class ToyAsyncSFL(SplitMethod):
     """Asynchronous SFL on :class:`ToyAsync`: an arrival is the base's local iteration for one client (server and
     that client's slot step once); an upload is buffered; the round's end aggregates the buffered uploads."""
 
@@ -166,7 +166,7 @@ class ToyPhases(Schedule):
         self.client_phase.load_state_dict(state["client_phase"])
 
 
-class ToyPhasedSFL(SplitFedAlgorithm):
+class ToyPhasedSFL(SplitMethod):
     """Server-only steps train the server half on the global client half's (frozen) features; client steps are
     the base's local iterations. After each round ``K_s`` grows by one (at most 4) when the server loss's moving
     average rose since the last round and shrinks by one (at least 1) otherwise."""

@@ -5,15 +5,19 @@ hooks with their paper steps (SCALA Algorithm 2), defaults and who overrides eac
 The method configures its :class:`~lightning_sfl.loop.Schedule` (:meth:`SplitFedAlgorithm.configure_schedule`), which
 becomes part of the fit's :class:`~lightning_sfl.loop.Federation` (:meth:`SplitFedAlgorithm.federate`); the data module
 executes it and every ``training_step`` receives one typed :class:`~lightning_sfl.loop.Step`, run by the handler of its
-kind (``step_handlers``; ``"local"``: :func:`~lightning_sfl.algorithms.iteration.split_iteration`, the one split
-iteration). **One epoch = one global round**; the FL phase (:meth:`SplitFedAlgorithm.aggregate`) runs inside the
-round's last training step, not in ``on_train_epoch_end``: Lightning validates before it, and evaluation must see the
-aggregated model. The base is one module with parts, not a stack of mixins: the federation's side
+kind (``step_handlers``; ``"local"``: the method's ``local_iteration``, which for a split method
+(:class:`~lightning_sfl.algorithms.split_method.SplitMethod`, with the hooks of the split iteration) runs
+:func:`~lightning_sfl.algorithms.iteration.split_iteration` and for a plain FL method
+:func:`~lightning_sfl.algorithms.iteration.full_model_iteration`). **One epoch = one global round**; the FL phase
+(:meth:`SplitFedAlgorithm.aggregate`) runs inside the round's last training step, not in ``on_train_epoch_end``:
+Lightning validates before it, and evaluation must see the aggregated model.
+
+The base is one module with parts, not a stack of mixins: the federation's side
 (:mod:`~lightning_sfl.algorithms.federated`), declared state and its checkpoint entry
 (:mod:`~lightning_sfl.algorithms.state`), the evaluation (:mod:`~lightning_sfl.algorithms.evaluation`), the round's
-bookkeeping (:mod:`~lightning_sfl.algorithms.round_tracker`), the halves (:mod:`~lightning_sfl.algorithms.halves`)
-and a split method's defences (:attr:`defences`, :mod:`lightning_sfl.defences`), each reached from the hook where
-Lightning calls it.
+bookkeeping (:mod:`~lightning_sfl.algorithms.round_tracker`), the halves (:mod:`~lightning_sfl.algorithms.halves`),
+the clients' copies (:mod:`~lightning_sfl.algorithms.banks`) and a split method's defences (:attr:`defences`,
+:mod:`lightning_sfl.defences`), each reached from the hook where Lightning calls it.
 """
 
 from __future__ import annotations
@@ -29,10 +33,9 @@ from typing_extensions import override
 from lightning_sfl import trainer_view
 from lightning_sfl.algorithms import banks, evaluation, federated, state
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots
-from lightning_sfl.algorithms.guards import check_finite, check_global_weights
+from lightning_sfl.algorithms.guards import check_global_weights
 from lightning_sfl.algorithms.halves import DEFAULT_SPLIT_POINT, ClientModule, ServerModule, split_halves
-from lightning_sfl.algorithms.iteration import split_iteration
-from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
+from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy
 from lightning_sfl.algorithms.options import MissingClassFloor, check_training_options
 from lightning_sfl.algorithms.processes import disable_ddp_reducer, sum_gradients_over_processes, world_size
 from lightning_sfl.algorithms.round_tracker import RoundTracker
@@ -41,7 +44,6 @@ from lightning_sfl.defences import Defences
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import ClientStats, Federate, Federation, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.loop.selection import ClientSelection, UniformSelection, resolve_selection
-from lightning_sfl.loop.step import PROBE_KIND
 from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
 from lightning_sfl.system.comm import CommLedger
 from lightning_sfl.system.timing import ClientCosts, SystemModel
@@ -79,12 +81,6 @@ class SplitFedAlgorithm(L.LightningModule):
     #: True: one server-half copy per client, trained on its activations only and averaged each round (SplitFedV1);
     #: False: one server half trained on the concatenated activations (eqs. 5-7).
     server_copies: bool = False
-    #: True if the clients keep their own client halves across rounds (SplitFedV3): what they upload is not ``h`` of
-    #: the global half, so the inversion regulariser and SplitGuard's probe refuse the method.
-    keeps_client_halves: ClassVar[bool] = False
-    #: False if the server does not answer an upload of ``h(w_c; X)`` with the gradient of its loss, which SplitGuard
-    #: probes: SFLLocalLoss (no gradient crosses the cut), the semi-supervised methods (two views uploaded).
-    answers_with_gradients: ClassVar[bool] = True
     #: Step kind -> name of the method that runs such steps; ``None``: nothing to run (a round's closing
     #: ``"aggregate"`` step lists its clients but has no rows; the base then aggregates).
     step_handlers: ClassVar[dict[str, str | None]] = {"local": "local_iteration", "aggregate": None}
@@ -344,26 +340,7 @@ class SplitFedAlgorithm(L.LightningModule):
         :meth:`client_models`)."""
         banks.upload(self, weights, slots, self.client_models() if models is None else models)
 
-    # ------------------------------------------------------------------ one local iteration (hooks 1-6)
-    def client_forward(self, step: Step) -> torch.Tensor:
-        """Hook 1: ``A = concat_k h(w_{c,k}; X_k)``, ``[B, *act]`` (each slot on its own rows)."""
-        return self.bank(step.x, step.local_sizes, step.slots)
-
-    def server_forward(self, a: torch.Tensor, step: Step) -> torch.Tensor:
-        """Hook 2: logits ``[B, N]`` of the server half (or of each client's server copy) on activations ``a``; a probe
-        step (``PROBE_KIND``) gets the global server half."""
-        if self.server_bank is None or step.kind == PROBE_KIND:
-            return self.server(a)
-        return self.server_bank(a, step.local_sizes, step.slots)
-
-    def server_prior(self, step: Step) -> torch.Tensor | None:
-        """Label distribution added (as ``log``) to the logits of the server loss; ``None``: plain CE."""
-        return None
-
-    def client_prior(self, step: Step) -> torch.Tensor | None:
-        """Label distribution added (as ``log``) to the logits of the clients' loss; ``None``: plain CE."""
-        return None
-
+    # ------------------------------------------------------------------ the losses (hooks 5-6)
     def cross_entropy(
         self, logits: torch.Tensor, labels: torch.Tensor, prior: torch.Tensor | None = None, reduction: str = "none"
     ) -> torch.Tensor:
@@ -374,21 +351,6 @@ class SplitFedAlgorithm(L.LightningModule):
         ``missing_class_floor > 0``: a class a client lacks has a ``−∞`` logit, and the smoothed target's mass on it
         makes the loss infinite."""
         return logit_adjusted_cross_entropy(logits, labels, prior, reduction, self.missing_class_floor)
-
-    def server_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
-        """Hook 3, the loss whose gradient updates ``w_s`` (eq. 7): the mean over the concatenated batch (on a DDP
-        shard, its sum over the global ``B``), or with server copies the sum over copies of each one's mean."""
-        prior = self.server_prior(step)
-        if self.server_bank is not None:
-            return sum_of_client_means(self.cross_entropy(logits, step.y, prior), step.owner, step.sizes)
-        if world_size() == 1 or len(step.y) == int(step.sizes.sum()):  # every row is here
-            return self.cross_entropy(logits, step.y, prior, "mean")
-        return self.cross_entropy(logits, step.y, prior, "sum") / int(step.sizes.sum())
-
-    def client_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor | None:
-        """Hook 4, the loss whose gradient w.r.t. the activations is sent to the clients (eq. 8): each client's
-        mean over its own ``B_k`` rows, summed over clients. ``None``: no gradient is sent."""
-        return sum_of_client_means(self.cross_entropy(logits, step.y, self.client_prior(step)), step.owner, step.sizes)
 
     def client_extra_loss(
         self, step: Step, outputs: torch.Tensor, features: torch.Tensor | None = None
@@ -405,37 +367,6 @@ class SplitFedAlgorithm(L.LightningModule):
         proximal term, or of this process's rows taken together); under DDP the processes' gradients of it are
         averaged (:func:`~lightning_sfl.algorithms.iteration.process_share`). ``None``: nothing."""
         return None
-
-    def send_activations(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
-        """Hook 1 and the upload: the clients' activations ``[B, *act]`` (through the defences; counted up with the
-        labels) and a detached copy that requires a gradient, for the server (``∂/∂`` it gives ``G_k``)."""
-        acts = self.defences.upload(self.client_forward(step), self.defences.training_noise(step))
-        self.ledger.add_rows("up", "activations", acts, step.sizes, step.slots)
-        self.ledger.add_rows("up", "labels", step.y, step.sizes, step.slots)
-        return acts, acts.detach().requires_grad_(True)
-
-    def split_losses(
-        self, acts: torch.Tensor, a: torch.Tensor, step: Step
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Hooks 2-4 on the server's copy ``a`` of the activations ``acts``: the server forward, the NaN/Inf guard of
-        activations and logits, then the server loss and the clients' loss, both from this (pre-update) forward."""
-        logits = self.server_forward(a, step)
-        check_finite(step, ("activations", acts), ("logits", logits))
-        return self.server_loss(logits, step), self.client_loss(logits, step)
-
-    def answer_loss(self, a: torch.Tensor, step: Step) -> torch.Tensor:
-        """The loss whose gradient w.r.t. the activations ``a`` the server sends the clients (what SplitGuard probes):
-        hook 4 on hook 2; FSHA answers with its critic instead."""
-        client_loss = self.client_loss(self.server_forward(a, step), step)
-        if client_loss is None:
-            name = type(self).__name__
-            raise ConfigError(f"{name}'s server sends the clients no gradients: SplitGuard cannot probe it")
-        return client_loss
-
-    def local_iteration(self, step: Step) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Handler of ``"local"`` steps: one split iteration (hooks 1-6, :func:`~lightning_sfl.algorithms.iteration.
-        split_iteration`)."""
-        return split_iteration(self, step)
 
     def take_step(self, opt, count_step: bool = True, slots=None) -> None:
         """Hook 6: sum the gradients over processes (each holds a shard of every client's rows; losses are

@@ -192,7 +192,6 @@ class FedAvg(SplitFedAlgorithm):
             return self.bank.forward_features(step.x, step.local_sizes, step.slots)
         return None, self.bank(step.x, step.local_sizes, step.slots)
 
-    @override
     def local_iteration(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
         """One local SGD step of every selected client: ``Σ_k [mean_{i∈k} ℓ_i + R_k]``, backward, step
         (:func:`~lightning_sfl.algorithms.iteration.full_model_iteration`)."""

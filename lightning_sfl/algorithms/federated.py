@@ -102,6 +102,6 @@ def step_handler(method, kind: str):
     ``None`` if none does."""
     if kind in method.step_handlers:
         name = method.step_handlers[kind]
-        return (lambda step: None) if name is None else getattr(method, name)
+        return (lambda step: None) if name is None else getattr(method, name, None)
     handler = method.defences.step_handler(kind)
     return None if handler is None else (lambda step: handler(step, method.client))

@@ -1,10 +1,12 @@
 """One split iteration, written once: client forward → server forward → server loss → client gradients → the
-clients' extra terms → one step (SCALA Algorithm 2, lines 9-20; the hooks are the method's).
+clients' extra terms → one step (SCALA Algorithm 2, lines 9-20; the hooks are the method's), and the full-model step of
+plain FL, written once too (:func:`full_model_iteration`).
 
-Every split method runs it: the synchronous ones for each ``"local"`` step (:meth:`SplitFedAlgorithm.local_iteration`),
-SplitFedV2 once per client, GAS for each batch of activation arrivals (its server trains when they fill its buffer,
-``on_arrival``), Semi-SFL for each cross-entity step (its own views and losses in
-:meth:`~SplitFedAlgorithm.send_activations` and :meth:`~SplitFedAlgorithm.split_losses`).
+Every split method runs it with its hooks (:class:`~lightning_sfl.algorithms.split_method.SplitMethod`'s
+``send_activations`` and ``split_losses``): the synchronous ones for each ``"local"`` step, SplitFedV2 once per client,
+FSHA before its server's own training (on the activations that arrived, ``on_arrival``), GAS for each batch of
+activation arrivals (its server trains when they fill its buffer, ``on_arrival``); the semi-supervised methods for
+each cross-entity step, with their own ``send_activations`` (two views) and ``split_losses`` (pseudo-labels).
 
 Under DDP every process holds a share of every client's rows and the gradients are summed over processes before the
 step (:meth:`~SplitFedAlgorithm.take_step`). A loss term is therefore backpropagated as the share that makes that sum

@@ -121,7 +121,6 @@ class SemiSupervised(SplitFedAlgorithm):
     """
 
     step_handlers = {"supervised": "supervised_step", "unlabelled": "unlabelled_step"}
-    answers_with_gradients = False  # the clients upload two views' activations (send_activations)
     #: The schedule of the rounds (:meth:`configure_schedule`).
     phase_schedule: ClassVar[type[Phases]] = Phases
 
@@ -277,7 +276,6 @@ class SemiSupervised(SplitFedAlgorithm):
         g = self._generator(step)
         return Views(weak_view(step.x, self.shift, g), strong_view(step.x, self.shift, g), g)
 
-    @override
     def send_activations(self, step: ViewedStep) -> tuple[torch.Tensor, torch.Tensor]:
         """C., upload: the students' ``e_i = w_c,i(strong(x))`` ``[B, *act]`` (checked finite) and the teachers'
         ``ẽ_i = w̃_c,i(weak(x))`` (``step.teacher_acts``; no labels travel)."""
@@ -288,7 +286,6 @@ class SemiSupervised(SplitFedAlgorithm):
         self.send_up(step, acts, step.teacher_acts)
         return acts, acts.detach().requires_grad_(True)
 
-    @override
     def split_losses(self, acts: torch.Tensor, a: torch.Tensor, step: ViewedStep) -> tuple[torch.Tensor, torch.Tensor]:
         """C., on the server: pseudo-labels ``ŷ`` from the teacher on the weak view (eq. 1), then the per-row loss of
         the students' activations ``a`` (:meth:`unlabelled_rows`); the clients' loss is the sum over clients of each

@@ -1,10 +1,25 @@
-"""The base of the split methods whose clients upload ``h(w_c; X)`` of the half they download: the base plus the
-clients' defences (:mod:`lightning_sfl.defences`), the one option plain FL methods and Semi-SFL do not have."""
+"""The base of the split methods whose clients upload ``h(w_c; X)`` of the half they download: the base plus the hooks
+of the split iteration (hooks 1-4 of SCALA's Algorithm 2, run by :func:`~lightning_sfl.algorithms.iteration.
+split_iteration`: the upload, the server forward, the server's and the clients' losses) and the clients' defences
+(:mod:`lightning_sfl.defences`), which plain FL methods and the semi-supervised ones do not have.
+
+``docs/architecture.md`` tabulates the hooks with their paper steps, defaults and who overrides each."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+import torch
+
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
+from lightning_sfl.algorithms.guards import check_finite
+from lightning_sfl.algorithms.iteration import split_iteration
+from lightning_sfl.algorithms.losses import sum_of_client_means
+from lightning_sfl.algorithms.processes import world_size
 from lightning_sfl.defences import Defence, Defences, resolve_defences
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop import Step
+from lightning_sfl.loop.step import PROBE_KIND
 
 __all__ = ["SplitMethod", "defend"]
 
@@ -31,6 +46,13 @@ class SplitMethod(SplitFedAlgorithm):
         **kwargs: the options of :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm`.
     """
 
+    #: True if the clients keep their own client halves across rounds (SplitFedV3): what they upload is not ``h`` of
+    #: the global half, so the inversion regulariser and SplitGuard's probe refuse the method.
+    keeps_client_halves: ClassVar[bool] = False
+    #: False if the server does not answer an upload of ``h(w_c; X)`` with the gradient of its loss, which SplitGuard
+    #: probes: SFLLocalLoss (no gradient crosses the cut), the semi-supervised methods (two views uploaded).
+    answers_with_gradients: ClassVar[bool] = True
+
     def __init__(self, defences: list[Defence] | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         defend(self, defences, self.default_defences())
@@ -39,3 +61,69 @@ class SplitMethod(SplitFedAlgorithm):
     def default_defences(cls) -> list[Defence]:
         """The defences when ``defences`` is not given: none here."""
         return []
+
+    # ------------------------------------------------------------------ one split iteration (hooks 1-4)
+    def client_forward(self, step: Step) -> torch.Tensor:
+        """Hook 1: ``A = concat_k h(w_{c,k}; X_k)``, ``[B, *act]`` (each slot on its own rows)."""
+        return self.bank(step.x, step.local_sizes, step.slots)
+
+    def server_forward(self, a: torch.Tensor, step: Step) -> torch.Tensor:
+        """Hook 2: logits ``[B, N]`` of the server half (or of each client's server copy) on activations ``a``; a probe
+        step (``PROBE_KIND``) gets the global server half."""
+        if self.server_bank is None or step.kind == PROBE_KIND:
+            return self.server(a)
+        return self.server_bank(a, step.local_sizes, step.slots)
+
+    def server_prior(self, step: Step) -> torch.Tensor | None:
+        """Label distribution added (as ``log``) to the logits of the server loss; ``None``: plain CE."""
+        return None
+
+    def client_prior(self, step: Step) -> torch.Tensor | None:
+        """Label distribution added (as ``log``) to the logits of the clients' loss; ``None``: plain CE."""
+        return None
+
+    def server_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
+        """Hook 3, the loss whose gradient updates ``w_s`` (eq. 7): the mean over the concatenated batch (on a DDP
+        shard, its sum over the global ``B``), or with server copies the sum over copies of each one's mean."""
+        prior = self.server_prior(step)
+        if self.server_bank is not None:
+            return sum_of_client_means(self.cross_entropy(logits, step.y, prior), step.owner, step.sizes)
+        if world_size() == 1 or len(step.y) == int(step.sizes.sum()):  # every row is here
+            return self.cross_entropy(logits, step.y, prior, "mean")
+        return self.cross_entropy(logits, step.y, prior, "sum") / int(step.sizes.sum())
+
+    def client_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor | None:
+        """Hook 4, the loss whose gradient w.r.t. the activations is sent to the clients (eq. 8): each client's
+        mean over its own ``B_k`` rows, summed over clients. ``None``: no gradient is sent."""
+        return sum_of_client_means(self.cross_entropy(logits, step.y, self.client_prior(step)), step.owner, step.sizes)
+
+    def send_activations(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hook 1 and the upload: the clients' activations ``[B, *act]`` (through the defences; counted up with the
+        labels) and a detached copy that requires a gradient, for the server (``∂/∂`` it gives ``G_k``)."""
+        acts = self.defences.upload(self.client_forward(step), self.defences.training_noise(step))
+        self.ledger.add_rows("up", "activations", acts, step.sizes, step.slots)
+        self.ledger.add_rows("up", "labels", step.y, step.sizes, step.slots)
+        return acts, acts.detach().requires_grad_(True)
+
+    def split_losses(
+        self, acts: torch.Tensor, a: torch.Tensor, step: Step
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Hooks 2-4 on the server's copy ``a`` of the activations ``acts``: the server forward, the NaN/Inf guard of
+        activations and logits, then the server loss and the clients' loss, both from this (pre-update) forward."""
+        logits = self.server_forward(a, step)
+        check_finite(step, ("activations", acts), ("logits", logits))
+        return self.server_loss(logits, step), self.client_loss(logits, step)
+
+    def answer_loss(self, a: torch.Tensor, step: Step) -> torch.Tensor:
+        """The loss whose gradient w.r.t. the activations ``a`` the server sends the clients (what SplitGuard probes):
+        hook 4 on hook 2; FSHA answers with its critic instead."""
+        client_loss = self.client_loss(self.server_forward(a, step), step)
+        if client_loss is None:
+            name = type(self).__name__
+            raise ConfigError(f"{name}'s server sends the clients no gradients: SplitGuard cannot probe it")
+        return client_loss
+
+    def local_iteration(self, step: Step) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Handler of ``"local"`` steps: one split iteration (hooks 1-6, :func:`~lightning_sfl.algorithms.iteration.
+        split_iteration`)."""
+        return split_iteration(self, step)
