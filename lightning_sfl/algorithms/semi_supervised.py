@@ -41,7 +41,8 @@ from lightning_sfl.algorithms.async_base import choice
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.client_bank import clip_gradients_
 from lightning_sfl.algorithms.guards import check_finite
-from lightning_sfl.algorithms.iteration import split_iteration
+from lightning_sfl.algorithms.iteration import full_model_iteration, split_iteration
+from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.algorithms.semi_losses import ema_decay, ema_update, pseudo_labels
 from lightning_sfl.data.augment import strong_view, weak_view
 from lightning_sfl.errors import ConfigError
@@ -255,14 +256,19 @@ class SemiSupervised(SplitFedAlgorithm):
 
     # ------------------------------------------------------------------ C. cross-entity phase
     def unlabelled_step(self, step: Step) -> dict[str, torch.Tensor]:
-        """Handler of ``"unlabelled"`` steps: the step's :class:`Views`, then one split iteration of the round's clients
-        on them (:meth:`send_activations`, :meth:`split_losses`, :meth:`client_extra_loss` read them from the
-        :class:`ViewedStep`), then the clients' teachers follow their students (``client_teacher="ema"``)."""
+        """Handler of ``"unlabelled"`` steps: the step's :class:`Views`, then one local step of the round's clients on
+        them (a split iteration, or without a server half the FL one: :func:`~lightning_sfl.algorithms.iteration.
+        full_model_iteration`; both read the views from the :class:`ViewedStep`), then the clients' teachers follow
+        their students (``client_teacher="ema"``)."""
         if not self._slots_ready:  # B.: the round's clients download w_c and w̃_c
             self.download()
             self._slots_ready = True
         step = ViewedStep.of(step, self.views(step))
-        server_loss, client_loss = split_iteration(self, step)
+        if self.has_server_half:
+            server_loss, client_loss = split_iteration(self, step)
+        else:  # the whole model on the clients: its logits are what the students "upload"
+            forward = lambda s: (None, self.upload_views(s))  # noqa: E731
+            server_loss = client_loss = full_model_iteration(self, step, forward, self.pseudo_labelled_rows)
         if self.client_teacher == "ema":  # eq. 8: w̃_c,i ← γ·w̃_c,i + (1 − γ)·w_c,i
             self._client_teachers_follow(step)
         self.on_unlabelled_step_end(step)
@@ -276,27 +282,35 @@ class SemiSupervised(SplitFedAlgorithm):
         g = self._generator(step)
         return Views(weak_view(step.x, self.shift, g), strong_view(step.x, self.shift, g), g)
 
-    def send_activations(self, step: ViewedStep) -> tuple[torch.Tensor, torch.Tensor]:
-        """C., upload: the students' ``e_i = w_c,i(strong(x))`` ``[B, *act]`` (checked finite) and the teachers'
-        ``ẽ_i = w̃_c,i(weak(x))`` (``step.teacher_acts``; no labels travel)."""
+    def upload_views(self, step: ViewedStep) -> torch.Tensor:
+        """C., the clients: the students' ``e_i = w_c,i(strong(x))`` ``[B, *act]`` (checked finite; returned) and the
+        teachers' ``ẽ_i = w̃_c,i(weak(x))`` (``step.teacher_acts``), sent up (no labels travel)."""
         acts = self.bank(step.views.strong, step.local_sizes, step.slots)  # e_i [B, *act]
         check_finite(step, ("activations", acts))
         with torch.no_grad():
             step.teacher_acts = self.client_banks["teacher"](step.views.weak, step.local_sizes, step.slots)  # ẽ_i
         self.send_up(step, acts, step.teacher_acts)
-        return acts, acts.detach().requires_grad_(True)
+        return acts
 
-    def split_losses(self, acts: torch.Tensor, a: torch.Tensor, step: ViewedStep) -> tuple[torch.Tensor, torch.Tensor]:
-        """C., on the server: pseudo-labels ``ŷ`` from the teacher on the weak view (eq. 1), then the per-row loss of
-        the students' activations ``a`` (:meth:`unlabelled_rows`); the clients' loss is the sum over clients of each
-        client's mean (each gets its own gradient, eq. 8), the server's the mean over clients (eq. 7)."""
+    def pseudo_labelled_rows(self, a: torch.Tensor, step: ViewedStep) -> torch.Tensor:
+        """C., the server: pseudo-labels ``ŷ`` from the teacher on the weak view (eq. 1; ``step.pseudo_labels``,
+        ``step.mask``), then the per-row loss ``[B]`` of the students' activations ``a`` (:meth:`unlabelled_rows`)."""
         with torch.no_grad():
             teacher_logits = self.teacher_server(step.teacher_acts)
             step.keys = self.teacher_keys(step.teacher_acts)
         step.pseudo_labels, step.mask = self.pseudo_label(step, step.views.weak, teacher_logits)
-        rows = self.unlabelled_rows(step, a, step.pseudo_labels, step.mask)
-        sizes = step.sizes.to(rows.dtype)
-        client_loss = (rows / sizes[step.owner]).sum()
+        return self.unlabelled_rows(step, a, step.pseudo_labels, step.mask)
+
+    def send_activations(self, step: ViewedStep) -> tuple[torch.Tensor, torch.Tensor]:
+        """The split iteration's upload (:meth:`upload_views`) and the server's copy of ``e_i``."""
+        acts = self.upload_views(step)
+        return acts, acts.detach().requires_grad_(True)
+
+    def split_losses(self, acts: torch.Tensor, a: torch.Tensor, step: ViewedStep) -> tuple[torch.Tensor, torch.Tensor]:
+        """The split iteration's losses from :meth:`pseudo_labelled_rows`: the clients' loss is the sum over clients of
+        each client's mean (each gets its own gradient, eq. 8), the server's the mean over clients (eq. 7)."""
+        rows = self.pseudo_labelled_rows(a, step)
+        client_loss = sum_of_client_means(rows, step.owner, step.sizes)
         return client_loss / len(step.sizes), client_loss
 
     @override
