@@ -22,7 +22,9 @@ from lightning_sfl.algorithms.fedmatch import (
     is_psi,
     nearest_helpers,
     per_client_consistency,
+    per_row_consistency,
 )
+from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.errors import ConfigError
 
 TINY = dict(psi_factor=0.2, supervised_weight=1.0)
@@ -106,6 +108,11 @@ def test_per_client_consistency_against_a_loop():
                 expected += float(kl[chosen].mean())
         got = per_client_consistency(ce, kl, owner, mask, sizes, mask_kl)
         assert float(got) == pytest.approx(expected, rel=1e-6)
+        # the same as rows whose per-client means the FL step (full_model_iteration) sums
+        ce64, kl64 = ce.double(), kl.double()
+        rows = per_row_consistency(ce64, kl64, owner, mask, sizes, mask_kl)
+        want = float(per_client_consistency(ce64, kl64, owner, mask, sizes, mask_kl))
+        assert float(sum_of_client_means(rows, owner, sizes)) == pytest.approx(want, rel=1e-12)
 
 
 def test_helpers_are_the_rounds_sigma_with_the_helpers_psi_and_the_regulariser_is_direct():

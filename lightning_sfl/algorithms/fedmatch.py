@@ -45,7 +45,7 @@ from torch import nn
 from torch.nn import functional as F
 from typing_extensions import override
 
-from lightning_sfl.algorithms.guards import check_finite
+from lightning_sfl.algorithms.iteration import full_model_iteration
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.semi_baselines import client_means
 from lightning_sfl.algorithms.semi_supervised import SemiSupervised
@@ -56,7 +56,7 @@ from lightning_sfl.system.comm import tensor_bytes
 
 __all__ = [
     "DecomposedConv2d", "DecomposedLinear", "FedMatch", "agreement_labels", "consistency_rows", "decompose_",
-    "nearest_helpers", "per_client_consistency", "probe_image",
+    "nearest_helpers", "per_client_consistency", "per_row_consistency", "probe_image",
 ]  # fmt: skip
 
 PSI = "psi"
@@ -155,6 +155,26 @@ def per_client_consistency(
     ce_sum = torch.zeros(clients, dtype=ce.dtype, device=ce.device).index_add_(0, owner, ce)
     kl_sum = torch.zeros(clients, dtype=kl.dtype, device=kl.device).index_add_(0, owner, kl)
     return (ce_sum / confident + kl_sum / kl_rows).sum()
+
+
+def per_row_consistency(
+    ce: torch.Tensor, kl: torch.Tensor, owner: torch.Tensor, mask: torch.Tensor, sizes: torch.Tensor, mask_kl: bool
+) -> torch.Tensor:
+    """:func:`per_client_consistency` as rows ``[B]`` whose per-client means (over each client's ``B_k`` rows) sum to
+    it: a row's CE scaled by ``B_k / confident_k`` and its KL by ``B_k / kl_rows_k``, what the FL step
+    (:func:`~lightning_sfl.algorithms.iteration.full_model_iteration`) averages.
+
+    >>> ce, kl, owner = torch.tensor([2.0, 0.0, 4.0]), torch.tensor([1.0, 3.0, 5.0]), torch.tensor([0, 0, 1])
+    >>> rows = per_row_consistency(ce, kl, owner, torch.tensor([True, False, True]), torch.tensor([2, 1]), False)
+    >>> rows.tolist(), float(rows[:2].mean() + rows[2:].mean())
+    ([5.0, 3.0, 9.0], 13.0)
+    """
+    clients = len(sizes)
+    confident = torch.bincount(owner[mask], minlength=clients).clamp(min=1).to(ce.dtype)
+    kl_rows = confident if mask_kl else sizes.clamp(min=1).to(kl.dtype)
+    kl = kl * mask.to(kl.dtype) if mask_kl else kl
+    rows_k = sizes.clamp(min=1).to(ce.dtype)
+    return ce * (rows_k / confident)[owner] + kl * (rows_k / kl_rows)[owner]
 
 
 def nearest_helpers(embeddings: torch.Tensor, known: torch.Tensor, client: int, count: int) -> list[int]:
@@ -320,25 +340,43 @@ class FedMatch(SemiSupervised):
     # ------------------------------------------------------------------ C. clients
     @override
     def unlabelled_step(self, step: Step) -> dict[str, torch.Tensor]:
-        """One step of the round's clients on ``L_u(ψ)`` (module docstring)."""
+        """One step of the round's clients on ``L_u(ψ)`` (module docstring), the FL step
+        (:func:`~lightning_sfl.algorithms.iteration.full_model_iteration`): the strong view's logits, the rows of
+        ``λ_ICC·Φ`` (:meth:`consistency`), the regulariser as the clients' whole term (:meth:`client_regulariser`)."""
         self._phase = "unlabelled"
         if not self._slots_ready:
             self._round, self._round_slots = step.round, dict(zip(step.slots_list(), step.clients.tolist()))
             self.download()
             self._slots_ready = True
-        opt = self.optimizers()
-        opt.zero_grad()
-        g = self._generator(step)
-        x = step.x
-        strong = strong_view(x, self.shift, g)
-        logits = self.bank(x, step.local_sizes, step.slots)  # p_θ(u) of each client's own model
-        strong_logits = self.bank(strong, step.local_sizes, step.slots)
-        check_finite(step, ("client logits", strong_logits))
+        seen: dict[str, torch.Tensor] = {}
+
+        def forward(step: Step) -> tuple[None, torch.Tensor]:
+            strong = strong_view(step.x, self.shift, self._generator(step))
+            seen["logits"] = self.bank(step.x, step.local_sizes, step.slots)  # p_θ(u) of each client's own model
+            return None, self.bank(strong, step.local_sizes, step.slots)
+
+        def rows(strong_logits: torch.Tensor, step: Step) -> torch.Tensor:
+            seen.update(self.consistency(step, seen["logits"], strong_logits))
+            return seen["rows"]
+
+        loss = full_model_iteration(self, step, forward, rows)
+        labels, mask, kl = seen["labels"], seen["mask"], seen["kl"]
+        batch = len(mask)
+        self.log("train/client_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=batch)
+        self.log("train/mask_rate", mask.float().mean(), on_step=False, on_epoch=True, batch_size=batch)
+        kl_mean = client_means(kl.detach(), step.owner, len(step.clients)).mean()
+        self.log("train/helper_kl", kl_mean, on_step=False, on_epoch=True, batch_size=batch)
+        return {"pseudo_labels": labels, "mask": mask}  # for PseudoLabelQuality
+
+    def consistency(self, step: Step, logits: torch.Tensor, strong_logits: torch.Tensor) -> dict[str, torch.Tensor]:
+        """From each client's logits on its rows ``u`` and on their strong view (``[B, N]`` each): the agreement
+        pseudo-labels with its helpers', the confident ``mask``, the rows' KL to the helpers and the ``rows`` ``[B]``
+        whose per-client means sum to ``λ_ICC·Φ`` (:func:`per_row_consistency`)."""
         log_probs = logits.log_softmax(dim=1)
         confidence, local = log_probs.detach().exp().max(dim=1)
         mask = confidence >= self.threshold
         with torch.no_grad():
-            per_slot = self._helper_probs(x, step)
+            per_slot = self._helper_probs(step.x, step)
         labels, ce, kl = [], [], []
         starts = torch.cumsum(step.local_sizes, 0) - step.local_sizes
         for i, helper in enumerate(per_slot):
@@ -349,16 +387,13 @@ class FedMatch(SemiSupervised):
             ce.append(c)
             kl.append(k)
         labels, ce, kl = torch.cat(labels), torch.cat(ce), torch.cat(kl)
-        consistency = per_client_consistency(ce, kl, step.owner, mask, step.local_sizes, self.mask_kl)
-        loss = self.consistency_weight * consistency + self._regulariser(step)
-        self.manual_backward(loss)
-        self.take_step(opt)
-        batch = len(mask)
-        self.log("train/client_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=batch)
-        self.log("train/mask_rate", mask.float().mean(), on_step=False, on_epoch=True, batch_size=batch)
-        kl_mean = client_means(kl.detach(), step.owner, len(step.clients)).mean()
-        self.log("train/helper_kl", kl_mean, on_step=False, on_epoch=True, batch_size=batch)
-        return {"pseudo_labels": labels, "mask": mask}  # for PseudoLabelQuality
+        rows = per_row_consistency(ce, kl, step.owner, mask, step.local_sizes, self.mask_kl)
+        return {"labels": labels, "mask": mask, "kl": kl, "rows": self.consistency_weight * rows}
+
+    @override
+    def client_regulariser(self, step: Step, outputs: torch.Tensor, features=None) -> torch.Tensor:
+        """``Σ_k λ_L2·‖σ − ψ_k‖² + λ_L1·‖ψ_k‖₁`` (:meth:`_regulariser`)."""
+        return self._regulariser(step)
 
     def _regulariser(self, step: Step) -> torch.Tensor:
         """``Σ_k λ_L2·‖σ − ψ_k‖² + λ_L1·‖ψ_k‖₁`` over the step's slots and the decomposed weights."""

@@ -127,7 +127,8 @@ def full_model_iteration(
     client's rows (default: the bank's logits, no features); ``row_loss`` defaults to the method's
     ``cross_entropy``; the loss ``Σ_k [mean_{i∈k} row_loss(logits, step)_i + R_k]`` (the clients' extra terms,
     :func:`client_side_terms`) is backpropagated and the step's slots take one step (``count_step``: counted as a
-    Lightning ``global_step``). FedAvg's family runs it for each ``"local"`` step, FedBuff and CA²FL for each of a
+    Lightning ``global_step``). FedAvg's family runs it for each ``"local"`` step, the full-model semi-supervised
+    methods (FedSwitch, SemiFL, FedMatch) for each cross-entity step, FedBuff and CA²FL for each of a
     client's ``E`` minibatches. Returns the loss."""
     opt = method.optimizers()
     opt.zero_grad()
