@@ -166,6 +166,6 @@ def moved_option_hint(line: str) -> str:
     if option == "defences":
         return (
             f"--model.defences: not an option of {method}: only split methods whose clients upload activations take "
-            "defences (not plain FL methods or Semi-SFL)"
+            "defences (not plain FL methods or the semi-supervised ones)"
         )
     return line
