@@ -81,7 +81,7 @@ def main(args: list[str] | None = None) -> None:
 
 def console_main() -> None:
     """The ``lightning-sfl`` console script (and ``python -m lightning_sfl.cli``): :func:`main`, then the process
-    ends without the interpreter's teardown of Lightning's modules (~0.9 s; see
+    ends without the interpreter's teardown of Lightning's modules (most of a second; see
     :mod:`lightning_sfl.process.fast_exit`). An exception other than ``SystemExit`` ends it the usual way."""
     from lightning_sfl.process.fast_exit import exit_code, exit_without_teardown, teardown_wanted
 

@@ -156,7 +156,7 @@ class SFLCLI(LightningCLI):
     def _set_seed(self) -> None:
         """Lightning's (``true``: a random seed; ``false``: none; the seed used is written back into the config), with
         ``seed_everything`` checked first and quietly: "Seed set to N" is printed when the command runs
-        (:meth:`_run_subcommand`), so that a bad value found while the method and data are built is the only line."""
+        (``_run_subcommand``), so that a bad value found while the method and data are built is the only line."""
         config = self.config.get(self.subcommand, self.config)
         seed = config.get("seed_everything")
         if seed is False:
@@ -309,7 +309,7 @@ class SFLCLI(LightningCLI):
     def _go_offline_if_unreachable(self, wandb_loggers: list) -> None:
         """W&B loggers that would start an online run where W&B cannot be reached (no network, no server, no API key;
         :func:`~lightning_sfl.wandb.online.offline_reason`, a few seconds at most) log offline instead: nothing is lost,
-        and one line says why (printed when the command starts, :meth:`_say_offline`)."""
+        and one line says why (printed when the command starts, ``_say_offline``)."""
         from lightning_sfl.wandb.online import logs_online, offline_line, offline_reason
 
         online = [lg for lg in wandb_loggers if logs_online(lg.init_args.get("offline"))]
@@ -405,7 +405,7 @@ class SFLCLI(LightningCLI):
         return f"{line}; {kept}: continue with the same command and --ckpt_path last"
 
     def after_fit(self) -> None:
-        """Where the run's records went (:meth:`_saved_line`), then its result last: the final test accuracy of the
+        """Where the run's records went (``_saved_line``), then its result last: the final test accuracy of the
         global model."""
         if self.trainer.interrupted or not self.trainer.is_global_zero:
             return

@@ -1,7 +1,7 @@
 """What a method or the data module may know of its run, read from Lightning's ``Trainer`` in this one place: the
 stage (fit, validate, test), the run length, the round the next epoch trains, the device, the process group (rank,
 world size, the model DDP wraps), the input precision and the W&B run the run logs to. ``algorithms/`` and ``data/``
-read nothing else of a trainer (``tests/test_architecture.py`` holds them to it).
+read nothing else of a trainer (``tests/unit/test_architecture.py`` holds them to it).
 
 Each function takes the trainer, or ``None`` for a part not attached to one (a module outside ``fit``), where that
 has a meaning: one process, rank 0, round 0, the CPU, no precision conversion.

@@ -4,11 +4,11 @@ Importing this package imports every module in it, so a method in a new file is 
 every registered class is then exported from this package (``from lightning_sfl.algorithms import SCALA``) and usable
 as ``--model <name>``, ``--model <ClassName>`` or ``class_path: lightning_sfl.algorithms.<ClassName>`` in a config.
 
-* ``ALGORITHMS``: registered name -> class, by family (split, fl, async, semi), then by name;
+* ``ALGORITHMS``: registered name -> class, by family (split, fl, async, semi, attack), then by name;
 * ``ASYNC_METHODS``: the asynchronous family (a "round" is one aggregation of ``Q_c`` uploads; ``compare`` runs them
-  only when named, and their study is ``docs/results/gas``);
+  only when named);
 * ``SEMI_METHODS``: the semi-supervised family (labelled data on the server only; they need
-  ``--data.labelled_per_class``; ``compare`` runs them only when named, their study is ``docs/results/semi_sfl``).
+  ``--data.labelled_per_class``; ``compare`` runs them only when named).
 """
 
 import importlib
@@ -23,6 +23,7 @@ from lightning_sfl.algorithms.split_method import SplitMethod
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     importlib.import_module(f"{__name__}.{_module}")  # every module registers the methods it defines
 
+#: Registered name -> class of every method, by family (split, fl, async, semi, attack), then by name.
 ALGORITHMS: dict[str, type[SplitFedAlgorithm]] = methods()
 ASYNC_METHODS: tuple[str, ...] = names(family="async")
 SEMI_METHODS: tuple[str, ...] = names(family="semi")

@@ -8,8 +8,9 @@ optimiser state) until its upload, across rounds. Every upload enters the model 
 round: :func:`aggregate` replaces the global model (eq. 10 of GAS by default), and the client drawn to take the slot
 next downloads it.
 
-The clock's times come from the federation's system model (:meth:`~lightning_sfl.system.wireless.WirelessCell.
-client_times`: forward, activation upload, backward and model upload of each client, each client at ``W / C`` of the
+The clock's times come from the federation's system model
+(:meth:`~lightning_sfl.system.wireless.WirelessCell.client_times`: forward, activation upload, backward and model upload
+of each client, each client at ``W / C`` of the
 bandwidth, or all of it with ``full_bandwidth=True`` as in the GAS code). Without the CLI the system model is the GAS
 paper's (``f_k ~ U[1e9, 1e10]``, placement seeded by the data seed); the CLI's is ``--clock.*`` (GAS's
 ``f_k ~ U[1e9, 1e10]``: ``--clock.flops_high 1e10``).
@@ -53,8 +54,8 @@ def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
 
 def async_events(method, **options) -> AsyncEvents:
     """The asynchronous schedule of ``method``'s settings (``C``, ``E``, ``Q_s``, ``Q_c``, ``B``, its attributes
-    of the same names as :class:`AsyncMethod`'s arguments) and ``options`` of :class:`~lightning_sfl.loop.
-    AsyncEvents`."""
+    of the same names as :class:`AsyncMethod`'s arguments) and ``options`` of
+    :class:`~lightning_sfl.loop.AsyncEvents`."""
     return AsyncEvents(
         concurrency=method.concurrency,
         local_iters=method.local_iters,

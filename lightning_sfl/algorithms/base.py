@@ -1,6 +1,6 @@
 """The coordinating loop of split federated learning: one ``LightningModule`` per run (manual optimisation), the base
-of every method. ``docs/architecture.md`` describes it: the objects, one round as data flows, and the table of the
-hooks with their paper steps (SCALA Algorithm 2), defaults and who overrides each.
+of every method. The documentation's :doc:`/architecture` describes it: the objects, one round as data flows, and the
+table of the hooks with their paper steps (SCALA Algorithm 2), defaults and who overrides each.
 
 The method configures its :class:`~lightning_sfl.loop.Schedule` (:meth:`SplitFedAlgorithm.configure_schedule`), which
 becomes part of the fit's :class:`~lightning_sfl.loop.Federation` (:meth:`SplitFedAlgorithm.federate`); the data module
@@ -16,7 +16,7 @@ The base is one module with parts, not a stack of mixins: the federation's side
 (:mod:`~lightning_sfl.algorithms.federated`), declared state and its checkpoint entry
 (:mod:`~lightning_sfl.algorithms.state`), the evaluation (:mod:`~lightning_sfl.algorithms.evaluation`), the round's
 bookkeeping (:mod:`~lightning_sfl.algorithms.round_tracker`), the halves (:mod:`~lightning_sfl.algorithms.halves`),
-the clients' copies (:mod:`~lightning_sfl.algorithms.banks`) and a split method's defences (:attr:`defences`,
+the clients' copies (:mod:`~lightning_sfl.algorithms.banks`) and a split method's defences (``defences``,
 :mod:`lightning_sfl.defences`), each reached from the hook where Lightning calls it.
 """
 

@@ -128,7 +128,7 @@ def feddecorr_loss(z: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------- FedAvg
-@register("fedavg", family="fl", study="label_skew")
+@register("fedavg", family="fl")
 class FedAvg(SplitFedAlgorithm):
     """FedAvg (McMahan et al., AISTATS 2017): local SGD on the full model, ``|D_k|``-weighted averaging.
 
@@ -200,7 +200,7 @@ class FedAvg(SplitFedAlgorithm):
 
 
 # ----------------------------------------------------------------------------------------------- FedProx
-@register("fedprox", family="fl", study="label_skew")
+@register("fedprox", family="fl")
 class FedProx(FedAvg):
     """FedProx (Li et al., MLSys 2020): FedAvg plus a proximal term.
 
@@ -230,7 +230,7 @@ class FedProx(FedAvg):
 
 
 # ----------------------------------------------------------------------------------------------- FedDyn
-@register("feddyn", family="fl", study="label_skew")
+@register("feddyn", family="fl")
 class FedDyn(FedAvg):
     """FedDyn (Acar et al., ICLR 2021, Algorithm 1): dynamic regularisation and a corrected server model.
 
@@ -294,7 +294,7 @@ class FedDyn(FedAvg):
 
 
 # ----------------------------------------------------------------------------------------------- FedLC
-@register("fedlc", family="fl", study="label_skew")
+@register("fedlc", family="fl")
 class FedLC(FedAvg):
     """FedLC (Zhang et al., ICML 2022, eq. 6): FedAvg with logits calibrated by the local class counts.
 
@@ -329,7 +329,7 @@ class FedLC(FedAvg):
 
 
 # ----------------------------------------------------------------------------------------------- FedLogit
-@register("fedlogit", family="fl", study="label_skew")
+@register("fedlogit", family="fl")
 class FedLogit(FedAvg):
     """FedLogit (SCALA, ICML 2024 conference version, §5.1): FedAvg whose local loss is the client-side logit
     adjustment of eq. (15), ``CE(f(x) + log P_k(y), y)``, ``P_k`` the client's local label distribution.
@@ -353,7 +353,7 @@ class FedLogit(FedAvg):
 
 
 # ----------------------------------------------------------------------------------------------- FedDecorr
-@register("feddecorr", family="fl", study="label_skew")
+@register("feddecorr", family="fl")
 class FedDecorr(FedAvg):
     """FedDecorr (Shi et al., ICLR 2023): FedAvg plus a decorrelation penalty on the features.
 
@@ -383,7 +383,7 @@ class FedDecorr(FedAvg):
         return self.decorr_coef * torch.stack(terms).sum()
 
 
-@register("fedcbs", family="fl", study="label_skew")
+@register("fedcbs", family="fl")
 class FedCBS(FedAvg):
     """Fed-CBS (Zhang et al., ICML 2023): FedAvg with class-imbalance-reducing client sampling — each round's
     clients are drawn one by one with probabilities favouring groups of low QCID (``fedcbs`` policy, see

@@ -32,7 +32,7 @@ from lightning_sfl.loop.async_events import UploadStep
 __all__ = ["CA2FL", "FedBuff"]
 
 
-@register("fedbuff", family="async", study="gas")
+@register("fedbuff", family="async")
 class FedBuff(AsyncMethod):
     """FedBuff on the GAS clock (see the module docstring).
 
@@ -86,7 +86,7 @@ class FedBuff(AsyncMethod):
         self.reset_slots(step.slots)
 
 
-@register("ca2fl", family="async", study="gas")
+@register("ca2fl", family="async")
 class CA2FL(FedBuff):
     """CA²FL on the GAS clock: FedBuff with cached updates calibrating the buffered ones (see the module docstring).
 

@@ -81,7 +81,7 @@ class ConcatNet(nn.Module):
         return self.head(self.features(x))
 
 
-@register("fedconcat", family="fl", study="label_skew")
+@register("fedconcat", family="fl")
 class FedConcat(FedAvg):
     """FedConcat: per-cluster FedAvg of full models, then FedAvg of a head on the concatenated frozen encoders.
 

@@ -83,8 +83,8 @@ def activation_shape(method) -> tuple[int, ...]:
 def checked_schedule(method, schedule: Schedule) -> Schedule:
     """``schedule`` checked against ``method``: a handler for each of its step kinds (:func:`step_handler`); steps that
     leave clients out run the sequential bank under ``client_bank="auto"`` (the stacked bank keeps such slots still
-    too, by copying their rows around each step: :meth:`~lightning_sfl.algorithms.stacked_bank.StackedBank.
-    steps_only`)."""
+    too, by copying their rows around each step:
+    :meth:`~lightning_sfl.algorithms.stacked_bank.StackedBank.steps_only`)."""
     if schedule.partial_steps and method.client_bank == "auto":  # a slot left out of a step must not move
         method.client_bank = "sequential"
     missing = [k for k in schedule.kinds if step_handler(method, k) is None]

@@ -202,7 +202,7 @@ def probe_image(input_shape, seed: int = 0) -> torch.Tensor:
     return ((125 + 125 * torch.randn(1, *input_shape, generator=g)).clamp(0, 255) / 255).to(torch.get_default_dtype())
 
 
-@register("fedmatch", family="semi", study="semi_sfl")
+@register("fedmatch", family="semi")
 class FedMatch(SemiSupervised):
     """FedMatch (see the module docstring): decomposed parameters, inter-client consistency with helpers.
 
@@ -392,7 +392,7 @@ class FedMatch(SemiSupervised):
 
     @override
     def client_regulariser(self, step: Step, outputs: torch.Tensor, features=None) -> torch.Tensor:
-        """``Σ_k λ_L2·‖σ − ψ_k‖² + λ_L1·‖ψ_k‖₁`` (:meth:`_regulariser`)."""
+        """``Σ_k λ_L2·‖σ − ψ_k‖² + λ_L1·‖ψ_k‖₁`` (``_regulariser``)."""
         return self._regulariser(step)
 
     def _regulariser(self, step: Step) -> torch.Tensor:

@@ -49,7 +49,7 @@ def fednova_average(
     return (x.to(torch.float64) - tau_eff * (p[:, None] * d).sum(0)).to(x.dtype)
 
 
-@register("fednova", family="fl", study="label_skew")
+@register("fednova", family="fl")
 class FedNova(FedAvg):
     """FedNova (Wang et al., NeurIPS 2020, eq. 7): FedAvg whose server step normalises each client's update by its
     number of local steps (:func:`fednova_average`; ``ρ`` = the client optimiser's ``momentum``). Buffers (e.g.

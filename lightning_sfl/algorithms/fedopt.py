@@ -167,7 +167,7 @@ class FedOpt(FedAvg):
         load_flat_parameters(self.client.net, new_x)
 
 
-@register("fedadam", family="fl", study="label_skew")
+@register("fedadam", family="fl")
 class FedAdam(FedOpt):
     """FedAdam (Reddi et al., ICLR 2021): Adam on the server. Defaults ``η = 0.1``, ``β1 = 0.9``, ``β2 = 0.99``,
     ``τ = 10⁻³`` (Reddi et al. grid-search ``η`` and ``τ``; Flower's defaults differ in ``τ``, ``v_{−1}`` and the bias
@@ -176,7 +176,7 @@ class FedAdam(FedOpt):
     server_optimizer: ClassVar[str] = "adam"
 
 
-@register("fedyogi", family="fl", study="label_skew")
+@register("fedyogi", family="fl")
 class FedYogi(FedOpt):
     """FedYogi (Reddi et al., ICLR 2021): Yogi on the server. Defaults ``η = 0.01``, ``β1 = 0.9``, ``β2 = 0.99``,
     ``τ = 10⁻³`` (Flower's ``FedYogi`` too, but for ``v_{−1}``: see :class:`FedOpt`)."""
@@ -187,7 +187,7 @@ class FedYogi(FedOpt):
         super().__init__(server_lr=server_lr, **kwargs)
 
 
-@register("fedadagrad", family="fl", study="label_skew")
+@register("fedadagrad", family="fl")
 class FedAdagrad(FedOpt):
     """FedAdagrad (Reddi et al., ICLR 2021): Adagrad on the server. Defaults ``η = 0.1``, ``β1 = 0.9``,
     ``τ = 10⁻³`` (``β2`` unused; Flower's ``FedAdagrad`` fixes ``β1 = 0``, uses ``τ = 10⁻⁹``: see :class:`FedOpt`)."""
@@ -195,7 +195,7 @@ class FedAdagrad(FedOpt):
     server_optimizer: ClassVar[str] = "adagrad"
 
 
-@register("fedavgm", family="fl", study="label_skew")
+@register("fedavgm", family="fl")
 class FedAvgM(FedOpt):
     """FedAvgM (Hsu et al., 2019): server momentum ``m_t = β·m_{t−1} + Δ_t``, ``x_{t+1} = x_t + η·m_t``.
 

@@ -42,7 +42,7 @@ def fedrs_scale(counts: torch.Tensor, alpha: float, scaling: str = "binary") -> 
     raise ConfigError(f"scaling={scaling!r} is not one of: {', '.join(SCALINGS)}")
 
 
-@register("fedrs", family="fl", study="label_skew")
+@register("fedrs", family="fl")
 class FedRS(FedAvg):
     """FedRS (Li & Zhan, KDD 2021, eq. 5): the client loss is the cross-entropy of ``α_c·w_cᵀh + b_c``.
 

@@ -6,9 +6,9 @@ them; the code's WGAN-GP critic is the default (its BCE variant is not built).
 
 The server holds public images ``X_pub`` (``public_size`` test images: the authors' code uses MNIST's test split as
 public and its training split as private) and three networks: a pilot encoder ``f̃`` (the client half's architecture,
-freshly initialised: the same output shape), a decoder ``f̃⁻¹`` (:func:`~lightning_sfl.privacy.inversion.
-inversion_decoder`) and a discriminator ``D`` on the feature space. Every split iteration, with the clients' private
-rows ``X_p`` (activations ``Z = f(X_p)``) and as many public rows:
+freshly initialised: the same output shape), a decoder ``f̃⁻¹``
+(:func:`~lightning_sfl.privacy.inversion.inversion_decoder`) and a discriminator ``D`` on the feature space. Every split
+iteration, with the clients' private rows ``X_p`` (activations ``Z = f(X_p)``) and as many public rows:
 
 1. the gradient sent to the clients is ``∂/∂Z`` of ``Σ_k mean_{rows of k} D(Z)``: the clients step toward where ``D``
    scores public features (the task loss is never used, so the task does not improve: SplitGuard's cue);

@@ -20,11 +20,11 @@ Every upload enters the model buffer (eq. 9); the ``Q_c``-th replaces the global
 mean of the buffered halves (eq. 10; the code's uniform mean: ``aggregation="uniform"``): one global iteration, one
 round (epoch). The client drawn to replace a finished one downloads the global half as it is then.
 
-Arrivals with no server update between them see the same ``w_s``, and a slot moves only through its own events, so
-the schedule runs them in waves of distinct clients (:func:`~lightning_sfl.loop.async_events.arrival_waves`), and
-one batched step equals processing its arrivals one at a time, on either client bank (``tests/test_gas.py`` checks
-it in float64; with ``covariance="lowrank"`` the truncated factor depends on how arrivals are grouped, so there it
-is close, not equal). ``client_bank="stacked"`` runs a step's client halves as one stacked computation.
+Arrivals with no server update between them see the same ``w_s``, and a slot moves only through its own events, so the
+schedule runs them in waves of distinct clients (:func:`~lightning_sfl.loop.async_events.arrival_waves`), and one
+batched step equals processing its arrivals one at a time, on either client bank (``tests/integration/test_gas.py``
+checks it in float64; with ``covariance="lowrank"`` the truncated factor depends on how arrivals are grouped, so there
+it is close, not equal). ``client_bank="stacked"`` runs a step's client halves as one stacked computation.
 
 AsyncSFL is a split method (:class:`~lightning_sfl.algorithms.split_method.SplitMethod`: its hooks and defences) with
 the asynchronous clients of :mod:`~lightning_sfl.algorithms.async_base`: the clock, the persistent slots and the model
@@ -56,7 +56,7 @@ GRADIENT_ORDERS = ("after_server_step", "before_server_step")
 _GENERATION_STREAM = 11
 
 
-@register("async_sfl", family="async", study="gas")
+@register("async_sfl", family="async")
 class AsyncSFL(SplitMethod):
     """Asynchronous SFL without generation (GAS's ablation): see the module docstring.
 
@@ -202,7 +202,7 @@ class AsyncSFL(SplitMethod):
         return loss.detach()
 
 
-@register("gas", family="async", study="gas")
+@register("gas", family="async")
 class GAS(AsyncSFL):
     """GAS (Alg. 1): :class:`AsyncSFL` whose server also trains on activations generated from per-label Gaussians
     of the activations seen so far (eqs. 11-12; generation rule of the authors' code).
@@ -213,8 +213,8 @@ class GAS(AsyncSFL):
         nonnegative: clamp generated activations at 0 (real ones follow a ReLU; the code does not clamp).
         ridge: added to ``Σ_y``'s diagonal when sampling (the code adds ``1e-5`` at every merge). With 0, ``Σ_y``
             is singular at least until label ``y`` has seen more activations than their dimension, and sampling goes
-            through an eigen-decomposition instead of Cholesky: with AlexNet's 3,136-dimensional cut on 2 CPU cores
-            the first global iteration took 745 s at 0 and 152 s at ``1e-5`` (the results notes, GAS's Table 1).
+            through an eigen-decomposition instead of Cholesky, several times slower for a wide cut (AlexNet's
+            3,136-dimensional one: the study of GAS's Table 1 on the results pages gives the times).
         **kwargs: :class:`AsyncSFL`'s.
     """
 

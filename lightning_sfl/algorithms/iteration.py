@@ -64,9 +64,9 @@ def process_share(row_terms: torch.Tensor | None, whole_terms: torch.Tensor | No
 def client_side_terms(
     method: SplitFedAlgorithm, step: Step, outputs: torch.Tensor, features: torch.Tensor | None = None
 ) -> torch.Tensor | None:
-    """Hook 5 as this process backpropagates it: :meth:`client_extra_loss` and the defences' terms over rows (the
-    inversion regulariser's) plus :meth:`client_regulariser` and the defences' whole terms (NoPeek's; shared by the
-    processes). The defences log per round, for the step's rows."""
+    """Hook 5 as this process backpropagates it: :meth:`~SplitFedAlgorithm.client_extra_loss` and the defences'
+    terms over rows (the inversion regulariser's) plus :meth:`~SplitFedAlgorithm.client_regulariser` and the defences'
+    whole terms (NoPeek's; shared by the processes). The defences log per round, for the step's rows."""
 
     def log(name: str, value: torch.Tensor, **options) -> None:
         method.log(name, value, on_step=False, on_epoch=True, batch_size=step.num_rows, **options)
@@ -85,11 +85,11 @@ def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = Tr
     """One split iteration of ``step``'s clients (see the module docstring); returns ``(server_loss, client_loss)``
     (the clients' extra terms included; ``None`` for a loss the method does not have).
 
-    1. :meth:`send_activations`: ``A_k`` of every client, uploaded; the server's copy ``a`` requires a gradient;
-       ``on_arrival(a)`` (``a`` detached), what the server does when they arrive (GAS: its buffer, and its update
-       when they fill it).
-    2. :meth:`split_losses`: server forward, NaN/Inf guard, the server's loss (eq. 7 / 14) and the clients' (eq. 8 /
-       15), both from the same (pre-update) forward.
+    1. :meth:`~SplitMethod.send_activations`: ``A_k`` of every client, uploaded; the server's copy ``a`` requires a
+       gradient; ``on_arrival(a)`` (``a`` detached), what the server does when they arrive (GAS: its buffer, and its
+       update when they fill it).
+    2. :meth:`~SplitMethod.split_losses`: server forward, NaN/Inf guard, the server's loss (eq. 7 / 14) and the
+       clients' (eq. 8 / 15), both from the same (pre-update) forward.
     3. ``G_k`` (:func:`activation_gradients`), sent down.
     4. The server loss into the optimised weights; every client backpropagates ``G_k`` through its half, then its
        extra terms (:func:`client_side_terms`).

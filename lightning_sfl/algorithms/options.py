@@ -1,5 +1,5 @@
-"""The base's options, checked before anything is built: each bad value one :class:`~lightning_sfl.errors.
-ConfigError` line naming the option and what it allows."""
+"""The base's options, checked before anything is built: each bad value one
+:class:`~lightning_sfl.errors.ConfigError` line naming the option and what it allows."""
 
 from __future__ import annotations
 

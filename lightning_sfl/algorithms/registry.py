@@ -2,15 +2,15 @@
 
 >>> from lightning_sfl.algorithms import SCALA
 >>> entry = REGISTRY["scala"]
->>> entry.cls is SCALA, entry.family, entry.study
-(True, 'split', 'label_skew')
+>>> entry.cls is SCALA, entry.family
+(True, 'split')
 >>> "scala" in names(family="split") and "fedavg" in names(family="fl")
 True
 
-``@register("name", family=..., study=...)`` above a class is all it takes: ``lightning_sfl.algorithms`` imports every
+``@register("name", family=...)`` above a class is all it takes: ``lightning_sfl.algorithms`` imports every
 module of its package (a new file is found without an import line), and from this registry come the CLI's names
 (``--model scala``), ``ALGORITHMS``, the lazy top-level exports (``lightning_sfl.SCALA``), ``compare``'s default
-methods (the synchronous families), the results test's list of studied methods and the tests' method lists.
+methods (the synchronous families), the documentation's table of methods and the tests' method lists.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["FAMILIES", "REGISTRY", "STUDIES", "MethodEntry", "methods", "names", "register"]
+__all__ = ["FAMILIES", "REGISTRY", "MethodEntry", "methods", "names", "register"]
 
 #: Family -> what its methods share. The order is the order of every listing (then the names, alphabetically).
 FAMILIES: dict[str, str] = {
@@ -28,13 +28,6 @@ FAMILIES: dict[str, str] = {
     "async": "asynchronous methods on a simulated event clock (a round is one aggregation)",
     "semi": "semi-supervised methods: labelled data on the server, unlabelled clients (--data.labelled_per_class)",
     "attack": "a malicious server: the clients' training serves an attack on their data, not the task",
-}
-#: Committed study -> where its numbers are (``study=`` of :func:`register`; ``None``: in no committed study yet).
-STUDIES: dict[str, str] = {
-    "label_skew": "docs/results/digits and docs/results/mnist5k",
-    "gas": "docs/results/gas",
-    "semi_sfl": "docs/results/semi_sfl",
-    "privacy": "docs/results/privacy",
 }
 #: Families ``compare`` runs when no ``--methods`` are named (the others count rounds differently or need other data).
 SYNCHRONOUS: tuple[str, ...] = ("split", "fl")
@@ -48,20 +41,18 @@ class MethodEntry:
         name: the registry name (``--model <name>``, ``compare --methods <name>``, ``configs/<dataset>/<name>.yaml``).
         cls: the method's class.
         family: one of :data:`FAMILIES`.
-        study: the committed study holding its numbers (one of :data:`STUDIES`), or ``None``.
     """
 
     name: str
     cls: type
     family: str
-    study: str | None
 
 
 REGISTRY: dict[str, MethodEntry] = {}
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
-def register(name: str, *, family: str, study: str | None = None) -> Callable[[type], type]:
+def register(name: str, *, family: str) -> Callable[[type], type]:
     """Class decorator: register the method under ``name`` in ``family`` (see the module docstring).
 
     >>> @register("toy_doctest", family="nope")
@@ -74,8 +65,6 @@ def register(name: str, *, family: str, study: str | None = None) -> Callable[[t
         raise ValueError(f"method name {name!r} must be lower case letters, digits and '_', starting with a letter")
     if family not in FAMILIES:
         raise ValueError(f"family={family!r} of method {name!r} is not one of: {', '.join(FAMILIES)}")
-    if study is not None and study not in STUDIES:
-        raise ValueError(f"study={study!r} of method {name!r} is not one of: {', '.join(STUDIES)}")
 
     def decorate(cls: type) -> type:
         known = REGISTRY.get(name)
@@ -83,7 +72,7 @@ def register(name: str, *, family: str, study: str | None = None) -> Callable[[t
             f"{cls.__module__}.{cls.__qualname__}"
         ):  # the same class defined again (a module reloaded) replaces itself; another class may not take the name
             raise ValueError(f"method name {name!r} is taken by {known.cls.__module__}.{known.cls.__qualname__}")
-        REGISTRY[name] = MethodEntry(name, cls, family, study)
+        REGISTRY[name] = MethodEntry(name, cls, family)
         return cls
 
     return decorate
@@ -100,6 +89,6 @@ def methods(family: str | tuple[str, ...] | None = None) -> dict[str, type]:
     return {e.name: e.cls for e in _ordered() if wanted is None or e.family in wanted}
 
 
-def names(family: str | tuple[str, ...] | None = None, study: str | None = None) -> tuple[str, ...]:
-    """Registered names (in :func:`methods`' order), of ``family`` and of ``study`` where given."""
-    return tuple(n for n in methods(family) if study is None or REGISTRY[n].study == study)
+def names(family: str | tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """Registered names (in :func:`methods`' order), of ``family`` where given."""
+    return tuple(methods(family))

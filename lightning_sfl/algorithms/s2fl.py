@@ -93,7 +93,7 @@ def group_mean_loss(row_losses: torch.Tensor, group_of_row: torch.Tensor, group_
     return (row_losses / sizes[group_of_row]).sum() / groups
 
 
-@register("s2fl", family="split", study="gas")
+@register("s2fl", family="split")
 class S2FL(MiniBatchSFL):
     """S²FL (see the module docstring): MiniBatch-SFL whose server half takes the mean of per-group steps over
     label-balanced groups of clients; the adaptive split point acts on the simulated clock only.

@@ -43,12 +43,12 @@ def control_variate_update(
     return c_i - c + (x - y) / (local_steps * lr)
 
 
-@register("scaffold", family="fl", study="label_skew")
+@register("scaffold", family="fl")
 class Scaffold(FedAvg):
     """SCAFFOLD (Karimireddy et al., ICML 2020), option II, ``η_g = 1``.
 
     Every client's ``c_k`` (``scaffold_client_c``, ``[K, P]``) is checkpointed: with a large model and many clients,
-    write checkpoints less often (``--checkpoint.every_n_epochs``; see the README's "Resuming and errors").
+    write checkpoints less often (``--checkpoint.every_n_epochs``).
 
     Args:
         average: ``uniform`` (default: the paper's ``mean_{i∈S}``) or ``size`` (``|D_k|``-weighted, as FedAvg and

@@ -34,7 +34,7 @@ from lightning_sfl.algorithms.split_method import SplitMethod
 from lightning_sfl.loop import Step
 
 
-@register("scala", family="split", study="label_skew")
+@register("scala", family="split")
 class SCALA(SplitMethod):
     """SCALA (Algorithm 2) and its ablations.
 

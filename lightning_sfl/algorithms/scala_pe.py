@@ -52,7 +52,7 @@ Where the paper is silent and ResSFL's code decides (followed here, documented):
 * τ = 0.5 suits images whose undefended reconstructions score a high SSIM (CIFAR-10: 0.93 in Table VI). On MNIST-5k
   even the 64-channel attacker's SSIM is about 0.5 at an MSE of 0.003 (SSIM's luminance term collapses on near-black
   backgrounds that come back faintly grey), the simulated decoders stay near 0.2-0.3, and the hinge never engages: set
-  a lower ``threshold`` there (``docs/results/privacy``: 0.1).
+  a lower ``threshold`` there (the privacy study uses 0.1).
 * ResSFL computes ``A_k`` for the decoder step with the client half in eval mode; here the step's own activations
   are reused (the same values for halves without BatchNorm or dropout: every model of the zoo but ``resnet18``).
 
@@ -70,7 +70,7 @@ from lightning_sfl.defences import Bottleneck, Defence, InversionRegulariser
 __all__ = ["SCALAPE"]
 
 
-@register("scala_pe", family="split", study="privacy")
+@register("scala_pe", family="split")
 class SCALAPE(SCALA):
     """SCALA-PE (see the module docstring): SCALA whose clients are given, unless ``defences`` says otherwise, a
     bottleneck of 8 channels at the cut and the simulated-inversion regulariser (``γ = 0.3``, ``τ = 0.5``; at

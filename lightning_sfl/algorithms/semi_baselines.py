@@ -133,7 +133,7 @@ def mixup_rows(logits: torch.Tensor, labels: torch.Tensor, partner: torch.Tensor
     return lam * ce(logits, labels, reduction="none") + (1 - lam) * ce(logits, labels[partner], reduction="none")
 
 
-@register("fedswitch_sl", family="semi", study="semi_sfl")
+@register("fedswitch_sl", family="semi")
 class FedSwitchSL(SemiSupervised):
     """Semi-SFL without eqs. 3 and 5 (CE terms only: the semi-supervised base), with teacher/student switching for
     the pseudo-labels (see the module docstring).
@@ -161,7 +161,7 @@ class FedSwitchSL(SemiSupervised):
         return pseudo_labels(logits, self.threshold)
 
 
-@register("fedswitch", family="semi", study="semi_sfl")
+@register("fedswitch", family="semi")
 class FedSwitch(FedSwitchSL):
     """FedSwitch-SL in full-model federated learning: the clients train the whole model (no activations travel), the
     server trains it on the labelled set; the evaluated model is the global EMA teacher."""
@@ -169,7 +169,7 @@ class FedSwitch(FedSwitchSL):
     has_server_half: ClassVar[bool] = False
 
 
-@register("semifl", family="semi", study="semi_sfl")
+@register("semifl", family="semi")
 class SemiFL(SemiSupervised):
     """SemiFL (see the module docstring): full-model FL; the server trains on the labelled set; each client labels its
     batch with the global model it received (``τ``, confidence ``≥ τ`` as in the authors' code) and trains on the

@@ -9,8 +9,8 @@ supervised steps so far). Accuracy is the teacher's.
 
 Semi-SFL is :class:`~lightning_sfl.algorithms.semi_supervised.SemiSupervised` (the rounds, views, teachers and
 ``K_s`` every semi-supervised method shares) plus the projection head, eq. 3's term in the supervised loss and eq. 5's
-clustering regularisation against a queue of teacher projections. Round ``h`` (:class:`~lightning_sfl.loop.phases.
-Phases`):
+clustering regularisation against a queue of teacher projections. Round ``h``
+(:class:`~lightning_sfl.loop.phases.Phases`):
 
 A. ``K_s`` supervised steps on the PS: ``ℓ_s = CE + T`` (eq. 4; ``T`` the supervised contrastive loss of eq. 3 over
    the batch, on the weak view) — one SGD step on ``(w_c, w_s, w_p)``, then one teacher update.
@@ -50,7 +50,7 @@ from lightning_sfl.loop.phases import SupervisedOnlyRounds
 __all__ = ["SemiSFL", "SupervisedOnly", "cosine_lr"]
 
 
-@register("semi_sfl", family="semi", study="semi_sfl")
+@register("semi_sfl", family="semi")
 class SemiSFL(SemiSupervised):
     """Semi-SFL (see the module docstring).
 
@@ -147,7 +147,7 @@ class SemiSFL(SemiSupervised):
         self.queue_pointer.fill_((int(self.queue_pointer) + len(labels)) % size)
 
 
-@register("supervised_only", family="semi", study="semi_sfl")
+@register("supervised_only", family="semi")
 class SupervisedOnly(SemiSupervised):
     """The lower bound of Semi-SFL's Table II: the whole model trained on the server's labelled set only, with plain
     cross-entropy (no clients). A round is ``K_s`` steps (``supervised_steps``, constant); the evaluated model is the

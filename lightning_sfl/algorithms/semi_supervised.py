@@ -68,8 +68,9 @@ def cosine_lr(round_idx: int, rounds: int, lr: float, lr_min: float) -> float:
 @dataclass(frozen=True)
 class Views:
     """The two views of an unlabelled batch ``x`` ``[B, C, H, W]``, drawn once per step from ``generator`` (weak
-    first): ``weak`` (translation) and ``strong`` (translation and photometric noise, :mod:`lightning_sfl.data.
-    augment`); ``generator`` goes on to draw what the step draws after them (SemiFL's mix partners)."""
+    first): ``weak`` (translation) and ``strong`` (translation and photometric noise,
+    :mod:`lightning_sfl.data.augment`); ``generator`` goes on to draw what the step draws after them (SemiFL's mix
+    partners)."""
 
     weak: torch.Tensor
     strong: torch.Tensor
@@ -257,9 +258,9 @@ class SemiSupervised(SplitFedAlgorithm):
     # ------------------------------------------------------------------ C. cross-entity phase
     def unlabelled_step(self, step: Step) -> dict[str, torch.Tensor]:
         """Handler of ``"unlabelled"`` steps: the step's :class:`Views`, then one local step of the round's clients on
-        them (a split iteration, or without a server half the FL one: :func:`~lightning_sfl.algorithms.iteration.
-        full_model_iteration`; both read the views from the :class:`ViewedStep`), then the clients' teachers follow
-        their students (``client_teacher="ema"``)."""
+        them (a split iteration, or without a server half the FL one:
+        :func:`~lightning_sfl.algorithms.iteration.full_model_iteration`; both read the views from the
+        :class:`ViewedStep`), then the clients' teachers follow their students (``client_teacher="ema"``)."""
         if not self._slots_ready:  # B.: the round's clients download w_c and w̃_c
             self.download()
             self._slots_ready = True
@@ -278,7 +279,7 @@ class SemiSupervised(SplitFedAlgorithm):
         return {**losses, "pseudo_labels": labels, "mask": mask}  # the labels for metrics (PseudoLabelQuality)
 
     def views(self, step: Step) -> Views:
-        """The step's two views of its rows ``step.x``, from its generator (:meth:`_generator`), weak first."""
+        """The step's two views of its rows ``step.x``, from its generator (``_generator``), weak first."""
         g = self._generator(step)
         return Views(weak_view(step.x, self.shift, g), strong_view(step.x, self.shift, g), g)
 

@@ -1,9 +1,10 @@
 """The base of the split methods whose clients upload ``h(w_c; X)`` of the half they download: the base plus the hooks
-of the split iteration (hooks 1-4 of SCALA's Algorithm 2, run by :func:`~lightning_sfl.algorithms.iteration.
-split_iteration`: the upload, the server forward, the server's and the clients' losses) and the clients' defences
+of the split iteration (hooks 1-4 of SCALA's Algorithm 2, run by
+:func:`~lightning_sfl.algorithms.iteration.split_iteration`: the upload, the server forward, the server's and the
+clients' losses) and the clients' defences
 (:mod:`lightning_sfl.defences`), which plain FL methods and the semi-supervised ones do not have.
 
-``docs/architecture.md`` tabulates the hooks with their paper steps, defaults and who overrides each."""
+The documentation's :doc:`/architecture` tabulates the hooks with their paper steps, defaults and who overrides each."""
 
 from __future__ import annotations
 
@@ -124,6 +125,6 @@ class SplitMethod(SplitFedAlgorithm):
         return client_loss
 
     def local_iteration(self, step: Step) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Handler of ``"local"`` steps: one split iteration (hooks 1-6, :func:`~lightning_sfl.algorithms.iteration.
-        split_iteration`)."""
+        """Handler of ``"local"`` steps: one split iteration (hooks 1-6,
+        :func:`~lightning_sfl.algorithms.iteration.split_iteration`)."""
         return split_iteration(self, step)

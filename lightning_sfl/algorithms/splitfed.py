@@ -35,19 +35,19 @@ from lightning_sfl.loop import Step
 from lightning_sfl.loop.selection import ClassBalancedSelection
 
 
-@register("minibatch_sfl", family="split", study="label_skew")
+@register("minibatch_sfl", family="split")
 class MiniBatchSFL(SplitMethod):
     """MiniBatch-SFL: the server half is trained on the concatenated activations with plain cross-entropy;
     clients get plain cross-entropy gradients. Equals SCALA with both logit adjustments off."""
 
 
-@register("ca_sfl", family="split", study="label_skew")
+@register("ca_sfl", family="split")
 class CASFL(MiniBatchSFL):
     """CA-SFL (SCALA journal §5.2): SFL with concatenated activations only — the same algorithm as
     MiniBatch-SFL, registered under the name of the ablation."""
 
 
-@register("splitfedv1", family="split", study="label_skew")
+@register("splitfedv1", family="split")
 class SplitFedV1(SplitMethod):
     """SplitFedV1: every selected client has its own copy of the server half, trained on that client's
     activations only; both halves are averaged with weights ``|D_k|`` after each round. With plain SGD this
@@ -56,7 +56,7 @@ class SplitFedV1(SplitMethod):
     server_copies = True
 
 
-@register("splitfedv2", family="split", study="label_skew")
+@register("splitfedv2", family="split")
 class SplitFedV2(SplitMethod):
     """SplitFedV2: one server half, updated client after client within every local iteration (clients in
     slot order, i.e. by id); each client gets its gradient from the server weights it met (pre-update).
@@ -91,7 +91,7 @@ class SplitFedV2(SplitMethod):
         return mean, mean
 
 
-@register("splitfedv3", family="split", study="label_skew")
+@register("splitfedv3", family="split")
 class SplitFedV3(SplitMethod):
     """SplitFedV3: client halves stay with their clients (never averaged), the server copies are averaged.
 
@@ -125,7 +125,7 @@ class SplitFedV3(SplitMethod):
             torch.nn.utils.vector_to_parameters(w @ self.client_states / w.sum(), self.client.net.parameters())
 
 
-@register("sfl_local_loss", family="split", study="label_skew")
+@register("sfl_local_loss", family="split")
 class SFLLocalLoss(SplitMethod):
     """SFLLocalLoss: each client trains its half with an auxiliary head on a local loss and receives no
     gradient; the server half is trained on the concatenated activations with cross-entropy.
@@ -156,7 +156,7 @@ class SFLLocalLoss(SplitMethod):
         return sum_of_client_means(self.cross_entropy(local, step.y), step.owner, step.sizes)
 
 
-@register("lla_sfl", family="split", study="label_skew")
+@register("lla_sfl", family="split")
 class LLASFL(SplitMethod):
     """LLA-SFL (SCALA journal §5.2): SplitFedV1 with local logit adjustment: every server copy and every
     client gradient use ``CE(s + log P_k)`` (eq. 15), ``P_k`` the client's local label distribution. (Our reading:
@@ -182,7 +182,7 @@ class LLASFL(SplitMethod):
         return row_label_distribution(self.label_dist, step)  # P_k, eq. (15)
 
 
-@register("cs_sfl", family="split", study="label_skew")
+@register("cs_sfl", family="split")
 class CSSFL(SplitFedV1):
     """CS-SFL (Xie et al., IEEE TWC 2025): SplitFedV1 with class-balanced client selection — each round's
     clients are chosen so that their pooled label distribution is close to uniform (``class_balanced``

@@ -212,8 +212,9 @@ class StackedBank(ClientBank):
 
     Attributes:
         stacked_params: one ``nn.Parameter`` ``[S, *p.shape]`` per template parameter, in template order.
-        param_names / buffer_names: the template's names of those tensors (buffers are registered as
-            ``buffer_<i>``, persistent iff the template's buffer is).
+        param_names: the template's names of the stacked parameters.
+        buffer_names: the template's names of its buffers (registered here as ``buffer_<i>``, persistent iff the
+            template's buffer is).
     """
 
     def __init__(
@@ -247,7 +248,7 @@ class StackedBank(ClientBank):
         self.__dict__["_compiled"] = None  # StackedPrograms of the template (whole, body, head), built on first use
         self.__dict__["_template_mode"] = None  # the training flag last given to the template's modules (_sync_mode)
         #: Row of the stacked tensors holding each slot (slot ``j`` lives in row ``rows[j]``): the identity until a
-        #: forward right after a full reset re-places the slots so that its groups are slices (:meth:`_place`).
+        #: forward right after a full reset re-places the slots so that its groups are slices (``_place``).
         self.rows: list[int] = list(range(num_slots))
         self._fresh = self._fresh_state = False  # every row reset (parameters / optimiser state) since the last forward
         self.__dict__["_plans"] = {}  # forward plans by pattern (_plan)
@@ -441,7 +442,7 @@ class StackedBank(ClientBank):
 
     def _run(self, x: torch.Tensor, sizes: torch.Tensor, apply: _Apply, slots: Slots) -> tuple[torch.Tensor, ...]:
         """Evaluate ``apply`` for every chosen slot on its rows; outputs concatenated in row order (see
-        :meth:`_plan`)."""
+        ``_plan``)."""
         self._sync_mode()
         plan = self._plan(x, sizes, slots)
         if plan.whole:  # one group of every block, none padded: the rows as they are
@@ -467,7 +468,7 @@ class StackedBank(ClientBank):
         """How the row blocks of ``x`` (``sizes[k]`` rows for slot ``slots[k]``) run: the groups of
         :func:`plan_groups` with the rows of the stacked tensors that run them, the gather of each group's input in
         ``[R, G]`` order (padding: row ``len(x)``), and the permutation back to row order. Right after a full reset the
-        slots are first placed so that the groups are slices (:meth:`_place`). Cached per pattern (a synchronous
+        slots are first placed so that the groups are slices (``_place``). Cached per pattern (a synchronous
         round repeats its ``B_k`` every local iteration)."""
         sizes_l = [int(s) for s in torch.as_tensor(sizes).tolist()]
         slot_of = slot_list(slots, self.num_slots)
@@ -525,7 +526,7 @@ class StackedBank(ClientBank):
         return [self.rows[j] for j in slot_list(slots, self.num_slots)]
 
     def _split_params(self, plan: Plan) -> list[Tensors | None]:
-        """When the groups' rows are disjoint ranges (as :meth:`_place` arranges them), the stacked parameters cut
+        """When the groups' rows are disjoint ranges (as ``_place`` arranges them), the stacked parameters cut
         into those ranges by ONE ``torch.split`` each (``plan.cuts``), whose backward writes the bank's gradient once
         (a slice per group would allocate, fill and add a bank-sized gradient per group); otherwise ``None`` per
         group."""
@@ -541,7 +542,7 @@ class StackedBank(ClientBank):
         """``apply`` for the slots in rows ``idx`` on ``xg`` ``[R, G, ...]`` (row ``r`` of the slot in row ``idx[g]``:
         ``xg[r, g]``).
 
-        Parameters are differentiable slices of the stacked ones (``params``: already cut, see :meth:`_split_params`);
+        Parameters are differentiable slices of the stacked ones (``params``: already cut, see ``_split_params``);
         buffers are views (in-place running-statistic updates write through) except for a non-contiguous group,
         whose buffers are gathered and written back.
         """
@@ -579,8 +580,8 @@ def make_bank(
     """Build the client bank ``kind``: ``"sequential"`` (:class:`SequentialBank`), ``"stacked"``
     (:class:`StackedBank`) or ``"auto"``, what ``benchmarks/client_scaling.py`` measured faster: stacked on CUDA; on a
     CPU stacked from :data:`AUTO_STACKED_MIN_SLOTS_CPU` slots on, unless the template has BatchNorm layers (their
-    batch statistics need groups of equal ``B_k``, i.e. many small groups), else sequential (the measured times are
-    in the README's Speed section).
+    batch statistics need groups of equal ``B_k``, i.e. many small groups), else sequential (the benchmark measures
+    both).
     ``device``: where the bank will run; default the template's, but in a LightningModule's ``setup`` the template is
     still on the CPU: pass ``trainer.strategy.root_device``."""
     if kind not in BANK_KINDS:

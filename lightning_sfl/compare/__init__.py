@@ -3,7 +3,7 @@
 ::
 
     lightning-sfl compare --config configs/digits/scala.yaml --methods scala fedavg --seeds 0 1 2 \\
-        --out docs/results/digits --target_acc 0.9 --overrides --data.alpha=1 --trainer.max_epochs=50
+        --out runs/digits_alpha1 --target_acc 0.9 --overrides --data.alpha=1 --trainer.max_epochs=50
 
 Every method × seed is one ``fit`` run on the same configs. Each run's config is resolved by the CLI's own parser
 (jsonargparse, as ``--print_config`` does) from the configs followed by ``--model <method's class>``: a class
@@ -41,13 +41,14 @@ Runs are independent trials seeded by their seed (in warm workers of :class:`~li
 default, ``--isolate`` for a process each, ``--launcher slurm``), so adding a method gives what the full command
 would.
 
-The aggregation (:func:`read_lightning_metrics`, :func:`summarize`, :func:`format_table`,
+The aggregation (:func:`read_lightning_metrics`, :func:`summarize`, :func:`~lightning_sfl.compare.summary.format_table`,
 :func:`accuracy_curves`) is pure and works on plain per-round records, without training.
 
 Modules: :mod:`.records` (per-round records, per-run statistics, ``metrics.csv``), :mod:`.summary` (aggregation
 over seeds, the table), :mod:`.config` (configs, overrides, the run plan), :mod:`.runner` (running the plan),
 :mod:`.report` (``results.md``, ``accuracy.png``), :mod:`.tracking` (the comparison's W&B run), :mod:`.options` (the
-command line) and :mod:`.cli` (:func:`main`). Every public name is importable from ``lightning_sfl.compare``.
+command line) and :mod:`.cli` (:func:`~lightning_sfl.compare.cli.main`). Every public name is importable from
+``lightning_sfl.compare``.
 """
 
 from lightning_sfl.trials import error_from_output

@@ -74,7 +74,7 @@ class _RoundStream:
 class _TestBatches:
     """The test split in batches of ``batch_size`` rows ``(x [b, ...], y [b])``, sliced from the tensors in memory
     (no per-row indexing and stacking). Under DDP each process takes a contiguous block of rows, none twice and none
-    padded, so the accuracy synced across processes counts every test row once. Like :class:`_RoundStream`, not a
+    padded, so the accuracy synced across processes counts every test row once. Like ``_RoundStream``, not a
     DataLoader: the data are in memory and there is no loading for worker processes to share."""
 
     def __init__(self, dm: FederatedDataModule, batch_size: int) -> None:
@@ -371,7 +371,7 @@ class FederatedDataModule(L.LightningDataModule):
 
     @override
     def train_dataloader(self) -> _RoundStream:
-        """The steps of each round, planned in this process (an iterable, not a DataLoader: see :class:`_RoundStream`;
+        """The steps of each round, planned in this process (an iterable, not a DataLoader: see ``_RoundStream``;
         Lightning would otherwise suggest worker processes for it)."""
         return _RoundStream(self)
 

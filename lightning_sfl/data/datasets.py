@@ -46,6 +46,7 @@ import torch
 from lightning_sfl.data.download import ensure_files
 from lightning_sfl.errors import ConfigError, DatasetNotFoundError
 
+#: The dataset names ``--data.dataset`` accepts (:func:`load_dataset` loads each).
 DATASETS: tuple[str, ...] = (
     "digits",
     "synthetic",

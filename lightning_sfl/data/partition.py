@@ -20,6 +20,7 @@ import torch
 
 from lightning_sfl.errors import ConfigError
 
+#: The partitions ``--data.partition`` accepts.
 PARTITIONS: tuple[str, ...] = ("iid", "quantity", "dirichlet", "shards", "natural")
 
 

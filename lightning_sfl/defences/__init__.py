@@ -16,16 +16,16 @@ or in a config::
 Only split methods have the option (a plain FL method uploads no activations; Semi-SFL's clients upload two views).
 Where each defence acts in a split iteration (:func:`~lightning_sfl.algorithms.iteration.split_iteration`):
 
-=========================  ==================================  =====================================================
-defence                    hook                                what it does
-=========================  ==================================  =====================================================
-:class:`Bottleneck`        ``build_halves`` (construction)     ``b`` channels cross the cut (SCALA journal §5.7)
-:class:`ActivationNoise`   ``upload`` (training, inference)    ``tanh`` bound and Laplace/Gaussian noise on the
-                                                               uploads (Titcombe et al., 2021)
-:class:`NoPeek`            ``client_terms`` (whole)            ``α · Σ_k DCOR(X_k, Z̃_k)`` (Vepakomma et al., 2020)
-:class:`InversionRegulariser` ``client_terms`` (rows), a        ``γ·Σ_k R_k`` of per-client simulated decoders
-                           warm-up step, ``start_round``       (SCALA-PE, eq. 17; ResSFL)
-=========================  ==================================  =====================================================
+=============================  ================================  ====================================================
+defence                        hook                              what it does
+=============================  ================================  ====================================================
+:class:`Bottleneck`            ``build_halves`` (construction)   ``b`` channels cross the cut (SCALA journal §5.7)
+:class:`ActivationNoise`       ``upload`` (training, inference)  ``tanh`` bound and Laplace/Gaussian noise on the
+                                                                 uploads (Titcombe et al., 2021)
+:class:`NoPeek`                ``client_terms`` (whole)          ``α · Σ_k DCOR(X_k, Z̃_k)`` (Vepakomma et al., 2020)
+:class:`InversionRegulariser`  ``client_terms`` (rows), a        ``γ·Σ_k R_k`` of per-client simulated decoders
+                               warm-up step, ``start_round``     (SCALA-PE, eq. 17; ResSFL)
+=============================  ================================  ====================================================
 
 Each is an ``nn.Module``: what it holds is saved under ``defences.<key>.`` in the method's checkpoints. Checkpoints
 and configs written before defences were parts (options ``nopeek_weight``, ``activation_noise``, ``noise_distribution``,

@@ -3,8 +3,8 @@ of every synchronous split method (``--model.defences+=InversionRegulariser``). 
 (:mod:`~lightning_sfl.algorithms.scala_pe`) is SCALA with it and a bottleneck by default; its docstring gives the
 sources and the departures.
 
-Each client ``k`` owns a simulated inversion model ``w_v,k`` (:func:`~lightning_sfl.privacy.inversion.
-inversion_decoder`, ``width`` channels) and its objective becomes eq. 17,
+Each client ``k`` owns a simulated inversion model ``w_v,k``
+(:func:`~lightning_sfl.privacy.inversion.inversion_decoder`, ``width`` channels) and its objective becomes eq. 17,
 
     ``f_k(w_c) = l(w_s; h(w_c; D̃_k)) + γ·R(L(w_v,k; h(w_c; D̃_k)), D̃_k)``:
 

@@ -1,5 +1,5 @@
 """The loop: the federation a fit's parts share, typed steps, schedules, client statistics and round events (see
-``docs/architecture.md``)."""
+the documentation's :doc:`/architecture`)."""
 
 from lightning_sfl.loop.async_clock import AsyncClock
 from lightning_sfl.loop.async_events import ArrivalStep, AsyncEvents, UploadStep

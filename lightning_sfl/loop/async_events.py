@@ -16,7 +16,7 @@ gives them rows and groups them into steps:
 
 One round (Lightning epoch, the x-axis) is one global iteration ``t``: it ends with the upload that aggregates.
 Client ``k``'s ``p``-th participation draws its ``E`` minibatches of ``b_k = min(b, |D_k|)`` rows from a generator
-seeded by ``(seed, k, p)``; with the clock's state in :meth:`state_dict`, a resumed run plans the same steps.
+seeded by ``(seed, k, p)``; with the clock's state in ``state_dict()``, a resumed run plans the same steps.
 
 >>> import torch
 >>> from lightning_sfl.system.timing import ClientTimes

@@ -13,7 +13,7 @@ next round starts from: a run resumed from a round boundary plans the same round
 * :class:`SyncRounds` — synchronous rounds of ``T`` local iterations (every method of the SCALA and FedLC
   papers);
 * asynchronous event schedules (GAS, FedBuff) and phased schedules (Semi-SFL) are subclasses of
-  :class:`Schedule` with their own step kinds (see ``docs/architecture.md``).
+  :class:`Schedule` with their own step kinds (see :doc:`/architecture`).
 
 >>> import torch
 >>> from lightning_sfl.loop.selection import UniformSelection
@@ -100,8 +100,8 @@ class SyncRounds(Schedule):
 
     Clients come from a generator seeded by ``(seed, i)`` and minibatches from ``(seed, i, stream 1)``, so the
     rounds are the same in a resumed run. Each client's minibatches are drawn without replacement from a
-    permutation of its shard, a fresh permutation when it is used up (:func:`~lightning_sfl.loop.sampling.
-    minibatch_indices`).
+    permutation of its shard, a fresh permutation when it is used up
+    (:func:`~lightning_sfl.loop.sampling.minibatch_indices`).
 
     Args:
         local_iters: ``T >= 1``.

@@ -312,6 +312,7 @@ class ClassBalancedSelection(ClientSelection):
         return torch.tensor(sorted(selected), dtype=torch.long)
 
 
+#: Client-selection policy short name -> class (``--model.client_selection``).
 SELECTIONS: dict[str, type[ClientSelection]] = {
     "uniform": UniformSelection,
     "fedcbs": FedCBSSelection,

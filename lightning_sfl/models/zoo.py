@@ -34,6 +34,7 @@ from lightning_sfl.models.pooling import MaxPool2d
 
 __all__ = ["MODELS", "BasicBlock", "SplittableModel", "build_model"]
 
+#: The model names ``--model.arch`` accepts (:func:`build_model`).
 MODELS: tuple[str, ...] = (
     "alexnet_mnist", "alexnet_cifar", "resnet18", "vgg11", "vgg16", "cnn_small", "cnn_svhn", "cnn_fedlc",
     "logistic",

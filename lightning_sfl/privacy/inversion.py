@@ -3,14 +3,14 @@
 :func:`inversion_decoder` is ResSFL's ``conv_normN_AE`` with ``N = 0`` (``architectures_torch.py``): for activations
 ``[B, c, h, w]`` and images ``[B, C, H, W]`` with ``u = log2(H / h)`` upsamplings,
 
-=====================================================  ==============================
-``Conv2d(c → m, 3, p 1)`` + BN + ReLU                  ``[B, m, h, w]``
+=======================================================  ==============================
+``Conv2d(c → m, 3, p 1)`` + BN + ReLU                    ``[B, m, h, w]``
 ``max(2, u)`` blocks: the first ``u`` are
 ``ConvTranspose2d(m → m, 3, s 2, p 1, out_p 1)``,
-the others ``Conv2d(m → m, 3, p 1)``; each + BN + ReLU  ``[B, m, h·2^u, w·2^u]``
+the others ``Conv2d(m → m, 3, p 1)``; each + BN + ReLU   ``[B, m, h·2^u, w·2^u]``
 (``Upsample(size=(H, W))`` if ``H/h`` is no power of 2)  ``[B, m, H, W]``
-``Conv2d(m → C, 3, p 1)`` + BN + Sigmoid               ``[B, C, H, W]`` in ``[0, 1]``
-=====================================================  ==============================
+``Conv2d(m → C, 3, p 1)`` + BN + Sigmoid                 ``[B, C, H, W]`` in ``[0, 1]``
+=======================================================  ==============================
 
 ``m = 16`` is SCALA-PE's simulated inversion model (journal §5.7, "a channel size of 16"), ``m = 64`` the attacker's.
 

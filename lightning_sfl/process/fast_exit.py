@@ -2,9 +2,8 @@
 
 When Python exits normally it first joins non-daemon threads and runs the ``atexit`` handlers (W&B's worker is
 closed there, logging is shut down, ...), then tears its modules down object by object. With Lightning imported
-(torchmetrics, torchvision, ``torch._dynamo``, scipy: ~5,000 modules) that last part alone takes about 0.9 s on the
-2-core machine of ``benchmarks/framework_overhead.py`` (``python -c "import lightning.pytorch"`` takes 4.4 s, 3.5 s
-when it ends with :func:`exit_without_teardown`), and it writes nothing: every file of a run is closed before.
+(torchmetrics, torchvision, ``torch._dynamo``, scipy: ~5,000 modules) that last part alone takes most of a second
+(``benchmarks/framework_overhead.py`` measures it), and it writes nothing: every file of a run is closed before.
 
 :func:`exit_without_teardown` does the first two steps, flushes ``sys.stdout``/``sys.stderr`` and ends the process
 with ``os._exit``. Only the console entry point uses it (:func:`lightning_sfl.cli.console_main`, also

@@ -3,14 +3,15 @@ call, even when it is already there.
 
 ``_ResultCollection.log`` ends with ``self[key].to(value.device)``, and ``_ResultMetric.to`` runs
 ``apply_to_collection`` over the metric's ``__dict__``, which deep-copies its ``_Metadata`` dataclass (reduction
-function, sync settings) every time: about 0.3 ms per ``self.log`` on this project's CPU, against 0.07 ms without it
-(measured with 10 values logged per training step). A round of the digits main job logs about 30 values (losses,
-per-class accuracy, traffic, simulated time), so this was a few percent of a 0.3 s round.
+function, sync settings) every time: four times the cost of a ``self.log`` without it. A round of the digits main
+job logs about 30 values (losses, per-class accuracy, traffic, simulated time), so this was a few percent of a
+round.
 
 :func:`skip_redundant_metric_moves` wraps ``_ResultMetric.to``: a call with one device argument returns at once when
 the metric was moved to that device by the previous such call and its logged value is still there; every other call
 (``to(device="cpu")`` at the end of a loop, dtypes, the first call) runs Lightning's own ``to``. The state, the values
-and what reaches the loggers are unchanged (``tests/test_fast_logging.py`` compares a fit with and without it).
+and what reaches the loggers are unchanged (``tests/integration/test_fast_logging.py`` compares a fit with and without
+it).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ tensors every step.
 
 A stacked client bank allocates gradients of the whole bank every step (``[S, *p.shape]``, megabytes). glibc serves
 such sizes with ``mmap`` or gives freed heap memory back to the kernel, so the next step touches fresh pages and pays
-a page fault per 4 KiB: measured on cnn_small with 50 clients per iteration, ~3,300 page faults and about a third of
+a page fault per 4 KiB: with cnn_small and 50 clients per iteration, thousands of page faults and a large share of
 the step's time. :func:`retain_freed_memory` makes glibc serve allocations below ``mmap_threshold`` from its heap and
 keep up to ``trim_threshold`` of freed heap memory for reuse (``mallopt(M_MMAP_THRESHOLD)`` and
 ``mallopt(M_TRIM_THRESHOLD)``, the settings the ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` environment

@@ -262,7 +262,7 @@ class Sweep:
     def _propose(self, k: int) -> tuple[dict[str, Any] | None, Any]:
         """``bayes``: the sampler's proposal; one equal to another trial's is told failed (the sampler learns
         nothing from it) and the sampler asked again; after :data:`MAX_PROPOSALS` such, a random draw
-        (:meth:`_draw`) is given to the sampler as the trial's parameters."""
+        (``_draw``) is given to the sampler as the trial's parameters."""
         import optuna
 
         for _ in range(MAX_PROPOSALS):

@@ -132,7 +132,7 @@ class ClientCosts:
 
     @cached_property
     def cuts(self) -> dict[str, CutCost]:
-        """:class:`~lightning_sfl.system.flops.CutCost` of each of :attr:`cut_options`."""
+        """:class:`~lightning_sfl.system.flops.CutCost` of each of ``cut_options``."""
         return cut_costs(self._cut_model(), self.cut_options)
 
 
@@ -149,8 +149,8 @@ class RoundTraffic:
         activations_up: bytes of activations sent this round, all slots together.
         round: the round (0-based), for system models that draw per round.
         server_rows: rows the server trained on its own data this round (Semi-SFL's labelled set; whole model).
-        by_kind: ``(direction, kind) -> [S]`` bytes of each slot (the ledger's :meth:`~lightning_sfl.system.comm.
-            CommLedger.bytes`).
+        by_kind: ``(direction, kind) -> [S]`` bytes of each slot (the ledger's
+            :meth:`~lightning_sfl.system.comm.CommLedger.bytes`).
     """
 
     clients: torch.Tensor

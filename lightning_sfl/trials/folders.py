@@ -14,9 +14,9 @@ __all__ = ["create_output_folder"]
 
 
 def create_output_folder(name: str, folder: str | os.PathLike) -> Path:
-    """Create ``folder`` (option ``name``) and its missing parents, after :func:`~lightning_sfl.errors.
-    check_output_folder`'s checks; a one-line :class:`~lightning_sfl.errors.ConfigError` naming the option if it
-    cannot be made, the folders made for it removed again. Returns the folder.
+    """Create ``folder`` (option ``name``) and its missing parents, after
+    :func:`~lightning_sfl.errors.check_output_folder`'s checks; a one-line :class:`~lightning_sfl.errors.ConfigError`
+    naming the option if it cannot be made, the folders made for it removed again. Returns the folder.
 
     >>> import tempfile
     >>> create_output_folder("--out", Path(tempfile.mkdtemp()) / "a" / "b").is_dir()

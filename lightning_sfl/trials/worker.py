@@ -1,7 +1,7 @@
 """A warm worker: a process that imports torch, Lightning and the package once and then runs trial after trial
 (:func:`serve`), each through the command line's own code in a fresh Trainer (:func:`run_here`).
 
-What one trial may change in the process is put back after it (:class:`_ProcessState`): the working folder, the
+What one trial may change in the process is put back after it (``_ProcessState``): the working folder, the
 environment (``PL_GLOBAL_SEED``, W&B's variables, ...), torch's number of threads, its float32 matmul precision and
 deterministic-algorithm switch, cuDNN's benchmark switch and Python's warning filters. The random generators need no
 restoring: every ``fit`` seeds them (``seed_everything``). The W&B runs a trial opened are told to finish when it

@@ -2,9 +2,9 @@
 
 A drop-in for ``lightning.pytorch.loggers.WandbLogger`` (the same arguments, the same calls to W&B in the same order,
 so the same run), except that the calls are made by a worker process (:mod:`lightning_sfl.wandb.process`): the
-training process neither imports W&B nor waits for it. Measured on the digits main job (2 cores, 1 thread, 61
-rounds, ``benchmarks/framework_overhead.py``): W&B's per-round cost in the training process goes from 15-20 ms to
-the pickling of a few lists, and its start-up (import and ``wandb.init``) overlaps the import of Lightning.
+training process neither imports W&B nor waits for it: W&B's per-round cost in the training process is the
+pickling of a few lists, and its start-up (import and ``wandb.init``) overlaps the import of Lightning (the
+framework benchmark measures both).
 
 Differences a user can see:
 

@@ -8,8 +8,8 @@ An offline run (``WANDB_MODE=offline`` or ``WandbLogger(offline=True)``) lives i
 
 The transaction log is read by W&B's own reader, ``wandb leet inspect --json`` (wandb-core; one JSON object per
 record, ``{"num", "type", <type>: {...}}``), not by a parser of the file format of our own. What this module relies
-on from that output (pinned by ``tests/test_wandb_offline.py``): a ``run`` record with ``run_id`` and the initial
-``config.update``; ``history`` records whose ``item`` maps each key to its JSON value, a logged object (a table)
+on from that output (pinned by ``tests/integration/test_wandb_offline.py``): a ``run`` record with ``run_id`` and the
+initial ``config.update``; ``history`` records whose ``item`` maps each key to its JSON value, a logged object (a table)
 flattened into ``<key>.<field>`` entries (``<key>._type``, ``<key>.path``, ...); ``summary`` records with
 ``update``; ``config`` records with ``update`` (a nested key as its dotted path, ``_wandb.visualize.<chart>``);
 ``metric`` records (``name`` or ``glob_name``, ``step_metric``, ``options``). A log cut short by a killed process

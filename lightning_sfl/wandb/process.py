@@ -1,7 +1,7 @@
 """W&B in a process of its own: the training process sends its W&B calls down a pipe, in order, and a worker process
 makes them (``wandb.init``, ``run.log``, ``run.define_metric``, ``run.config.update``, ... and at the end
-``run.finish``), so what W&B costs — importing it (~0.5 s), starting its run (~0.8 s) and turning every logged table
-and chart into files and artifacts (15-20 ms for the per-class report of a round) — is spent on another core, while
+``run.finish``), so what W&B costs — importing it, starting its run and turning every logged table and chart into
+files and artifacts (the per-class report of every round) — is spent on another core, while
 the run it writes is the one the same calls would have written in the training process.
 
 This module imports neither torch nor Lightning (nor W&B: the worker does), so the command line can start a worker
@@ -144,7 +144,7 @@ class WandbProcess:
             self._tee = _ConsoleTee(self)
 
     def close(self, exit_code: int | None = None, wait: bool = True) -> None:
-        """Finish the run (``run.finish(exit_code)``, default :attr:`exit_code`), wait for the worker to write it
+        """Finish the run (``run.finish(exit_code)``, default ``exit_code``), wait for the worker to write it
         and exit. Idempotent; called at exit of the training process. ``wait=False`` (a warm trial worker, which
         goes on with its next trial meanwhile): send the finish and return at once; the worker stays alive for
         another run, and :func:`reap` takes it back (or ends it) once it has written this one."""
@@ -446,6 +446,7 @@ output_path: str | None = None
 #: :data:`MESSAGES` in the run's W&B folder (``<dir>/wandb/``) instead of the terminal, so that the last lines a command
 #: prints are its own; the command's ``run saved:`` line names the W&B run and how to upload it.
 messages_to_file: bool = False
+#: The file in the run's W&B folder that holds W&B's own messages when they do not go to the terminal.
 MESSAGES = "messages.log"
 
 

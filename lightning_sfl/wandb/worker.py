@@ -1,7 +1,7 @@
 """The W&B worker process (``python -m lightning_sfl.wandb.worker``, started by
 :class:`~lightning_sfl.wandb.process.WandbProcess`): it imports W&B and makes the calls the training process sends
-down the pipe, in order (:func:`serve`); an online run that cannot start is started offline (:func:`_init_or_offline`);
-before each run it takes the training process's folder, ``WANDB_*`` variables and output file (:func:`_adopt`).
+down the pipe, in order (:func:`serve`); an online run that cannot start is started offline (``_init_or_offline``);
+before each run it takes the training process's folder, ``WANDB_*`` variables and output file (``_adopt``).
 
 Imports neither torch nor Lightning.
 """

@@ -8,11 +8,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
+
+from _helpers import REPO
 
 from lightning_sfl.defences import LEGACY_OPTIONS
-
-REPO = Path(__file__).resolve().parents[1]
 
 #: Where options are written for users to copy (docs, scripts, config comments, docstrings and help texts).
 DOCS = [

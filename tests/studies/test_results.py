@@ -8,16 +8,15 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from _helpers import REPO
 
 from lightning_sfl.algorithms import SEMI_METHODS
 from lightning_sfl.algorithms.registry import names
 from lightning_sfl.compare import main as compare_main
 from lightning_sfl.compare import read_metrics_csv
 
-REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
 K50 = ["--data.num_clients=50", "--data.participation=0.1"]
 #: study -> (its runner script, the compare arguments every setting shares, settings committed -> their overrides)
