@@ -1,12 +1,23 @@
-"""Small helpers shared by the tests."""
+"""Small helpers shared by the tests (``tests/``, on ``sys.path`` because ``conftest.py`` lies there: the tests in
+``unit/``, ``integration/`` and ``studies/`` import them by name)."""
 
 from __future__ import annotations
 
-import lightning as L
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import lightning as L
+    import torch
+
+#: The repository's folder (tests of every kind read configs, docs and scripts from it).
+REPO = Path(__file__).resolve().parents[1]
 
 
 def quiet_trainer(max_epochs: int = 1, **overrides) -> L.Trainer:
     """A Trainer with no logger, checkpoints, progress bar or model summary (override any of them)."""
+    import lightning as L
+
     kwargs = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     return L.Trainer(max_epochs=max_epochs, **{**kwargs, **overrides})
 
@@ -109,3 +120,34 @@ def csv_rounds(folder) -> dict[int, dict[str, str]]:
         for row in csv.DictReader(f):
             rows.setdefault(int(row["epoch"]), {}).update({k: v for k, v in row.items() if v != ""})
     return rows
+
+
+def reference_ssim(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Wang et al.'s SSIM per image, written out: Gaussian window 11, σ 1.5, borders reflect-padded, K1 0.01, K2 0.03,
+    data range 1, averaged over channels and pixels."""
+    import torch
+
+    coords = torch.arange(11, dtype=torch.float64) - 5
+    g = torch.exp(-(coords**2) / (2 * 1.5**2))
+    g = g / g.sum()
+    window = torch.outer(g, g)
+    out = []
+    for x, y in zip(a.double(), b.double()):
+        maps = []
+        for xc, yc in zip(x, y):
+            xp = torch.nn.functional.pad(xc[None, None], (5, 5, 5, 5), mode="reflect")[0, 0]
+            yp = torch.nn.functional.pad(yc[None, None], (5, 5, 5, 5), mode="reflect")[0, 0]
+            h, w = xc.shape
+            s = torch.empty(h, w, dtype=torch.float64)
+            for i in range(h):
+                for j in range(w):
+                    px, py = xp[i : i + 11, j : j + 11], yp[i : i + 11, j : j + 11]
+                    mx, my = (window * px).sum(), (window * py).sum()
+                    vx = max((window * px * px).sum() - mx**2, 0.0)
+                    vy = max((window * py * py).sum() - my**2, 0.0)
+                    cxy = (window * px * py).sum() - mx * my
+                    c1, c2 = 0.01**2, 0.03**2
+                    s[i, j] = ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx**2 + my**2 + c1) * (vx + vy + c2))
+            maps.append(s)
+        out.append(torch.stack(maps).mean())
+    return torch.stack(out)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces docs/results/digits/*: every registered method x 3 seeds on six digits settings, 50 rounds each
 # (20 clients with participation 0.25, or 50 clients with participation 0.1 as in the SCALA paper's §5.4;
-# B=64, T=5, SGD lr 0.05, cnn_small cut at s2 for the split methods), then docs/results/README.md.
+# B=64, T=5, SGD lr 0.05, cnn_small cut at s2 for the split methods), then the results page docs/results/digits.md.
 #   bash docs/results/run_digits.sh            (from the repository root, with the package installed)
 #   bash docs/results/run_digits.sh --reuse    (keep finished runs, continue unfinished ones: same config)
 set -euo pipefail

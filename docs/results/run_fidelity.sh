@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces docs/results/fidelity/*: why local logit adjustment loses on digits. Each experiment is one change
 # against the committed digits runs at alpha=2, K=20 (docs/results/digits/quantity_a2_k20: same seeds, shards and
-# client draws), 3 seeds, 50 rounds; then docs/results/README.md.
+# client draws), 3 seeds, 50 rounds; then the results pages (docs/results/digits.md, mnist5k.md).
 #   bash docs/results/run_fidelity.sh                 (from the repository root, with the package installed)
 #   bash docs/results/run_fidelity.sh NAME...          (only these experiments, e.g. fedlc_tau0.1 mnist5k_alexnet)
 # The mnist5k_* experiments run the papers' 28x28 AlexNet on MNIST-5k (configs/mnist5k/scala.yaml) against the

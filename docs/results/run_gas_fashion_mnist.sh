@@ -6,7 +6,7 @@
 #   - the model: FedLC's Table 8 CNN for 28x28 (cnn_fedlc, 21,840 parameters) instead of the 14-layer AlexNet, cut
 #     after its second conv block (s2) as the paper cuts AlexNet after its second; measured on two cores, the CNN
 #     takes 1.4 s a global iteration (full covariances of the 20x4x4 activations; benchmarks/round_cost.py) and
-#     AlexNet took 745 s for its first (152 s with --model.ridge 1e-5): docs/results/README.md, GAS's Table 1;
+#     AlexNet took 745 s for its first (152 s with --model.ridge 1e-5): docs/results/papers.md, GAS's Table 1;
 #   - 100 global iterations instead of 1000 (the paper's Fashion-MNIST count): ~2.5 min a run, 30 runs.
 # Split rounds wait for every client at every local iteration (--clock.barrier iteration) as in run_gas.sh, so that
 # accuracy can be read against the simulated time; --target_acc gives each method's simulated time to 75 % accuracy.

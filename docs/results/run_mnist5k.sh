@@ -4,7 +4,7 @@
 # label skew alpha=2 and Dirichlet beta=0.05; B=64, T=5, cnn_small cut at s2 (AlexNet, the papers' model, costs 1.4x
 # more per round on one CPU thread: benchmarks/round_cost.py); SGD at the papers' lr 0.01, not the configs' 0.05, with
 # which FedAvg and most methods stop with non-finite logits in round 2 here (docs/results/mnist5k/attempt_lr0.05_*,
-# made by this script at commit edbfac9 without --model.lr); then docs/results/README.md.
+# made by this script at commit edbfac9 without --model.lr); then the results pages (docs/results/mnist5k.md).
 #   bash docs/results/run_mnist5k.sh              (from the repository root, with the package installed)
 #   bash docs/results/run_mnist5k.sh --reuse      (keep finished runs, continue unfinished ones: same config)
 #   ONLY=quantity_a2_k20 bash docs/results/run_mnist5k.sh --reuse    (one setting)

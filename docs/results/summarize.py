@@ -1,7 +1,9 @@
 """Collect the committed comparisons (``docs/results/digits/*``, ``docs/results/mnist5k/*``), the fidelity
 experiments (``docs/results/fidelity/*``), the GAS study (``docs/results/gas/*``), the Semi-SFL study
 (``docs/results/semi_sfl/*``, with a ``pseudo_labels.png`` per setting), the privacy study and the studies on the
-papers' own data (``summarize_papers.py``) into ``docs/results/README.md``.
+papers' own data (``summarize_papers.py``) into the results pages of the documentation site, one per study
+(:data:`PAGES`: ``docs/results/digits.md``, ``mnist5k.md``, ``gas.md``, ``semi_sfl.md``, ``privacy.md``,
+``papers.md``).
 
 Run from the repository root after ``bash docs/results/run_digits.sh`` (or ``run_mnist5k.sh``, ``run_fidelity.sh``,
 ``run_gas.sh``, ``run_semi_sfl.sh``)::
@@ -21,6 +23,16 @@ from lightning_sfl.compare import MethodSummary, format_acc, read_metrics_csv, s
 from lightning_sfl.compare.records import CUM_BYTES_KEY, TIME_KEY
 
 HERE = Path(__file__).resolve().parent
+#: Each page's first heading -> the page it starts (in ``docs/results/``); the text between two first-level headings
+#: is one page.
+PAGES = {
+    "Comparison on digits": "digits.md",
+    "Comparison on MNIST-5k": "mnist5k.md",
+    "GAS and its baselines": "gas.md",
+    "Semi-SFL and its baselines": "semi_sfl.md",
+    "Privacy": "privacy.md",
+    "The papers' own data": "papers.md",
+}
 DIGITS = {
     "quantity_a2_k20": "α=2, K=20",
     "quantity_a1_k20": "α=1, K=20",
@@ -559,8 +571,27 @@ classes — fails when every client holds one class; we keep the method as publi
 {frontier_summary()}
 
 {papers_section()}"""
-    (HERE / "README.md").write_text(text)
-    print(f"wrote {HERE / 'README.md'}")
+    for page, body in split_pages(text).items():
+        (HERE / page).write_text(body)
+        print(f"wrote {HERE / page}")
+
+
+def split_pages(text: str) -> dict[str, str]:
+    """The text cut at its first-level headings, each part under the page :data:`PAGES` names for its heading.
+
+    >>> split_pages("# Privacy: x\\nbody\\n# Comparison on digits\\nmore\\n")
+    {'privacy.md': '# Privacy: x\\nbody\\n', 'digits.md': '# Comparison on digits\\nmore\\n'}
+    """
+    pages: dict[str, list[str]] = {}
+    lines: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("# "):
+            page = next((p for title, p in PAGES.items() if line[2:].startswith(title)), None)
+            if page is None:
+                raise ValueError(f"no page for the heading {line.strip()!r}: add it to PAGES")
+            lines = pages.setdefault(page, [])
+        lines.append(line)
+    return {page: "".join(body) for page, body in pages.items()}
 
 
 if __name__ == "__main__":

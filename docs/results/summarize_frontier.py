@@ -300,7 +300,7 @@ this text and the plots from them.
 
 
 def frontier_summary() -> str:
-    """The frontier's readings per dataset, with a link to its README, for ``docs/results/README.md``."""
+    """The frontier's readings per dataset, with a link to its README, for ``docs/results/privacy.md``."""
     parts = []
     for dataset, name in DATASETS.items():
         points = dataset_points(dataset)

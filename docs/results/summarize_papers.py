@@ -5,7 +5,7 @@ both ranks, with how many pairs of methods keep the paper's order.
 - GAS's Table 1 on Fashion-MNIST (``bash docs/results/run_gas_fashion_mnist.sh``);
 - SCALA's Tables 4 and 6 (conference version) on Fashion-MNIST (``bash docs/results/run_scala_fashion_mnist.sh``).
 
-:func:`papers_section` is the text ``summarize.py`` puts into ``docs/results/README.md``; ``python
+:func:`papers_section` is the text ``summarize.py`` puts into ``docs/results/papers.md``; ``python
 docs/results/summarize_papers.py`` prints it.
 """
 
@@ -231,7 +231,7 @@ def _runs(folder: Path):
 
 
 def papers_section() -> str:
-    """The section of ``docs/results/README.md`` on the papers' own data."""
+    """The page ``docs/results/papers.md``: the papers' own data."""
     synthetic = side_by_side(HERE / "leaf_synthetic", SYNTHETIC, FEDLC_TABLE_4)
     synthetic_paired = paired_to_baseline(HERE / "leaf_synthetic", SYNTHETIC, FEDLC_TABLE_4, "fedavg")
     floor = floor_table(HERE / "leaf_synthetic", SYNTHETIC)

@@ -4,7 +4,7 @@ For every setting folder of ``docs/results/privacy/`` it gathers the attack's sc
 (``runs/<method>/seed<k>/attack/metrics.json``, written by ``lightning-sfl attack``) into ``attack.csv`` (committed;
 the runs are not), then writes ``docs/results/privacy/README.md``: per dataset, accuracy and the attacker's MSE, SSIM
 and PSNR (mean ± std over seeds) and a figure of reconstructions of the same test images (seed 0).
-:func:`privacy_section` is the same text for ``docs/results/README.md`` (``summarize.py``).
+:func:`privacy_section` is the same text for the results pages (``summarize.py``: ``docs/results/privacy.md``).
 
     python docs/results/summarize_privacy.py
 """
@@ -130,8 +130,8 @@ def plot_reconstructions(dataset: str, images: int = 10) -> Path | None:
 NOTES = """## What the tables show
 
 - **SCALA-PE's attacker error is higher than SCALA's on both datasets** (the issue's must-show, checked by
-  `tests/test_results.py` on the committed `attack.csv`): MSE 2.54x SCALA's on digits (0.0102 against 0.0040), 1.89x
-  on MNIST-5k (0.0052 against 0.0027), with PSNR 3.8 and 2.6 dB lower. The SCALA journal's Table VI reports 3.2x
+  `tests/studies/test_results.py` on the committed `attack.csv`): MSE 2.54x SCALA's on digits (0.0102 against 0.0040),
+  1.89x on MNIST-5k (0.0052 against 0.0027), with PSNR 3.8 and 2.6 dB lower. The SCALA journal's Table VI reports 3.2x
   (CIFAR-10) and 6.8x (CIFAR-100) for about 2 points of accuracy.
 - **Most of it is the bottleneck.** Eight channels at the cut instead of 64, without any regulariser, already give
   2.11x (digits) and 1.89x (MNIST-5k) the attacker's MSE for 0.9 and 0.2 points of accuracy. On digits the
@@ -153,7 +153,7 @@ NOTES = """## What the tables show
 
 
 def privacy_section() -> str:
-    """The study's tables and notes (markdown), for this folder's README and ``docs/results/README.md``."""
+    """The study's tables and notes (markdown), for this folder's README and ``docs/results/privacy.md``."""
     tables = []
     for dataset in ROWS:
         figure = f"privacy/{dataset}_reconstructions.png"

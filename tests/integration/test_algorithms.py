@@ -67,7 +67,7 @@ def test_every_algorithm_trains_two_rounds_on_digits(name):
     assert not torch.allclose(w, init), "training did not change the global model"
     if name in SEMI_METHODS:  # K_s = 2 supervised steps, then K_u = 2 client steps (none for supervised_only)
         assert trainer.global_step == 2 * (2 + (name != "supervised_only") * 2)
-    elif name not in ASYNC_METHODS:  # an asynchronous round has as many steps as its events (tests/test_gas.py)
+    elif name not in ASYNC_METHODS:  # an asynchronous round has as many steps as its events (integration/test_gas.py)
         assert trainer.global_step == 2 * 2, "one global step per local iteration"
     acc = trainer.callback_metrics["test/acc"]
     assert 0.0 <= float(acc) <= 1.0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _helpers import small_digits, trained_checkpoint
+from _helpers import REPO, small_digits, trained_checkpoint
 from cli_in_one_process import run_in_one_process
 
 from lightning_sfl.algorithms import SCALA, SCALAPE, FedAvg, SplitFedV1
@@ -21,8 +21,6 @@ from lightning_sfl.attack import check_args, grid_indices, parse_args, save_grid
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.privacy.metrics import mse_per_image, psnr_per_image, ssim_per_image
 from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _attack(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -273,7 +271,7 @@ def test_checkpoints_of_earlier_versions_still_load(tmp_path):
     ``regulariser``."""
     from lightning_sfl.attack import _trained_method
 
-    folder = Path(__file__).with_name("checkpoints")
+    folder = REPO / "tests" / "checkpoints"
     for name, want in (
         ("scala_pe.ckpt", {"Bottleneck": {"channels": 8}, "InversionRegulariser": {"gamma": 0.3, "threshold": 0.5}}),
         ("splitfedv1_nopeek_noise.ckpt", {"NoPeek": {"weight": 0.5}, "ActivationNoise": {"scale": 0.3}}),

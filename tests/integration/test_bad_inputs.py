@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from _helpers import REPO
 from cli_in_one_process import Run, run_in_one_process
 
-REPO = Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "configs" / "digits" / "scala.yaml")
 
 # (arguments after `fit --config CONFIG`, text the error line must contain)

@@ -1,6 +1,7 @@
 """The benchmarks run end to end on small settings: exit 0, their summary lines and a JSON report with every number
 (client scaling: ``--quick --repeats 1``, about 25-40 s on one CPU thread, and equal weights across the
-implementations it times)."""
+implementations it times). The README's round-cost table against the committed measurement:
+``tests/studies/test_benchmark_documented.py``."""
 
 from __future__ import annotations
 
@@ -10,12 +11,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from _helpers import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
 RATIOS = {
     "cnn_ours_over_centralized",
     "cnn_naive_over_ours",
@@ -35,9 +35,9 @@ MEMORY_RATIOS = {"alexnet_memory", "alexnet_stacked_memory"}
 @pytest.mark.extended
 def test_client_scaling_quick(tmp_path):
     out = tmp_path / "bench.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "client_scaling.py"), "--quick", "--repeats", "1", "--no-memory"]
+    cmd = [sys.executable, str(REPO / "benchmarks" / "client_scaling.py"), "--quick", "--repeats", "1", "--no-memory"]
     proc = subprocess.run(
-        [*cmd, "--threads", "1", "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT
+        [*cmd, "--threads", "1", "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=REPO
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "==== summary" in proc.stdout, proc.stdout[-3000:]
@@ -69,7 +69,7 @@ def test_client_scaling_memory_probe_reads_a_peak():
 @pytest.mark.extended
 def test_async_arrivals_benchmark_runs_and_both_paths_agree(tmp_path):
     out = tmp_path / "async.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "async_arrivals.py"), "--clients", "10", "--concurrency", "4"]
+    cmd = [sys.executable, str(REPO / "benchmarks" / "async_arrivals.py"), "--clients", "10", "--concurrency", "4"]
     proc = subprocess.run([*cmd, "--rounds", "2", "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "C=4: batched / one at a time (arrivals per second):" in proc.stdout
@@ -88,9 +88,9 @@ def test_framework_overhead_benchmark_runs_and_its_plain_loop_learns(tmp_path):
     plain-PyTorch SCALA loop is real training: after 20 rounds its test error on digits is below a quarter of its
     error after one round (measured: 0.045 against 0.87), a bar set by the same loop on the same CPU."""
     out = tmp_path / "overhead.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "framework_overhead.py"), "--quick", "--json", str(out)]
+    cmd = [sys.executable, str(REPO / "benchmarks" / "framework_overhead.py"), "--quick", "--json", str(out)]
     csv_only = "--trainer.logger lightning.pytorch.loggers.CSVLogger --trainer.logger.save_dir runs"
-    proc = subprocess.run([*cmd, f"--ours-args={csv_only}"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    proc = subprocess.run([*cmd, f"--ours-args={csv_only}"], capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for line in ("per-round ratio ours / plain:", "start-up ratio ours / plain:", "lightning-sfl --help:", csv_only):
         assert line in proc.stdout, proc.stdout
@@ -112,9 +112,9 @@ def test_framework_overhead_benchmark_runs_and_its_plain_loop_learns(tmp_path):
 
 
 def _load_benchmark(name: str):
-    if str(ROOT / "benchmarks") not in sys.path:  # as when run as a script: its siblings are importable
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    if str(REPO / "benchmarks") not in sys.path:  # as when run as a script: its siblings are importable
+        sys.path.insert(0, str(REPO / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # as an import does: dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -156,9 +156,9 @@ def test_onednn_anatomy_runs(tmp_path):
     where oneDNN runs the convolutions, the stacked bank's weight reorders (10 clients' weights) cost more than the
     centralized model's (one copy)."""
     out = tmp_path / "anatomy.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "onednn_anatomy.py"), "--clients", "10", "--steps", "3"]
+    cmd = [sys.executable, str(REPO / "benchmarks" / "onednn_anatomy.py"), "--clients", "10", "--steps", "3"]
     cmd += ["--warmup", "1", "--impls", "ours-stacked", "centralized", "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     if not torch.backends.mkldnn.is_available():
         assert "no oneDNN" in proc.stdout
@@ -178,9 +178,9 @@ def test_stacked_floor_runs_and_does_the_same_arithmetic(tmp_path):
     """``benchmarks/stacked_floor.py`` end to end on a small round: its hand-written iteration ends with the same
     weights as the library's stacked bank (float64), and it reports every time and ratio."""
     out = tmp_path / "floor.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "stacked_floor.py"), "--clients", "10", "--repeats", "2"]
+    cmd = [sys.executable, str(REPO / "benchmarks" / "stacked_floor.py"), "--clients", "10", "--repeats", "2"]
     cmd += ["--warmup", "1", "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["weights_ok"] and report["weights_max_diff_over_update"] < 1e-6
@@ -215,9 +215,9 @@ def test_trial_runner_benchmark_times_both_sides(tmp_path):
     """``benchmarks/trial_runner.py --only "compare j1" --repeats 1`` times a 2-round fit and a compare of 6 methods
     (exit 0) and reports their ratio, in its table and its JSON file."""
     out = tmp_path / "trials.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "trial_runner.py"), "--only", "compare j1", "--repeats", "1",
+    cmd = [sys.executable, str(REPO / "benchmarks" / "trial_runner.py"), "--only", "compare j1", "--repeats", "1",
            "--json", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert set(report["seconds"]) == {"fit", "compare j1"} and all(v > 0 for v in report["seconds"].values())
@@ -234,7 +234,7 @@ def test_round_cost_cases_name_real_configs_and_refuse_bad_counts(capsys):
     for _, settings in cost.CASES.values():
         for setting in settings:
             configs = [a for a in setting.args if a.startswith("configs/")]
-            assert configs and all((ROOT / c).is_file() for c in configs), setting
+            assert configs and all((REPO / c).is_file() for c in configs), setting
     for args in (["--repeats=0"], ["--rounds=1"]):
         with pytest.raises(SystemExit) as exc:
             cost.main(args)
@@ -247,7 +247,7 @@ def test_round_cost_benchmark_times_both_settings(tmp_path):
     """``benchmarks/round_cost.py --quick`` times both digits settings (exit 0) and reports per-round figures and
     their ratios, in its table and its JSON file."""
     out = tmp_path / "cost.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "round_cost.py"), "--quick", "--json", str(out)]
+    cmd = [sys.executable, str(REPO / "benchmarks" / "round_cost.py"), "--quick", "--json", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (result,) = json.loads(out.read_text())
@@ -259,26 +259,3 @@ def test_round_cost_benchmark_times_both_settings(tmp_path):
     assert f"{fedavg['cpu_ratio']:>11.2f}" in proc.stdout.splitlines()[-1]
     assert not list(tmp_path.glob("runs"))  # every run wrote into its own temporary folder
     assert result["machine"]["cores"] == os.cpu_count() and torch.__version__.startswith(result["machine"]["torch"])
-
-
-def test_readme_round_cost_table_is_the_committed_measurement():
-    """The README's "What a round of the studies costs" table is what ``benchmarks/round_cost.py`` wrote
-    (``docs/results/round_cost/*.json``): every wall and CPU figure per round, and the ratios, to the digits shown."""
-    committed = {}
-    for path in sorted((ROOT / "docs" / "results" / "round_cost").glob("*.json")):
-        for case in json.loads(path.read_text()):
-            committed.update({(case["case"], name): f for name, f in case["settings"].items()})
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### What a round of the studies costs")[1].split("\n### ")[0]
-    rows = [line for line in section.splitlines() if line.startswith("| ") and "wall s / round" not in line]
-    expected = [("mnist5k_models", "cnn_small"), ("mnist5k_models", "alexnet_mnist"),
-                ("scala_fashion_mnist_models", "cnn_fedlc"), ("scala_fashion_mnist_models", "alexnet_mnist"),
-                ("gas_fashion_mnist", "gas_cnn_fedlc"), ("semi_sfl_fashion_mnist", "semi_sfl")]  # fmt: skip
-    assert len(rows) == len(expected)
-    for row, key in zip(rows, expected):
-        f = committed[key]
-        wall, cpu = (cell.strip() for cell in row.strip("|").split("|")[1:3])
-        assert wall.startswith(f"{f['wall_per_round_s']:.2f}") and cpu.startswith(f"{f['cpu_per_round_s']:.2f}"), row
-        if f["wall_ratio"] != 1.0:
-            assert f"({f['wall_ratio']:.2f}×)" in wall or f"({f['wall_ratio']:.0f}×)" in wall, row
-            assert f"({f['cpu_ratio']:.2f}×)" in cpu or f"({f['cpu_ratio']:.1f}×)" in cpu, row

@@ -14,12 +14,12 @@ import re
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import lightning as L
 import numpy as np
 import pytest
 import torch
+from _helpers import REPO
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_sfl.algorithms import SCALA
@@ -267,7 +267,7 @@ def test_partition_statistics_hand_example():
 
 def test_cli_run_puts_every_callbacks_keys_into_the_wandb_offline_files(tmp_path):
     """The real command with its default loggers: every callback's keys reach W&B's own offline run file."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = REPO
     env = {
         **os.environ,
         "WANDB_MODE": "offline",

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _helpers import REPO
 from cli_in_one_process import run_in_one_process
 
 from lightning_sfl.checkpoint import check_checkpoint
 from lightning_sfl.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "configs/digits/scala.yaml")
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch.nn.functional as F
+from _helpers import REPO
 
 from lightning_sfl import compare
 from lightning_sfl.algorithms import ALGORITHMS, REGISTRY, SCALA, SplitFedAlgorithm, SplitMethod
@@ -24,7 +25,6 @@ from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.compare import RunResult
 from lightning_sfl.lightning_cli import SFLCLI
 
-REPO = Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "configs/digits/scala.yaml")
 
 
@@ -57,7 +57,7 @@ BROKEN = f"{Broken.__module__}.Broken"
 # ====================================================================== synthetic metrics
 def _compare(argv: list[str]) -> None:
     """``lightning-sfl compare ARGV`` without W&B runs (``--wandb false``): what these tests check is in the CSV logs
-    and the report; compare's W&B runs are tests/test_compare_wandb.py's."""
+    and the report; compare's W&B runs are tests/integration/test_compare_wandb.py's."""
     compare.main(["--wandb", "false", *argv])
 
 

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from _helpers import REPO
 
 from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
 
-REPO = Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "configs/digits/scala.yaml")
 CLASSES = {"scala": "SCALA", "fedavg": "FedAvg"}
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-REPO = Path(__file__).resolve().parents[1]
+from _helpers import REPO
 
 
 def _free_port() -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from _helpers import round_steps
+from _helpers import REPO, round_steps
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl.algorithms import SCALA
@@ -20,7 +20,6 @@ from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError, NonFiniteError
 from lightning_sfl.loop import Step
 
-REPO = Path(__file__).resolve().parents[1]
 DIGITS = str(REPO / "configs" / "digits" / "scala.yaml")
 
 

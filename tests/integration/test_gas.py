@@ -7,6 +7,7 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
+from _helpers import REPO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl.algorithms import GAS, AsyncSFL
@@ -231,11 +232,10 @@ def test_more_clients_in_flight_than_clients_fails_when_the_fit_starts():
 @pytest.mark.parametrize("name", ["gas", "async_sfl", "fedbuff", "ca2fl"])
 def test_digits_config_runs_from_the_cli_and_logs_the_simulated_clock(name, tmp_path):
     import csv
-    from pathlib import Path
 
     from lightning_sfl.lightning_cli import SFLCLI
 
-    config = Path(__file__).resolve().parents[1] / "configs" / "digits" / f"{name}.yaml"
+    config = REPO / "configs" / "digits" / f"{name}.yaml"
     SFLCLI(
         args=[
             "fit",
@@ -258,11 +258,10 @@ def test_digits_config_runs_from_the_cli_and_logs_the_simulated_clock(name, tmp_
 
 @pytest.mark.parametrize("dataset,rounds", [("cifar10", 2000), ("cinic10", 2000), ("fashion_mnist", 1000)])
 def test_paper_configs_hold_the_gas_paper_settings(dataset, rounds):
-    from pathlib import Path
 
     import yaml
 
-    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / dataset / "gas.yaml").read_text())
+    config = yaml.safe_load((REPO / "configs" / dataset / "gas.yaml").read_text())
     m, d = config["model"]["init_args"], config["data"]
     assert config["model"]["class_path"] == "lightning_sfl.algorithms.GAS" and config["trainer"]["max_epochs"] == rounds
     assert (d["num_clients"], m["concurrency"], m["local_iters"], m["client_batch_size"]) == (20, 10, 20, 32)
@@ -276,14 +275,13 @@ def test_the_synchronous_baselines_of_a_gas_config_take_b_rows_a_client(dataset)
     """``--model fedavg`` (or MiniBatch-SFL, S²FL) on a GAS config: ``C`` clients a round sharing ``B·C`` rows
     (``data.batch_size``, split by eq. 3), i.e. ``B`` rows for each client of equal ``|D_k|``, as the asynchronous
     methods' ``client_batch_size`` (the GAS paper: every method takes minibatches of 32)."""
-    from pathlib import Path
 
     import torch
     import yaml
 
     from lightning_sfl.loop.sampling import client_batch_sizes, clients_per_round
 
-    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / dataset / "gas.yaml").read_text())
+    config = yaml.safe_load((REPO / "configs" / dataset / "gas.yaml").read_text())
     m, d = config["model"]["init_args"], config["data"]
     clients = clients_per_round(d["num_clients"], d["participation"])
     assert clients == m["concurrency"]

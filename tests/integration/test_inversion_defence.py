@@ -1,7 +1,7 @@
 """SCALA-PE's inversion regulariser as a defence of other split methods: each selected client's decoder steps once
 every ``every`` local iterations whatever the method (SplitFedV2 runs the split iteration once per client),
 and the methods whose clients keep their own halves refuse it in one line (SCALA-PE's own tests:
-tests/test_scala_pe.py; exact resume with it on: tests/test_unsplit.py)."""
+tests/integration/test_scala_pe.py; exact resume with it on: tests/integration/test_unsplit.py)."""
 
 from __future__ import annotations
 

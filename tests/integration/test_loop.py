@@ -11,7 +11,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from _helpers import quiet_trainer
+from _helpers import REPO, quiet_trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from toy_schedules import ToyAsync, ToyAsyncSFL
 
@@ -21,8 +21,6 @@ from lightning_sfl.cli import main
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Schedule, Step
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _dm() -> FederatedDataModule:

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _helpers import REPO
 
 from lightning_sfl.data.datasets import load_dataset
 from lightning_sfl.data.download import failure_reason
 from lightning_sfl.errors import DatasetNotFoundError
 
-REPO = Path(__file__).resolve().parents[1]
 #: The datasets ``--data.download true`` fetches (``cinic10`` cannot be downloaded; the others need no files).
 DOWNLOADABLE = ("cifar10", "cifar100", "fashion_mnist", "svhn", "imagenette")
 REFUSING = "http://127.0.0.1:9"  # the discard port: nothing listens there

@@ -8,15 +8,14 @@ digits. They lie in ``tests/checkpoints/``, written by the commit that added the
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import torch
+from _helpers import REPO
 from cli_in_one_process import run_in_one_process
 
 from lightning_sfl.checkpoint import check_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
-FOLDER = Path(__file__).with_name("checkpoints")
+FOLDER = REPO / "tests" / "checkpoints"
 QUIET = ["--trainer.logger=false", "--trainer.enable_progress_bar=false"]
 #: Each fixture: its config and options (the same resume them), and the rounds it holds.
 WRITTEN_BY = {

@@ -72,4 +72,5 @@ def test_a_long_round_shows_its_local_iterations(capsys):
 
 
 # The bar ending its line before a fatal error's line is checked through the console script, with W&B on, in
-# tests/test_bad_inputs.py (test_a_divergence_ends_with_one_error_line_of_its_own_that_says_no_checkpoint_was_written).
+# tests/integration/test_bad_inputs.py
+# (test_a_divergence_ends_with_one_error_line_of_its_own_that_says_no_checkpoint_was_written).

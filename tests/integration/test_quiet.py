@@ -12,9 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _helpers import REPO
 from cli_in_one_process import Run, run_in_one_process
 
-REPO = Path(__file__).resolve().parents[1]
 #: What a warning looks like on stderr: Python's ``file:line: XWarning``/``Deprecat…``, Lightning's ``file.py:line:
 #: message`` (its warnings format leaves out the category), W&B's ``wandb: WARNING``, Lightning's tips and
 #: recommendations.

@@ -10,7 +10,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from _helpers import csv_rounds, data_kwargs, method_kwargs
+from _helpers import REPO, csv_rounds, data_kwargs, method_kwargs
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
@@ -82,7 +82,7 @@ def test_resume_at_round_boundary_is_exact(name, tmp_path):
 def _cli(*args: str, config: str = "scala") -> list[str]:
     import sys
 
-    config = Path(__file__).resolve().parents[1] / "configs" / "digits" / f"{config}.yaml"
+    config = REPO / "configs" / "digits" / f"{config}.yaml"
     return [
         sys.executable,
         "-m",

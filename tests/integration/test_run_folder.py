@@ -9,14 +9,12 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from _helpers import REPO
 
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.run_folder import ContinuingCSVLogger, RunLock, claim_new, latest_run, next_run, trim_rounds
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_new_runs_take_the_next_version_and_the_latest_is_found(tmp_path):

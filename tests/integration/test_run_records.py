@@ -12,9 +12,9 @@ import os
 import re
 from pathlib import Path
 
+from _helpers import REPO
 from cli_in_one_process import run_in_one_process
 
-REPO = Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "configs" / "digits" / "scala.yaml")
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 ENV = {**os.environ, "WANDB_MODE": "offline"}

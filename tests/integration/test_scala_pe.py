@@ -1,5 +1,5 @@
 """SCALA-PE (SCALA journal §5.7): its regulariser against an independent computation, its identities with SCALA, its
-per-client decoders and its bad settings (the attack command: tests/test_attack.py)."""
+per-client decoders and its bad settings (the attack command: tests/integration/test_attack.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ import copy
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from _helpers import make_step, quiet_trainer, small_digits
-from test_privacy import reference_ssim
+from _helpers import REPO, make_step, quiet_trainer, reference_ssim, small_digits
 
 from lightning_sfl.algorithms import SCALA, SCALAPE
 from lightning_sfl.callbacks import CommunicationBytes, SimulatedClock
@@ -24,7 +22,6 @@ from lightning_sfl.privacy.inversion import inversion_decoder
 from lightning_sfl.wandb.offline import read_offline_run
 
 KEYS = ("comm/", "clock/")
-REPO = Path(__file__).resolve().parents[1]
 
 
 def pe_defences(**options) -> list:

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from _helpers import csv_rounds, flat_params, quiet_trainer, small_digits
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_sfl.algorithms import FSHA, SemiSFL, SFLLocalLoss, SplitFedV1
@@ -16,7 +17,6 @@ from lightning_sfl.callbacks.splitguard import probes
 from lightning_sfl.defences import ActivationNoise
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.privacy.splitguard import shifted_labels, splitguard_score
-from tests._helpers import csv_rounds, flat_params, quiet_trainer, small_digits
 
 
 def reference_score(fakes, r1, r2, mult=5.0, power=2.0) -> float:
@@ -134,9 +134,10 @@ def _probed_methods():
 def test_every_split_method_is_probed_or_refused(name, tmp_path):
     """Every registered method with a server half: one probed round gives a score in [0, 1], or a one-line refusal;
     all but SFLLocalLoss and SplitFedV3 are probed."""
+    from _helpers import data_kwargs, method_kwargs
+
     from lightning_sfl.algorithms import REGISTRY
     from lightning_sfl.data import FederatedDataModule
-    from tests._helpers import data_kwargs, method_kwargs
 
     cls = REGISTRY[name].cls
     torch.manual_seed(0)

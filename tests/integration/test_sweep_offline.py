@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from _helpers import REPO
 
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.sweep.space import (
@@ -24,8 +25,6 @@ from lightning_sfl.sweep.space import (
     sample,
 )
 from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 # ----------------------------------------------------------------------------- the space, by W&B's definitions

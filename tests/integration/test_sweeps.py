@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from _helpers import REPO
 from sweep_schema import distribution, validate_sweep
 
 from lightning_sfl.cli import main
@@ -33,7 +34,6 @@ from lightning_sfl.lightning_cli import SFLCLI
 from lightning_sfl.models.split import split_model
 from lightning_sfl.models.zoo import build_model
 
-REPO = Path(__file__).resolve().parents[1]
 SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
 RANDOM_SAMPLES = 4  # parameter sets drawn from each random/bayes sweep
 # Datasets whose files are not here: (classes, input shape, training-set size); their training labels are balanced.
@@ -375,7 +375,8 @@ def test_wandbs_own_switches_decide_the_mode(env, settings, offline, mode, tmp_p
     default, and no overlay config is needed for a sweep: the CLI's logger leaves the choice to its W&B process
     (``offline=None``), which sets ``WANDB_MODE`` to ``init_mode(None)`` if that is not None; Lightning's own
     WandbLogger given by class path is set offline by the CLI unless a switch says otherwise. (W&B is reachable here,
-    with a key: the check that sends an online run offline when it is not, tests/test_wandb_online.py, passes.)"""
+    with a key: the check that sends an online run offline when it is not, tests/integration/test_wandb_online.py,
+    passes.)"""
     from lightning_sfl.wandb.process import init_mode
 
     monkeypatch.setenv("WANDB_BASE_URL", wandb_401)

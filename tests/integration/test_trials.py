@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from _helpers import REPO
 
 from lightning_sfl.trials import Trial, TrialPool
 from lightning_sfl.trials.options import launcher_of, slurm_parameters
 
-REPO = Path(__file__).resolve().parents[1]
 CSV = ["--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir=runs"]
 
 

@@ -9,18 +9,17 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from _helpers import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "vs_flower.py"
+SCRIPT = REPO / "benchmarks" / "vs_flower.py"
 SMALL = ["--settings", "20x5", "--rounds", "2", "--repeats", "1"]
 
 
 def _run(args: list[str], env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env
     )
 
 

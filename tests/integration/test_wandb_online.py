@@ -9,11 +9,10 @@ import re
 import socket
 import subprocess
 import sys
-from pathlib import Path
+
+from _helpers import REPO
 
 from lightning_sfl.wandb.online import logs_online, offline_reason
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _closed_port() -> int:

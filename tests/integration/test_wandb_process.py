@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+from _helpers import REPO
 
 from lightning_sfl.callbacks.partition_report import PNG_NAME
 from lightning_sfl.wandb.offline import read_offline_run
 
-REPO = Path(__file__).resolve().parents[1]
 FIT = [
     sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", str(REPO / "configs/digits/scala.yaml"),
     "--trainer.max_epochs=3", "--dissimilarity.every_n_rounds=2", "--trainer.enable_progress_bar=false",

@@ -1,4 +1,5 @@
-"""The README's table of what a round of the studies costs is the committed measurement of ``benchmarks/round_cost.py``
+"""The benchmarks page's table of what a round of the studies costs is the committed measurement of
+``benchmarks/round_cost.py``
 (the benchmarks' runs: ``tests/integration/test_benchmark_smoke.py``)."""
 
 from __future__ import annotations
@@ -8,15 +9,16 @@ import json
 from _helpers import REPO
 
 
-def test_readme_round_cost_table_is_the_committed_measurement():
-    """The README's "What a round of the studies costs" table is what ``benchmarks/round_cost.py`` wrote
-    (``docs/results/round_cost/*.json``): every wall and CPU figure per round, and the ratios, to the digits shown."""
+def test_round_cost_table_is_the_committed_measurement():
+    """The "What a round of the studies costs" table (``docs/benchmarks/studies.md``) is what
+    ``benchmarks/round_cost.py`` wrote (``docs/results/round_cost/*.json``): every wall and CPU figure per round, and
+    the ratios, to the digits shown."""
     committed = {}
     for path in sorted((REPO / "docs" / "results" / "round_cost").glob("*.json")):
         for case in json.loads(path.read_text()):
             committed.update({(case["case"], name): f for name, f in case["settings"].items()})
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("### What a round of the studies costs")[1].split("\n### ")[0]
+    page = (REPO / "docs" / "benchmarks" / "studies.md").read_text()
+    section = page.split("## What a round of the studies costs")[1].split("\n## ")[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and "wall s / round" not in line]
     expected = [("mnist5k_models", "cnn_small"), ("mnist5k_models", "alexnet_mnist"),
                 ("scala_fashion_mnist_models", "cnn_fedlc"), ("scala_fashion_mnist_models", "alexnet_mnist"),

@@ -18,6 +18,12 @@ from lightning_sfl.compare import main as compare_main
 from lightning_sfl.compare import read_metrics_csv
 
 RESULTS = REPO / "docs" / "results"
+
+
+def results_pages() -> str:
+    """The results pages of the documentation site (``docs/results/*.md``, written by ``summarize.py``), together."""
+    return "".join(page.read_text() for page in sorted(RESULTS.glob("*.md")))
+
 K50 = ["--data.num_clients=50", "--data.participation=0.1"]
 #: study -> (its runner script, the compare arguments every setting shares, settings committed -> their overrides)
 STUDIES = {
@@ -46,11 +52,12 @@ STUDIES = {
         {"quantity_a2_k20": [], "dirichlet_b0.05_k20": ["--data.partition=dirichlet", "--data.beta=0.05"]},
     ),
 }
-#: The methods of the label-skew studies (their registry entry's ``study``). The methods registered after them are
-#: compared in their own studies instead: S²FL and the asynchronous methods (docs/results/gas), the semi-supervised
-#: ones (docs/results/semi_sfl), SCALA-PE (docs/results/privacy). The studies' commands include S²FL and SCALA-PE when
-#: run again.
-STUDIED = list(names(study="label_skew"))
+#: The methods of the label-skew studies: every synchronous split and FL method but two. The methods registered after
+#: them are compared in their own studies instead: S²FL and the asynchronous methods (docs/results/gas.md), the
+#: semi-supervised ones (docs/results/semi_sfl.md), SCALA-PE (docs/results/privacy.md). The studies' commands include
+#: S²FL and SCALA-PE when run again.
+OWN_STUDY = {"s2fl": "gas", "scala_pe": "privacy"}
+STUDIED = [name for name in names(("split", "fl")) if name not in OWN_STUDY]
 CELLS = [(study, setting) for study, (*_, settings) in STUDIES.items() for setting in settings]
 #: Test images per dataset (the stratified 20 % split of digits' 1797 and of MNIST-5k's 5000).
 TEST_IMAGES = {"digits": 360, "mnist5k": 1000}
@@ -88,7 +95,7 @@ def test_committed_study_covers_every_method_and_seed(study, setting):
     table = (folder / "results.md").read_text()
     for m in STUDIED:
         assert f"| `{m}` |" in table
-    assert f"bash docs/results/{script}" in (RESULTS / "README.md").read_text()
+    assert f"bash docs/results/{script}" in results_pages()
 
 
 @pytest.mark.parametrize(
@@ -138,7 +145,7 @@ def test_gas_and_semi_sfl_studies_cover_every_method_and_seed(study, setting, me
     runs = read_metrics_csv(folder / "metrics.csv")
     assert {(r.method, r.seed) for r in runs} == {(m, s) for m in methods for s in (0, 1, 2)}
     assert all(len(r.acc_records) == rounds for r in runs if r.status == "ok")
-    assert f"bash docs/results/run_{study}.sh" in (RESULTS / "README.md").read_text()
+    assert f"bash docs/results/run_{study}.sh" in results_pages()
 
 
 #: Settings whose results.md must show time and traffic to target: setting -> the targets run_semi_sfl.sh gives.
@@ -165,7 +172,7 @@ def test_semi_sfl_study_reports_time_and_traffic_to_target(setting):
             assert times[0] > 1.0 and all("comm/cumulative_bytes" in r for r in run.records)
 
 
-#: Where Semi-SFL ends below supervised-only in a seed (docs/results/README.md says so): setting -> seeds.
+#: Where Semi-SFL ends below supervised-only in a seed (docs/results/semi_sfl.md says so): setting -> seeds.
 SEMI_BELOW_SUPERVISED = {"mnist5k_dirichlet0.1": {0}, "mnist5k_iid": {0, 1}, "fashion_mnist_iid": {1}}
 
 
@@ -243,8 +250,7 @@ def test_privacy_study_covers_every_method_and_seed(setting, methods):
     for a in attacks.values():  # per-image PSNR averaged is at least the PSNR of the mean MSE (Jensen)
         assert 0 < a["mse"] < 1 and -1 <= a["ssim"] <= 1 and a["psnr"] >= 10 * math.log10(1 / a["mse"]) - 1e-6
     readme = (RESULTS / "privacy" / "README.md").read_text()
-    assert "bash docs/results/run_privacy.sh" in readme and "bash docs/results/run_privacy.sh" in (
-        RESULTS / "README.md").read_text()  # fmt: skip
+    assert "bash docs/results/run_privacy.sh" in readme and "bash docs/results/run_privacy.sh" in results_pages()
     for dataset in ("digits", "mnist5k"):
         assert (RESULTS / "privacy" / f"{dataset}_reconstructions.png").exists()
 
@@ -270,7 +276,7 @@ FRONTIER = {
     "mnist5k": (50, FRONTIER_SETTINGS),
     "fashion_mnist": (50, FRONTIER_SETTINGS),
 }
-#: Runs that stopped on non-finite values (the README says NoPeek at 1000 makes runs diverge, and at 100 too on
+#: Runs that stopped on non-finite values (the attacks page says NoPeek at 1000 makes runs diverge, and at 100 too on
 #: MNIST-5k and Fashion-MNIST): (dataset, setting) -> (method, seed) pairs; their last good checkpoint is attacked all
 #: the same.
 FRONTIER_DIVERGED = {
@@ -312,7 +318,7 @@ def test_privacy_frontier_covers_every_method_seed_and_attack(dataset, setting):
     readme = (RESULTS / "privacy_frontier" / "README.md").read_text()
     assert "bash docs/results/run_privacy_frontier.sh" in readme and f"{dataset}_frontier.png" in readme
     assert (RESULTS / "privacy_frontier" / f"{dataset}_frontier.png").exists()
-    assert "run_privacy_frontier.sh" in (RESULTS / "README.md").read_text()
+    assert "run_privacy_frontier.sh" in results_pages()
 
 
 def _frontier_means(dataset: str, setting: str, attack: str = "attack") -> dict[str, float]:
@@ -329,7 +335,7 @@ def _frontier_accuracy(dataset: str, setting: str) -> dict[str, float]:
 
 
 def test_frontier_readings_on_digits():
-    """What the README says of the digits frontier, on the committed attacks: undefended, every method leaks the
+    """What the attacks page says of the digits frontier, on the committed attacks: undefended, every method leaks the
     same to the decoder (within 3 %); the strongest noise triples its error for every method; a one-channel bottleneck
     raises it by less than 20 %."""
     none = _frontier_means("digits", "none")
@@ -340,7 +346,8 @@ def test_frontier_readings_on_digits():
 
 
 def test_frontier_readings_on_mnist5k():
-    """What the README says of the MNIST-5k frontier: undefended, every method leaks the same to the decoder (within
+    """What the attacks page says of the MNIST-5k frontier: undefended, every method leaks the same to the decoder
+    (within
     5 %); Laplace noise at b = 1 raises its error by more than half for every method, a one-channel bottleneck by less
     than a fifth, and a 16-channel one (wider than the cut's 10) lowers it; UnSplit recovers MiniBatch-SFL's inputs
     better than SCALA's and SFLLocalLoss's; NoPeek at 100 leaves no method above 60 % accuracy on the mean over its
@@ -363,7 +370,7 @@ def test_frontier_readings_on_mnist5k():
 
 
 def test_frontier_readings_on_fashion_mnist():
-    """What the README says of the Fashion-MNIST frontier: undefended, every method leaks the same to the
+    """What the attacks page says of the Fashion-MNIST frontier: undefended, every method leaks the same to the
     decoder (within 6 %); NoPeek at α = 10 raises its error by more than a quarter for every method, and at α = 1000
     leaves no method above 40 % accuracy on the mean over its completed seeds; Laplace noise at b = 1 more than
     doubles it for every method at a cost of more than 8 points; a 4-channel bottleneck raises it by less than a
@@ -432,8 +439,7 @@ def test_fedlc_synthetic_study_covers_every_method_and_its_five_seeds(setting):
     ceiling = (folder / "ceiling.md").read_text()
     lam, mu = SYNTHETIC[setting]
     assert f"| ({lam:g}, {mu:g}) |" in ceiling
-    for text in ((RESULTS / "README.md").read_text(), (REPO / "README.md").read_text()):
-        assert "run_leaf_synthetic.sh" in text
+    assert "run_leaf_synthetic.sh" in results_pages()
 
 
 def test_fedlc_synthetic_numbers_are_reproduced_by_the_command(tmp_path):
@@ -552,7 +558,7 @@ def test_scala_gpu_run_is_the_paper_scale_config_on_a_named_gpu(folder):
     where = RESULTS / "scala_fashion_mnist_gpu" / folder
     runs = read_metrics_csv(where / "metrics.csv")
     assert {(r.method, r.seed) for r in runs} == {(m, 0) for m in SCALA_GPU[folder]}
-    notes = (RESULTS / "README.md").read_text()
+    notes = results_pages()
     for r in runs:
         assert r.status == "ok" and len(r.acc_records) == 100 and r.acc_records[-1]["round"] == 500
         last_five = [rec["test/acc"] for rec in r.acc_records[-5:]]
@@ -560,7 +566,7 @@ def test_scala_gpu_run_is_the_paper_scale_config_on_a_named_gpu(folder):
     text = (where / "results.md").read_text()
     assert "configs/fashion_mnist/scala.yaml" in text and "cnn_fedlc" not in text and "arch=alexnet_mnist" in text
     assert "NVIDIA" in (where / "device.txt").read_text()
-    assert "run_scala_fashion_mnist_gpu.sh" in (REPO / "README.md").read_text()
+    assert "run_scala_fashion_mnist_gpu.sh" in results_pages()
 
 
 @pytest.mark.parametrize("study,setting", FASHION_CELLS, ids=[f"{s}/{c}" for s, c in FASHION_CELLS])
@@ -574,8 +580,7 @@ def test_fashion_mnist_studies_cover_every_method_and_seed(study, setting):
     for r in runs:
         assert r.status == "ok" and len(r.acc_records) == evaluated and r.acc_records[-1]["round"] == rounds
     assert "--model.arch=cnn_fedlc" in (folder / "results.md").read_text()
-    for text in ((RESULTS / "README.md").read_text(), (REPO / "README.md").read_text()):
-        assert script in text
+    assert script in results_pages()
 
 
 @pytest.mark.parametrize("setting", [*FASHION_STUDIES["gas"][-1], "fashion_mnist_shards2_equal_speed"])

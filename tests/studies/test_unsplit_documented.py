@@ -1,5 +1,5 @@
 """UnSplit's and the decoder's documented numbers: both attacks recover more from an undefended client than from a
-defended one, and give what the README's table of this setting reports (the attacks and defences themselves:
+defended one, and give what the attacks page's table of this setting reports (the attacks and defences themselves:
 ``tests/integration/test_unsplit.py``)."""
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ def _attack(*args: str, cwd: Path) -> dict:
 def test_each_attack_recovers_more_from_an_undefended_client_than_from_a_noised_one(tmp_path):
     """SCALA (cut after its first conv block) trained without and with ``tanh`` + Laplace(1) noise on its uploads;
     both attackers see the uploads as sent. Each attack's MSE on the defended client is higher by a margin;
-    UnSplit's run reaches W&B's offline files with its curve, scores and clone accuracy; the README's table of this
+    UnSplit's run reaches W&B's offline files with its curve, scores and clone accuracy; the attacks page's table of
+    this
     setting reports what it gives."""
     plain = _checkpoint(SCALA, tmp_path / "plain", split_point="s1")  # UnSplit's budget here inverts one conv block
     noised = _checkpoint(SCALA, tmp_path / "noised", split_point="s1", **DEFENDED)
@@ -58,8 +59,9 @@ def test_each_attack_recovers_more_from_an_undefended_client_than_from_a_noised_
     m = scores["unsplit", "plain"]
     assert m["attack"] == "unsplit" and m["test_images"] == 32 and 0 <= m["clone_accuracy"] <= 1
     assert m["outer"] == 6 and m["inner"] == 30 and m["final_activation_mse"] > 0
-    # the README's table of these settings (decoder and UnSplit MSE / SSIM, UnSplit's clone accuracy) is what they give
-    readme = (REPO / "README.md").read_text()
+    # the attacks page's table of these settings (decoder and UnSplit MSE / SSIM, UnSplit's clone accuracy) is what
+    # they give
+    readme = (REPO / "docs" / "results" / "attacks.md").read_text()
     for name, row in (("plain", "no defence"), ("noised", "tanh + Laplace(1) noise")):
         cells = re.search(
             rf"\| {re.escape(row)} \| ([0-9.]+) / ([0-9.]+) \| ([0-9.]+) / ([0-9.]+) \| ([0-9.]+) % \|", readme

@@ -10,7 +10,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _helpers import REPO
+
 PACKAGE = REPO / "lightning_sfl"
 
 

@@ -432,7 +432,7 @@ def test_missing_image_folder(tmp_path, name, folder, download):
 
 def test_imagenette_downloads_torchvisions_archive_of_the_folder_we_read():
     """``download=True`` goes to ``torchvision.datasets.Imagenette(size="160px")``, whose archive extracts to the folder
-    read here (its failures offline: tests/test_offline_downloads.py)."""
+    read here (its failures offline: tests/integration/test_offline_downloads.py)."""
     from torchvision.datasets import Imagenette
 
     assert Imagenette._ARCHIVES["160px"][0].endswith(f"{datasets._FOLDERS['imagenette'][0]}.tgz")

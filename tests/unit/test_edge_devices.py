@@ -7,11 +7,11 @@ from __future__ import annotations
 import csv
 import doctest
 import math
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from _helpers import REPO
 
 import lightning_sfl.system.devices as devices_module
 from lightning_sfl.errors import ConfigError
@@ -173,7 +173,7 @@ def test_semi_sfl_fit_on_edge_devices_logs_the_clock(tmp_path):
     args = [
         "fit",
         "--config",
-        str(Path(__file__).resolve().parents[1] / "configs/digits/semi_sfl.yaml"),
+        str(REPO / "configs/digits/semi_sfl.yaml"),
         "--clock",
         "EdgeDevices",
         "--trainer.max_epochs=2",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _helpers import REPO
 
 from lightning_sfl.data import FederatedDataModule, load_dataset
 from lightning_sfl.data.leaf_synthetic import fedprox_synthetic, input_covariance, logistic_labels
@@ -92,7 +93,7 @@ def test_the_config_trains_the_logistic_model_through_the_cli(tmp_path, monkeypa
     from lightning_sfl.lightning_cli import SFLCLI
 
     monkeypatch.chdir(tmp_path)
-    config = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "configs/leaf_synthetic/fedavg.yaml")
+    config = str(REPO / "configs/leaf_synthetic/fedavg.yaml")
     acc = {}
     for rounds in (1, 10):
         cli = SFLCLI(args=["fit", "--config", config, f"--trainer.max_epochs={rounds}", "--trainer.logger=false",

@@ -4,11 +4,10 @@ decoders, the per-client Adam, and the bottleneck at the cut (shapes, errors, by
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
-from _helpers import quiet_trainer, small_digits
+from _helpers import REPO, quiet_trainer, reference_ssim, small_digits
 
 from lightning_sfl.algorithms import SCALA, SCALAPE, SplitFedV1
 from lightning_sfl.callbacks import CommunicationBytes
@@ -16,37 +15,6 @@ from lightning_sfl.defences import Bottleneck
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.privacy.inversion import FlatModule, adam_update, inversion_decoder
 from lightning_sfl.privacy.metrics import mse_per_image, psnr_per_image, regulariser, ssim_per_image
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def reference_ssim(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Wang et al.'s SSIM per image, written out: Gaussian window 11, σ 1.5, borders reflect-padded, K1 0.01, K2 0.03,
-    data range 1, averaged over channels and pixels."""
-    coords = torch.arange(11, dtype=torch.float64) - 5
-    g = torch.exp(-(coords**2) / (2 * 1.5**2))
-    g = g / g.sum()
-    window = torch.outer(g, g)
-    out = []
-    for x, y in zip(a.double(), b.double()):
-        maps = []
-        for xc, yc in zip(x, y):
-            xp = torch.nn.functional.pad(xc[None, None], (5, 5, 5, 5), mode="reflect")[0, 0]
-            yp = torch.nn.functional.pad(yc[None, None], (5, 5, 5, 5), mode="reflect")[0, 0]
-            h, w = xc.shape
-            s = torch.empty(h, w, dtype=torch.float64)
-            for i in range(h):
-                for j in range(w):
-                    px, py = xp[i : i + 11, j : j + 11], yp[i : i + 11, j : j + 11]
-                    mx, my = (window * px).sum(), (window * py).sum()
-                    vx = max((window * px * px).sum() - mx**2, 0.0)
-                    vy = max((window * py * py).sum() - my**2, 0.0)
-                    cxy = (window * px * py).sum() - mx * my
-                    c1, c2 = 0.01**2, 0.03**2
-                    s[i, j] = ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx**2 + my**2 + c1) * (vx + vy + c2))
-            maps.append(s)
-        out.append(torch.stack(maps).mean())
-    return torch.stack(out)
 
 
 def test_ssim_matches_a_written_out_reference_on_digit_sized_and_colour_images():

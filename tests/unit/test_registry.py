@@ -10,15 +10,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from _helpers import method_kwargs
+from _helpers import REPO, method_kwargs
 
 import lightning_sfl
 from lightning_sfl.algorithms import ALGORITHMS, ASYNC_METHODS, REGISTRY, SEMI_METHODS, SemiSupervised
 from lightning_sfl.algorithms.registry import FAMILIES, names, register
 from lightning_sfl.lightning_cli import resolve_algorithm_names
 from lightning_sfl.loop import AsyncEvents
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_families_match_what_the_classes_are():
@@ -114,7 +112,8 @@ def test_a_new_method_is_one_file_and_one_config(copy_with_a_new_method):
     check = check.replace("ROOT", repr(str(root))).replace("FIT", repr(fit))
     out = _run(root, "-c", check)
     assert out.returncode == 0 and "final test accuracy: " in out.stdout, out.stderr[-2000:]
-    files = ["test_algorithms.py", "test_resume.py", "test_cli.py"]  # smoke, stacked = sequential, resume, config
+    # smoke, stacked = sequential, resume, config
+    files = ["integration/test_algorithms.py", "integration/test_resume.py", "integration/test_cli.py"]
     out = _run(root, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *(f"tests/{f}" for f in files))
     assert out.returncode == 0, out.stdout[-2000:]
     for f in files:

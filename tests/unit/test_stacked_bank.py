@@ -346,4 +346,5 @@ def test_cuda_matches_cpu():
     torch.testing.assert_close(stk_cuda(x.cuda(), sizes.cuda()).cpu(), seq(x, sizes), rtol=1e-4, atol=1e-4)
 
 
-# Whole training runs with the stacked bank: tests/test_algorithms.py::test_stacked_client_bank_equals_sequential
+# Whole training runs with the stacked bank:
+# tests/integration/test_algorithms.py::test_stacked_client_bank_equals_sequential

@@ -1,4 +1,4 @@
-"""The experiment behind the FedLC Synthetic study's ordering across (λ, µ) (docs/results/README.md): is
+"""The experiment behind the FedLC Synthetic study's ordering across (λ, µ) (docs/results/papers.md): is
 Synthetic(1,1) harder than Synthetic(0,0) for the model every method trains, on the data FedProx's generator draws?
 
 For each setting and seed of the study (the data seed = the run seed), it draws the same 100 clients the study's

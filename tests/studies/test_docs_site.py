@@ -1,0 +1,107 @@
+"""The documentation site and the README as a front page: the API reference covers every public name, the README's
+methods table every registered method, CI runs the README's test command, and no dated measurement sits in the README
+or in a docstring (measured numbers live on the results and benchmarks pages, each with its command)."""
+
+from __future__ import annotations
+
+import importlib.util
+import posixpath
+import re
+
+import pytest
+from _helpers import REPO
+
+import lightning_sfl
+from lightning_sfl.algorithms.registry import FAMILIES, methods
+
+DOCS = REPO / "docs"
+#: The site's build (``.ci/run`` builds it before pytest; a local test run may not have).
+INVENTORY = DOCS / "_build" / "html" / "objects.inv"
+
+
+def _api_pages():
+    spec = importlib.util.spec_from_file_location("api_pages", DOCS / "_ext" / "api_pages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_api_reference_documents_every_public_name():
+    """Every name of ``lightning_sfl.__all__`` is listed on the API index and documented in a module the reference
+    renders (where it is defined); with a built site, its objects inventory holds each one."""
+    api = _api_pages()
+    rendered = {module for part in api.PARTS for module in api.modules_of(part)}
+    index = api.index_page()
+    names = lightning_sfl.__all__
+    assert len(names) >= 60 and {"SCALA", "FederatedDataModule", "WirelessCell", "SFLCLI"} <= set(names)
+    for name in names:
+        target = api.documented_at(name)
+        assert f"`{name} <{target}>`" in index, name
+        assert target.rsplit(".", 1)[0] in rendered or target.rsplit(".", 2)[0] in rendered, (name, target)
+    if INVENTORY.exists():
+        from sphinx.util.inventory import InventoryFile
+
+        with INVENTORY.open("rb") as f:
+            inventory = InventoryFile.load(f, "", posixpath.join)
+        documented = {name for entries in inventory.values() for name in entries}
+        missing = [name for name in names if api.documented_at(name) not in documented]
+        assert not missing, missing
+
+
+def test_the_readme_is_a_front_page():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) < 250
+    table = readme.split("## Methods", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`([a-z0-9_]+)`", table))
+    assert set(methods()) <= listed, sorted(set(methods()) - listed)
+    for family in FAMILIES:  # every family's row links to its methods page, and the page exists
+        assert f"(docs/methods/{family}.md)" in table and (DOCS / "methods" / f"{family}.md").exists(), family
+    for link in re.findall(r"\]\(((?:docs|configs)/[^)#]+)", readme):  # every local link of the README resolves
+        assert (REPO / link).exists(), link
+
+
+def test_ci_runs_the_readmes_test_command():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    command = next(line for line in ci.splitlines() if line.startswith("python3 -m venv"))
+    assert f"```bash\n{command}\n```" in readme
+    assert "sphinx-build -n -W" in command and "pytest" in command
+
+
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+@pytest.mark.parametrize("where", ["README.md", "lightning_sfl", "callbacks"])
+def test_no_dated_measurement_outside_the_results_and_benchmark_pages(where):
+    path = REPO / where
+    files = [path] if path.is_file() else sorted(path.rglob("*.py"))
+    dated = [f"{f.relative_to(REPO)}:{i}" for f in files for i, line in enumerate(f.read_text().splitlines(), 1)
+             if DATE.search(line)]  # fmt: skip
+    assert not dated, dated
+
+
+def test_every_benchmark_page_says_its_machine_date_and_command():
+    pages = sorted((DOCS / "benchmarks").glob("*.md"))
+    assert {p.stem for p in pages} >= {"framework", "client-scaling", "vs-flower", "studies", "gpu"}
+    for page in pages:
+        if page.stem == "index":
+            continue
+        text = page.read_text()
+        assert DATE.search(text.split("\n\n", 2)[1]), f"{page.name}: the date under the title"
+        assert re.search(r"(CPU|GPU|H200)", text.split("\n\n", 2)[1]), f"{page.name}: the machine"
+        assert "```bash" in text or "(`python benchmarks/" in text, f"{page.name}: the command"
+
+
+def test_every_file_the_docs_name_exists():
+    """Every ``tests/…``, ``benchmarks/…`` or ``docs/…`` file that the README, the pages, the docstrings or the study
+    scripts name is there (files move: the tests by kind, the results into pages)."""
+    sources = [REPO / "README.md", REPO / "sweeps" / "README.md", REPO / "benchmarks" / "README.md"]
+    sources += [p for p in DOCS.rglob("*.md") if "_build" not in p.parts and "api" not in p.relative_to(DOCS).parts[:1]]
+    sources += [*DOCS.rglob("*.sh"), *DOCS.glob("results/*.py")]
+    sources += [*(REPO / "lightning_sfl").rglob("*.py"), *(REPO / "callbacks").rglob("*.py")]
+    sources += [*(REPO / "benchmarks").rglob("*.py")]
+    pattern = r"((?:tests|benchmarks|docs)/[A-Za-z0-9_./-]+\.(?:py|md|sh|json|png|txt))\b"
+    named = re.compile(r"(?<!\]\()(?<![\w/.-])" + pattern)  # not a Markdown link (Sphinx checks those) nor a tail
+    missing = sorted({f"{path}  ({src.relative_to(REPO)})" for src in sources for path in named.findall(src.read_text())
+                      if not (REPO / path).exists()})  # fmt: skip
+    assert not missing, missing
