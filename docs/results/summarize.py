@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from summarize_frontier import frontier_summary
-from summarize_papers import papers_section  # this folder, on sys.path when run as a script
+from summarize_papers import GAS_FMNIST, SCALA_FMNIST, SYNTHETIC, papers_section  # this folder, on sys.path
 from summarize_privacy import privacy_section
 
 from lightning_sfl.compare import MethodSummary, format_acc, read_metrics_csv, summarize
@@ -572,8 +572,35 @@ classes — fails when every client holds one class; we keep the method as publi
 
 {papers_section()}"""
     for page, body in split_pages(text).items():
-        (HERE / page).write_text(body)
+        (HERE / page).write_text(body.rstrip("\n") + "\n" + plots_section(page))
         print(f"wrote {HERE / page}")
+
+
+def plot_list() -> dict[str, list[tuple[str, str]]]:
+    """Page -> its plots, each ``(caption, path relative to docs/results)``: every setting's accuracy by round (by
+    simulated time for the asynchronous study), and the privacy study's reconstructions and frontiers."""
+    def settings(folder: str, labels: dict[str, str], name: str = "accuracy.png", prefix: str = "") -> list:
+        return [(f"{prefix}{label}", f"{folder}/{key}/{name}") for key, label in labels.items()]
+
+    return {
+        "digits.md": settings("digits", DIGITS),
+        "mnist5k.md": settings("mnist5k", MNIST5K),
+        "gas.md": settings("gas", GAS, "accuracy_time.png"),
+        "semi_sfl.md": settings("semi_sfl", SEMI) + settings("semi_sfl", SEMI, "pseudo_labels.png", "pseudo-labels, "),
+        "privacy.md": [(f"{d}: reconstructions", f"privacy/{d}_reconstructions.png") for d in ("digits", "mnist5k")]
+        + [(f"{d}: frontier", f"privacy_frontier/{d}_frontier.png") for d in ("digits", "mnist5k", "fashion_mnist")],
+        "papers.md": settings("leaf_synthetic", SYNTHETIC, prefix="FedLC's Table 4, ")
+        + settings("gas", GAS_FMNIST, "accuracy_time.png", "GAS's Table 1, ")
+        + settings("scala_fashion_mnist", SCALA_FMNIST, prefix="SCALA's Tables 4 and 6, "),
+    }
+
+
+def plots_section(page: str) -> str:
+    """The page's plots (those committed; a setting not run yet has none), as a last section."""
+    shown = [(caption, path) for caption, path in plot_list().get(page, []) if (HERE / path).exists()]
+    if not shown:
+        return ""
+    return "\n## Plots\n\n" + "\n\n".join(f"![{caption}]({path})" for caption, path in shown) + "\n"
 
 
 def split_pages(text: str) -> dict[str, str]:
