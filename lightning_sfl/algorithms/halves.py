@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from typing_extensions import override
 
+from lightning_sfl.errors import ConfigError
 from lightning_sfl.models import build_model, split_model
 
 __all__ = ["DEFAULT_SPLIT_POINT", "ClientModule", "ServerModule", "split_halves"]
@@ -51,4 +52,10 @@ def split_halves(
         if split_point != DEFAULT_SPLIT_POINT:  # (unused, but a cut point the model lacks is a mistake: one line)
             split_model(net, split_point)
         return net[:], nn.Sequential()
-    return split_model(net, split_point)
+    client, server = split_model(net, split_point)
+    if not any(True for _ in client.parameters()):  # nothing for the clients to train: no split method can run
+        raise ConfigError(
+            f"split_point={split_point!r} of model {arch!r} leaves the clients no parameters to train; a split method "
+            f"needs a client half with weights (another cut or model), or use an FL method (--model fedavg)"
+        )
+    return client, server

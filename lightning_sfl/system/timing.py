@@ -127,7 +127,8 @@ class ClientCosts:
     @cached_property
     def activation_row_bits(self) -> float:
         """Bits of one row sent up in a split iteration: its activations and its int64 label."""
-        value_bytes = next(self.client.parameters()).element_size()
+        first = next(self.client.parameters(), None)  # a client half without weights sends the inputs' dtype
+        value_bytes = torch.empty((), dtype=torch.get_default_dtype() if first is None else first.dtype).element_size()
         return 8.0 * (math.prod(self._activation_shape()) * value_bytes + LABEL_BYTES)
 
     @cached_property
