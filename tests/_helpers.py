@@ -151,3 +151,13 @@ def reference_ssim(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             maps.append(s)
         out.append(torch.stack(maps).mean())
     return torch.stack(out)
+
+
+def extended_params(names, extended) -> list:
+    """``names`` as a test's parameters, those in ``extended`` marked ``extended`` (left out of CI; ``pytest -m
+    extended`` runs them): a name not listed, such as a method added since, runs in CI."""
+    import pytest
+
+    unknown = set(extended) - set(names)
+    assert not unknown, f"not parameters of the test: {sorted(unknown)}"
+    return [pytest.param(n, marks=pytest.mark.extended) if n in extended else n for n in names]

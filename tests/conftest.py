@@ -31,7 +31,8 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 #: Tests that took 1.5 s or more on two cores (``tests/slow.txt``, written by ``tests/slow_list.py``): marked
-#: ``slow``, so that ``-m "not extended and not slow"`` is the README's quick command. ``True``: its setup alone did.
+#: ``slow``, so that ``pytest tests/unit tests/integration -m "not extended and not slow"`` is the README's quick
+#: command. ``True``: its setup alone did.
 SLOW = {
     node: flag == "setup"
     for node, _, flag in (

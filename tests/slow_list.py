@@ -3,7 +3,7 @@
 
 Run (the whole CI selection, on two cores, so the list matches what CI runs)::
 
-    .venv/bin/python -m pytest -q -n auto --durations=0 > durations.log
+    .venv/bin/python -m pytest -q -n auto --dist worksteal --durations=0 > durations.log
     .venv/bin/python tests/slow_list.py durations.log > tests/slow.txt
 
 then add the tests that are new since (a test missing from the list runs in the quick command).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _helpers import SHORT_WARMUP, data_kwargs, method_kwargs, quiet_trainer
+from _helpers import SHORT_WARMUP, data_kwargs, extended_params, method_kwargs, quiet_trainer
 from fingerprints import committed, differences, fingerprint, machine
 
 from lightning_sfl.algorithms import ALGORITHMS, ASYNC_METHODS, SEMI_METHODS
@@ -201,7 +201,19 @@ INVERSION_BANK_CHECK = {"scala_pe"}
 BANK_CHECK_KWARGS = {"scala_pe": SHORT_WARMUP}
 
 
-@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+#: Compared (and fingerprinted) with ``-m extended`` only (~60 s of CI on two cores): run them after changing a
+#: method's arithmetic or structure. CI compares one or more methods of each family and each path of the banks:
+#: SCALA, SplitFedV1, MiniBatch-SFL, S²FL (label-balanced groups), FedAvg, SCAFFOLD and FedDyn (per-client state),
+#: FedAdam (server moments), AsyncSFL (the asynchronous clock; GAS's banks: ``test_gas.py``), Semi-SFL, FedSwitch (a
+#: full-model semi-supervised method) and SCALA-PE (its per-client decoders). A method added since runs in CI.
+STACKED_EXTENDED = set(
+    "ca2fl ca_sfl cs_sfl fedadagrad fedavgm fedbuff fedcbs fedconcat feddecorr fedlc fedlogit fedmatch "
+    "fednova fedprox fedrs fedswitch_sl fedyogi fsha gas lla_sfl semifl sfl_local_loss splitfedv2 splitfedv3 "
+    "supervised_only".split()
+)
+
+
+@pytest.mark.parametrize("name", extended_params(sorted(ALGORITHMS), STACKED_EXTENDED))
 def test_stacked_client_bank_equals_sequential(name):
     """Every method gives the same global model with the batched (vmap) bank as with the reference loop, in float64,
     where the two agree to 1e-12. In float32 their rounding differs by 1e-7 (the stacked bank's batched kernels sum

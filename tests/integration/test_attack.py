@@ -100,6 +100,7 @@ def test_bad_settings_are_one_line_errors_naming_the_option(args, message):
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
+@pytest.mark.extended  # ~13 s on two cores; bad inputs of attack run in CI
 def test_attack_without_a_usable_checkpoint_is_a_one_line_error(tmp_path):
     """Each command through the entry point, all in one process; a bad input writes nothing."""
     fedavg = _checkpoint(FedAvg, tmp_path / "fedavg")

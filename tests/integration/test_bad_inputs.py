@@ -218,9 +218,11 @@ def _in_one_process(folders: list[Path], cases: list[tuple[list[str], str]]) -> 
 
 
 #: Cases also run through the real console script, each in its own process: a parser error and a checkpoint error.
-CONSOLE = (["--data.num_clients=abc"], ["--ckpt_path=truncated.ckpt"])
+#: (The first with ``-m extended`` only: ~20 s on two cores; the second, through the same script, in CI.)
+CONSOLE = (pytest.param(["--data.num_clients=abc"], marks=pytest.mark.extended), ["--ckpt_path=truncated.ckpt"])
 
 
+@pytest.mark.extended  # ~90 s on two cores; in CI: test_errors.py's bad settings, the other commands' below
 def test_every_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(tmp_path):
     assert len(BAD) >= 30
     folders = []
@@ -244,6 +246,7 @@ def test_the_console_script_gives_the_same_line(args, tmp_path):
     assert not failures, "\n\n".join(failures)
 
 
+@pytest.mark.extended  # ~40 s on two cores; every method trains from its config in CI
 def test_valid_unusual_settings_simply_work_and_an_early_stopping_on_a_metric_not_logged_is_one_line(tmp_path):
     """Each of :data:`GOOD` trains and tests. Lightning's EarlyStopping raises at the first test when its metric is
     not logged: a mistake found only once the run has started, still one line and exit code 2, naming the metric and
@@ -346,6 +349,7 @@ def test_a_divergence_ends_with_one_error_line_of_its_own_that_says_no_checkpoin
     assert "Traceback" not in proc.stdout
 
 
+@pytest.mark.extended  # ~15 s on two cores; the other bad inputs run in CI
 def test_a_one_process_method_refuses_several_before_ddp_starts_and_writes_nothing(tmp_path):
     """GAS with ``--trainer.strategy ddp --trainer.devices 2``: one ``error:`` line, last, exit code 2, before any
     process is launched: no run folder, no W&B run."""
@@ -359,6 +363,7 @@ def test_a_one_process_method_refuses_several_before_ddp_starts_and_writes_nothi
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.extended  # ~20 s; in CI: test_wandb_online.py's
 def test_wandb_online_without_a_server_logs_offline_with_one_line_and_loses_nothing(tmp_path):
     """``WANDB_MODE=online`` with a W&B address that refuses connections (and an API key): exit 0, one line saying why
     the run logs offline, the run's W&B record written offline (read back with W&B's reader: the last round's

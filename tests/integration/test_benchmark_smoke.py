@@ -57,6 +57,7 @@ def test_client_scaling_quick(tmp_path):
     assert {c["clients"] for c in report["configs"]} == {10, 50, 100}
 
 
+@pytest.mark.extended  # ~11 s on two cores: a benchmark run
 def test_client_scaling_memory_probe_reads_a_peak():
     """One memory probe as the full benchmark runs them: a fresh process builds a round of 10 clients and runs one
     local iteration; its peak (VmHWM - VmRSS) is a positive number of bytes, below 4 GiB."""

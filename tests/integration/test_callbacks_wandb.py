@@ -265,6 +265,7 @@ def test_partition_statistics_hand_example():
         partition_statistics(torch.tensor([[1, 2], [0, 0]]))
 
 
+@pytest.mark.extended  # ~40 s on two cores; in CI: the fit above
 def test_cli_run_puts_every_callbacks_keys_into_the_wandb_offline_files(tmp_path):
     """The real command with its default loggers: every callback's keys reach W&B's own offline run file."""
     repo = REPO

@@ -39,6 +39,7 @@ def test_a_folder_is_not_a_checkpoint_and_its_checkpoints_are_named(tmp_path):
         assert str(err.value) == f"ckpt_path={str(folder)!r} is a folder, not a checkpoint file {holds}"
 
 
+@pytest.mark.extended  # ~30 s on two cores; the message is checked in CI above
 def test_every_command_says_so_in_one_line_and_writes_nothing(tmp_path):
     _run_folder(tmp_path)
     evaluate = [[command, "--config", CONFIG, "--ckpt_path", "run/checkpoints", "--trainer.logger", "false"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _helpers import REPO
+from _helpers import REPO, extended_params
 
 from lightning_sfl.algorithms import ALGORITHMS
 from lightning_sfl.lightning_cli import SFLCLI
@@ -145,6 +145,7 @@ def test_fit_logs_per_round_accuracy_and_prints_final_line(run_dir, capsys):
     assert match and float(match.group(1)) == pytest.approx(float(evals[-1]["test/acc"]), abs=1e-4)
 
 
+@pytest.mark.extended  # ~13 s on two cores; every exact resume compares runs of one seed
 def test_same_seed_gives_identical_metrics_and_other_seed_does_not(run_dir):
     a = _rows(_fit(run_dir / "a", rounds=2))
     b = _rows(_fit(run_dir / "b", rounds=2))
@@ -187,7 +188,18 @@ def test_every_registered_algorithm_has_a_digits_config():
         assert yaml.safe_load(path.read_text())["model"]["class_path"] == f"lightning_sfl.algorithms.{cls.__name__}"
 
 
-@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+#: Run from their configs with ``-m extended`` only (~90 s of CI on two cores): every config parses in CI
+#: (:func:`test_every_config_parses`) and every method trains two rounds (``test_algorithms.py``); CI runs one method
+#: of a family through the CLI (SCALA, FedAvg, GAS and supervised-only, the one without traffic). A method added
+#: since runs in CI.
+CONFIG_RUNS_EXTENDED = set(
+    "async_sfl ca2fl ca_sfl cs_sfl fedadagrad fedadam fedavgm fedbuff fedcbs fedconcat feddecorr feddyn fedlc "
+    "fedlogit fedmatch fednova fedprox fedrs fedswitch fedswitch_sl fedyogi fsha lla_sfl minibatch_sfl s2fl "
+    "scaffold scala_pe semi_sfl semifl sfl_local_loss splitfedv1 splitfedv2 splitfedv3".split()
+)
+
+
+@pytest.mark.parametrize("name", extended_params(sorted(ALGORITHMS), CONFIG_RUNS_EXTENDED))
 def test_every_algorithm_runs_from_its_config_with_loggers(name, run_dir):
     """One round through the real CLI with the CSV logger (catches e.g. hparam clashes between model and data)."""
     rows = _rows(_fit(run_dir, rounds=1, config=REPO / "configs" / "digits" / f"{name}.yaml"))
@@ -306,6 +318,7 @@ def test_double_precision_trains_with_the_model_summary_on(run_dir):
     assert {v.dtype for v in weights.values() if v.is_floating_point()} == {torch.float64}
 
 
+@pytest.mark.extended  # ~45 s on two cores; in CI: attack's --ckpt_path last
 def test_validate_and_test_find_the_last_checkpoint_of_the_same_command(tmp_path):
     """``fit`` with the default loggers, then ``validate``/``test --ckpt_path last`` of the same config: they say which
     run and round they evaluate, and end with fit's final accuracy at round 3 (not an untrained model); without a fit

@@ -512,6 +512,7 @@ def test_all_runs_failing_exits_nonzero_but_writes_results(tmp_path):
     assert "0/1" in (out / "results.md").read_text() and (out / "accuracy.png").is_file()
 
 
+@pytest.mark.extended  # ~35 s on two cores; --reuse of finished runs runs in CI below
 def test_reuse_runs_only_missing_runs_and_reports_all(tmp_path, capsys):
     from lightning_sfl.compare import main as compare
 
@@ -552,7 +553,7 @@ def _logged_round_end(metrics_csv: Path, rounds: int) -> bool:
         return False
 
 
-@pytest.mark.extended  # ~40 s on two cores; --reuse of finished and missing runs runs in CI
+@pytest.mark.extended  # ~40 s on two cores; --reuse of another comparison's finished runs runs in CI
 def test_reuse_continues_a_killed_run_from_its_last_checkpoint_exactly(tmp_path, capsys):
     """A comparison killed (SIGKILL to its process group) in its run's third round: ``--reuse`` continues the run
     from its last checkpoint (``fit --ckpt_path last``, its CSV log continued) and every round's metrics equal an
@@ -604,6 +605,7 @@ def test_a_bad_setting_is_one_line_before_any_folder(tmp_path, capsys, overrides
     assert len(err) == 1 and err[0].startswith(expected) and "Traceback" not in err[0], err
 
 
+@pytest.mark.extended  # ~20 s on two cores; compare runs end to end in CI
 def test_add_runs_only_the_new_method_and_reports_the_whole_comparison(tmp_path, capsys):
     def argv(*methods, extra=(), out=tmp_path):
         return ["--config", CONFIG, "--methods", *methods, "--seeds", "0", "--out", str(out), *extra,
@@ -627,6 +629,7 @@ def test_add_runs_only_the_new_method_and_reports_the_whole_comparison(tmp_path,
     assert "--add" not in md
 
 
+@pytest.mark.extended  # ~13 s on two cores; compare's refusals run in CI below
 def test_add_refuses_another_command_or_missing_runs(tmp_path, capsys):
     base = ["--config", CONFIG, "--seeds", "0", "--out", str(tmp_path)]
     with pytest.raises(SystemExit) as exc:

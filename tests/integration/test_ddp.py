@@ -66,8 +66,8 @@ FLOAT64 = ("--trainer.precision=64-true",)
 #: tiny-clients case (the same method, plus clients with no rows on a process), FedAvg's aggregation in FedDyn,
 #: FedNova and FedAdam (FedAvg plus a regulariser and per-client state, a step-count normalisation, server moments).
 #: FedProx (FedAvg plus a parameter-only regulariser) has none either: FedDyn's case runs an FL regulariser, and the
-#: last case a split method's parameter-only one. CI runs two cases (SCALA, FedAdam); the other eight are
-#: ``extended`` (``pytest -m extended``: ~5 min more on two cores).
+#: last case a split method's parameter-only one. CI runs one case (SCALA, ~20 s on two cores); the other nine are
+#: ``extended`` (``pytest -m extended``: ~6 min more on two cores; FedAdam's alone ~50 s).
 @pytest.mark.parametrize(
     "method,extra",
     [
@@ -77,7 +77,7 @@ FLOAT64 = ("--trainer.precision=64-true",)
         pytest.param("feddyn", FLOAT64, marks=pytest.mark.extended),
         pytest.param("fednova", (), marks=pytest.mark.extended),
         pytest.param("scaffold", FLOAT64, marks=pytest.mark.extended),
-        ("fedadam", ()),
+        pytest.param("fedadam", (), marks=pytest.mark.extended),
         pytest.param("fedconcat", (), marks=pytest.mark.extended),
         pytest.param("s2fl", (), marks=pytest.mark.extended),
         pytest.param(
@@ -147,6 +147,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.extended  # ~15 s on two cores; one DDP run (SCALA) in CI
 def test_nan_on_one_process_stops_both(tmp_path):
     """A NaN in one process's rows stops every process in the same step (the NaN/Inf guard's flags are summed over
     processes): the process holding the rows names the client, the other says the rows are on another process; none
@@ -162,6 +163,7 @@ def test_nan_on_one_process_stops_both(tmp_path):
     assert "finished" not in proc.stdout
 
 
+@pytest.mark.extended  # ~35 s on two cores; ddp (SCALA) equals one process in CI
 def test_ddp_spawn_trains_reports_its_rounds_and_equals_one_process(tmp_path):
     """``--trainer.strategy ddp_spawn`` (the method, with its federation, is pickled to the processes): the final line
     names the rounds trained and the accuracy of the one-process run."""

@@ -199,6 +199,7 @@ def test_activations_and_logits_checked_together(acts, logits, blamed):
             check_finite(step, *named)
 
 
+@pytest.mark.extended  # ~12 s on two cores; in CI: test_bad_inputs.py's
 def test_divergence_from_the_cli_is_one_line(tmp_path):
     proc = subprocess.run(
         [

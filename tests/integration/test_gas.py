@@ -7,7 +7,7 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-from _helpers import REPO
+from _helpers import REPO, extended_params
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl.algorithms import GAS, AsyncSFL
@@ -229,7 +229,10 @@ def test_more_clients_in_flight_than_clients_fails_when_the_fit_starts():
         _fit(AsyncSFL(**{**KW, "concurrency": 9}), rounds=1)
 
 
-@pytest.mark.parametrize("name", ["gas", "async_sfl", "fedbuff", "ca2fl"])
+#: GAS in CI; the other asynchronous methods (~3 s each on two cores) with ``-m extended``.
+@pytest.mark.parametrize(
+    "name", extended_params(["gas", "async_sfl", "fedbuff", "ca2fl"], {"async_sfl", "fedbuff", "ca2fl"})
+)
 def test_digits_config_runs_from_the_cli_and_logs_the_simulated_clock(name, tmp_path):
     import csv
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from _helpers import REPO
 from cli_in_one_process import Run, run_in_one_process
 
@@ -58,6 +59,7 @@ def _quiet(args: list[str], cwd: Path, **env_extra: str) -> None:
     _noise([Run(proc.returncode, proc.stdout, proc.stderr)], [args])
 
 
+@pytest.mark.extended  # ~60 s on two cores; a default fit and its validate run in CI
 def test_an_attack_a_compare_and_a_two_process_fit_print_no_warning(tmp_path):
     import socket
 

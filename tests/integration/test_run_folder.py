@@ -73,6 +73,7 @@ def test_the_csv_log_continues_in_one_file_without_the_rounds_logged_again(tmp_p
     assert [p.name for p in tmp_path.rglob("*.csv")] == ["metrics.csv"]
 
 
+@pytest.mark.extended  # ~25 s on two cores; the lock's rules run in CI above
 def test_a_second_process_cannot_write_a_run_folder_a_live_one_holds(tmp_path):
     """While a fit runs, the same command with ``--ckpt_path last`` (a requeued job started twice) stops with one line
     naming the holder, before anything is written; the first run is not disturbed."""
@@ -96,6 +97,7 @@ def test_a_second_process_cannot_write_a_run_folder_a_live_one_holds(tmp_path):
         first.wait()
 
 
+@pytest.mark.extended  # ~35 s on two cores; the folder's life runs in CI above
 def test_a_cli_built_without_running_leaves_no_empty_run_folder(tmp_path):
     """``SFLCLI(run=False)`` claims the run folder for the caller's fit; a caller that never fits leaves nothing behind
     (the empty folder and the ``runs/`` it created go when the process ends), one that fits keeps its run."""

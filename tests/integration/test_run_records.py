@@ -12,6 +12,7 @@ import os
 import re
 from pathlib import Path
 
+import pytest
 from _helpers import REPO
 from cli_in_one_process import run_in_one_process
 
@@ -31,6 +32,7 @@ def _contents(folder: Path) -> dict[str, bytes]:
     return out
 
 
+@pytest.mark.extended  # ~120 s on two cores; in CI: attack's and validate's --ckpt_path
 def test_evaluations_leave_the_fit_untouched_its_config_reruns_it_and_last_takes_the_run_that_reached_the_rounds(
     tmp_path,
 ):

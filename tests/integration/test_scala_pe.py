@@ -121,7 +121,10 @@ def test_warm_up_is_adam_on_mse_over_the_clients_shard_as_a_plain_torch_loop_com
     assert int(model.defences.inversion.steps[k]) == 0  # the online Adam state is untouched by the warm-up
 
 
-@pytest.mark.parametrize("epochs", [0, 1, 3])
+#: Without a warm-up in CI; with 1 and 3 warm-up epochs (~5 s each on two cores) with ``-m extended``.
+@pytest.mark.parametrize(
+    "epochs", [0, pytest.param(1, marks=pytest.mark.extended), pytest.param(3, marks=pytest.mark.extended)]
+)
 def test_decoders_step_every_inversion_every_local_iterations_whatever_the_warm_up(epochs):
     model, _ = fit(SCALAPE, rounds=2, local_iters=3, inversion_every=2, inversion_warmup_epochs=epochs)
     assert int(model.defences.inversion.steps.sum()) == 2 * 2 * 4  # local iterations 0 and 2 of 3, 4 clients, 2 rounds

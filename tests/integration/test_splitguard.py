@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from _helpers import csv_rounds, flat_params, quiet_trainer, small_digits
+from _helpers import csv_rounds, extended_params, flat_params, quiet_trainer, small_digits
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_sfl.algorithms import FSHA, SemiSFL, SFLLocalLoss, SplitFedV1
@@ -130,7 +130,8 @@ def _probed_methods():
     return sorted(n for n, e in REGISTRY.items() if e.family != "semi" and e.cls.has_server_half)
 
 
-@pytest.mark.parametrize("name", _probed_methods())
+#: SCALA-PE (~11 s on two cores: its decoders' warm-up) with ``-m extended``; every other split method in CI.
+@pytest.mark.parametrize("name", extended_params(_probed_methods(), {"scala_pe"}))
 def test_every_split_method_is_probed_or_refused(name, tmp_path):
     """Every registered method with a server half: one probed round gives a score in [0, 1], or a one-line refusal;
     all but SFLLocalLoss and SplitFedV3 are probed."""

@@ -136,6 +136,7 @@ def _sweep(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 FAST = ["--", "--trainer.max_epochs=2", "--trainer.enable_progress_bar=false"]
 
 
+@pytest.mark.extended  # ~45 s on two cores; in CI: test_sweep_resume.py's sweeps
 def test_digits_sweep_runs_offline_prints_its_table_and_resumes(tmp_path):
     out = tmp_path / "sweep"
     proc = _sweep("sweeps/digits_lr.yaml", "--count", "2", "--out", str(out), *FAST)
@@ -159,7 +160,7 @@ def test_digits_sweep_runs_offline_prints_its_table_and_resumes(tmp_path):
     assert len(json.loads((out / "sweep.json").read_text())["trials"]) == 3
 
 
-@pytest.mark.extended  # ~25 s on two cores; the digits sweep (console script, resume) runs in CI
+@pytest.mark.extended  # ~25 s on two cores; in CI: test_sweep_resume.py's sweeps (console script, resume)
 def test_grid_and_random_sweeps_through_the_console_script(tmp_path):
     base = {
         "metric": {"name": "test/acc", "goal": "maximize"},

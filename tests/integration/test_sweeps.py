@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from _helpers import REPO
+from _helpers import REPO, extended_params
 from sweep_schema import distribution, validate_sweep
 
 from lightning_sfl.cli import main
@@ -335,7 +335,18 @@ def test_paper_sweeps_use_the_papers_values(name):
     assert "quantity" not in partitions or "data.alpha" in params
 
 
-@pytest.mark.parametrize("path", SWEEPS, ids=_ids)
+#: Sweeps whose parameter sets are parsed with ``-m extended`` only (~5-9 s each on two cores); the others in CI.
+PARSED_EXTENDED = [
+    "cifar10_dirichlet_skew.yaml",
+    "cifar10_lr.yaml",
+    "cifar10_split_point_dirichlet.yaml",
+    "cifar10_local_iters.yaml",
+    "cifar10_participation.yaml",
+    "cifar10_split_point_quantity.yaml",
+]
+
+
+@pytest.mark.parametrize("path", extended_params(SWEEPS, {REPO / "sweeps" / n for n in PARSED_EXTENDED}), ids=_ids)
 def test_every_parameter_set_parses_and_overrides_the_config(path, agent_command, capsys):
     sweep = _load(path)
     sets = parameter_sets(sweep)

@@ -31,6 +31,7 @@ def _metrics(folder: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.extended  # ~25 s on two cores; in CI: compare's subprocess jobs
 def test_a_warm_trial_equals_the_same_trial_in_a_process_of_its_own(tmp_path):
     with TrialPool(jobs=1) as pool:
         first = pool.run(_fit(tmp_path / "before", "--model=fedavg", "--seed_everything=3", "--data.seed=3"))
@@ -77,6 +78,7 @@ def test_a_trial_in_this_process_leaves_it_as_it_was(tmp_path):
     assert "final test accuracy" in (tmp_path / "t" / "log.txt").read_text()
 
 
+@pytest.mark.extended  # ~20 s on two cores; the local pool runs in CI
 def test_submitits_local_executor_runs_a_trial(tmp_path):
     pytest.importorskip("submitit")
     with TrialPool(jobs=1, launcher="submitit-local", folder=tmp_path / "jobs") as pool:
@@ -111,6 +113,7 @@ def test_slurm_parameters_need_key_value():
         slurm_parameters(["gpu"])
 
 
+@pytest.mark.extended  # ~20 s on two cores; compare's W&B runs run in CI (test_compare_wandb.py)
 def test_a_warm_workers_wandb_process_serves_its_next_trial_with_that_trials_name_folder_and_log(tmp_path):
     """A warm worker tells W&B to finish a trial's run and goes on; once written, the W&B process is taken back and
     serves the next trial's run: written in that trial's folder (not the first trial's), under its name, with its

@@ -172,6 +172,7 @@ DEFENCE_OPTIONS = (
 )
 
 
+@pytest.mark.extended  # ~30 s on two cores; every defence trains in CI below
 def test_every_defence_runs_from_a_digits_config(tmp_path):
     """Each defence option on the digits SCALA config, through the command line's entry point (one process for the
     five, so Lightning is imported once): a finished fit, no warning."""

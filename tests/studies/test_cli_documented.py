@@ -6,9 +6,11 @@ from __future__ import annotations
 import csv
 import re
 
+import pytest
 from _helpers import REPO
 
 
+@pytest.mark.extended  # 100 rounds, ~40 s on two cores; in CI: test_results.py's
 def test_the_readmes_main_command_gives_the_numbers_the_readme_reports(tmp_path):
     """``lightning-sfl fit --config configs/digits/scala.yaml``, as the README, the "Get started" page and the
     framework benchmark's page report it: the final test accuracy to within 5 of the 360 test images (torch's CPU

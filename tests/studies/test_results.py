@@ -101,7 +101,8 @@ def test_committed_study_covers_every_method_and_seed(study, setting):
 @pytest.mark.parametrize(
     "study,setting,method,rounds",
     [
-        ("digits", "quantity_a1_k20", "scala", 50),
+        # 50 rounds, ~20 s on two cores: GAS's study command reproduces its numbers in CI below
+        pytest.param("digits", "quantity_a1_k20", "scala", 50, marks=pytest.mark.extended),
         pytest.param("digits", "dirichlet_b0.1_k50", "fedavg", 50, marks=pytest.mark.extended),
         # the first 5 of 50 rounds: a full run costs ~2 min
         pytest.param("mnist5k", "quantity_a2_k20", "fedavg", 5, marks=pytest.mark.extended),
@@ -442,6 +443,7 @@ def test_fedlc_synthetic_study_covers_every_method_and_its_five_seeds(setting):
     assert "run_leaf_synthetic.sh" in results_pages()
 
 
+@pytest.mark.extended  # ~6 s on two cores; GAS's study command reproduces its numbers in CI above
 def test_fedlc_synthetic_numbers_are_reproduced_by_the_command(tmp_path):
     """The first 40 of 300 rounds of FedAvg, seed 1, Synthetic(1,1), re-run with the overrides its results.md records;
     accuracy over the pooled test rows of that seed's clients."""

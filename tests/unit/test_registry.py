@@ -90,6 +90,7 @@ def _run(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=root, env=env, timeout=600)
 
 
+@pytest.mark.extended  # ~25 s on two cores: a copy of the repository
 def test_a_new_method_is_one_file_and_one_config(copy_with_a_new_method):
     """With nothing else edited, the new file's method is in ``ALGORITHMS``, exported, a CLI name, one of compare's
     defaults, trains from its config through the CLI (its entry point, in the same process), and every

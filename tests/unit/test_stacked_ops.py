@@ -214,6 +214,7 @@ FAULTS = textwrap.dedent(
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+@pytest.mark.extended  # ~30 s on two cores: a memory benchmark
 def test_retained_memory_removes_the_page_faults_of_the_stacked_gradients():
     """Page faults per local iteration of a 50-slot stacked bank (a count, not a timing): glibc's defaults give the
     bank-sized gradients fresh pages every step; with :func:`retain_freed_memory` they are reused."""
