@@ -24,6 +24,7 @@ def results_pages() -> str:
     """The results pages of the documentation site (``docs/results/*.md``, written by ``summarize.py``), together."""
     return "".join(page.read_text() for page in sorted(RESULTS.glob("*.md")))
 
+
 K50 = ["--data.num_clients=50", "--data.participation=0.1"]
 #: study -> (its runner script, the compare arguments every setting shares, settings committed -> their overrides)
 STUDIES = {
