@@ -198,6 +198,7 @@ def test_the_picture_labels_its_rows_scores_each_image_and_names_method_and_roun
     assert width >= 5 * 100 and height >= 250
 
 
+@pytest.mark.extended  # ~25 s on two cores; in CI: the attack scores a split checkpoint (above)
 def test_attack_last_finds_the_latest_fit_of_the_same_config_and_writes_beside_its_files(tmp_path):
     """``attack --config C --ckpt_path last`` attacks the last checkpoint of the latest ``fit --config C``; with no
     such fit it is one line. Each attack keeps its files in the run's next ``attack-<n>``, never among the fit's

@@ -393,6 +393,7 @@ def test_runs_are_grouped_by_their_setting_and_named_by_their_configuration():
     assert len(set(names)) == 3 and names[1].startswith("scala-digits-quantity2-s1-")
 
 
+@pytest.mark.extended  # ~20 s on two cores; in CI every fit runs with its config's fixed seed
 def test_seed_everything_true_draws_a_seed_that_is_printed_and_recorded_and_false_seeds_nothing(tmp_path):
     """``seed_everything: true`` draws a seed; it is printed when the run starts (not before: a bad input must be the
     only line) and recorded in the run's name and resolved config. ``false`` seeds nothing and prints no seed."""

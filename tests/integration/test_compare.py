@@ -650,6 +650,7 @@ def test_add_refuses_another_command_or_missing_runs(tmp_path, capsys):
     assert exc.value.code == 2 and f"lacks runs ({BROKEN} seed 0)" in err
 
 
+@pytest.mark.extended  # ~15 s on two cores; in CI: compare end to end (above)
 def test_an_out_made_by_another_comparison_is_refused_unless_add_or_reuse(tmp_path, capsys):
     """``compare`` into an ``--out`` holding another comparison stops with one line and changes nothing there; the
     same command again replaces its own results, and ``--reuse`` builds on the other's finished runs."""

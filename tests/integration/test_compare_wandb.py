@@ -115,6 +115,7 @@ def test_the_last_lines_are_the_table_and_the_status_line_showed_and_went(compar
     assert shown.strip() == "", shown[-2000:]  # nothing else on stderr: no warning, no W&B message
 
 
+@pytest.mark.extended  # ~15 s on two cores; in CI: compare's W&B runs (above), the tutorials' --wandb false
 def test_wandb_false_logs_csv_only(tmp_path):
     out = tmp_path / "csv_only"
     proc, terminal = _compare(out, "--methods", "fedavg", "--wandb", "false", "--overrides", "--trainer.max_epochs=1")

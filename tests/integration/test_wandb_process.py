@@ -101,6 +101,7 @@ def test_the_cli_logger_writes_the_run_lightnings_logger_writes(tmp_path):
     assert kinds[0][-1] == "exit"  # ours also ends the run explicitly (exit code 0) when the process ends
 
 
+@pytest.mark.extended  # ~20 s on two cores (a speed property); in CI: the CLI's logger writes Lightning's run (above)
 def test_the_training_process_neither_imports_wandb_nor_waits_for_a_second_worker(tmp_path):
     """``lightning-sfl fit`` pre-starts the worker before importing Lightning; its logger takes that worker, and W&B
     is never imported by the training process."""
@@ -155,6 +156,7 @@ def test_errors_in_the_worker_reach_the_training_process(tmp_path, monkeypatch):
     assert [row["x"] for row in offline.rows_with("x")] == [2.0] and offline.summary["best"] == 3.0
 
 
+@pytest.mark.extended  # ~15 s on two cores; in CI: a finished run's files (above)
 def test_a_killed_training_process_keeps_what_it_logged(tmp_path):
     """The training process exits without finishing the run (``os._exit``): the worker sees the pipe close,
     finishes the run with exit code 1, and every row logged before is in the offline files."""

@@ -194,7 +194,9 @@ def test_semi_sfl_ends_above_supervised_only_after_20_rounds_on_digits():
 @pytest.mark.parametrize(
     "study,setting,script_args,method,rounds",
     [
-        ("gas", "digits_shards2", ("configs/digits/gas.yaml", "shards"), "gas", 10),
+        pytest.param(  # ~25 s on two cores; in CI: every committed run's numbers and the commands' settings
+            "gas", "digits_shards2", ("configs/digits/gas.yaml", "shards"), "gas", 10, marks=pytest.mark.extended
+        ),
         pytest.param(
             "semi_sfl",
             "digits_dirichlet0.1",

