@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
+from docutils import nodes
 from docutils.statemachine import StringList
 from sphinx.util.docutils import SphinxDirective
 
@@ -48,7 +49,7 @@ class RegistryTable(SphinxDirective):
     has_content = False
 
     def run(self):
-        container = __import__("docutils.nodes", fromlist=["container"]).container()
+        container = nodes.container()
         self.state.nested_parse(StringList(table_lines(), source="registry"), self.content_offset, container)
         return container.children
 
