@@ -17,6 +17,8 @@ from lightning.pytorch.loggers import WandbLogger  # the CLI's logger subclasses
 from lightning.pytorch.trainer.states import TrainerFn
 
 __all__ = [
+    "checkpoint_folder",
+    "checkpoint_path",
     "ddp_model",
     "device",
     "in_input_precision",
@@ -67,6 +69,20 @@ def ddp_model(trainer) -> torch.nn.Module:
 def in_input_precision(trainer, x: torch.Tensor) -> torch.Tensor:
     """``x`` in the trainer's input precision (``--trainer.precision 64-true``: float64); ``None``: unchanged."""
     return trainer.precision_plugin.convert_input(x) if trainer is not None else x
+
+
+def checkpoint_folder(trainer) -> str | None:
+    """The folder the run's checkpoints go to (the checkpoint callback's ``dirpath``, else ``default_root_dir``);
+    ``None``: no trainer."""
+    if trainer is None:
+        return None
+    callback = trainer.checkpoint_callback
+    return str(callback.dirpath) if callback is not None and callback.dirpath else str(trainer.default_root_dir)
+
+
+def checkpoint_path(trainer) -> str | None:
+    """The checkpoint the trainer restores (``fit``/``validate``/``test`` with ``ckpt_path``); ``None``: none."""
+    return getattr(trainer, "ckpt_path", None) if trainer is not None else None
 
 
 def wandb_run_id(trainer) -> str | None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from lightning_sfl.algorithms.state import dense_client_states
 from lightning_sfl.defences import renamed_legacy_state
 
 #: Where the committed fingerprints are.
@@ -54,8 +55,9 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
 
 def state_norm(state: dict[str, torch.Tensor]) -> float:
     """The Euclidean norm of every floating-point tensor of a ``state_dict`` together, in float64: what is compared,
-    to 1e-9, on a machine other than the one that wrote the fingerprints (whose kernels may round otherwise)."""
-    floats = [v for v in state.values() if torch.is_tensor(v) and v.is_floating_point()]
+    to 1e-9, on a machine other than the one that wrote the fingerprints (whose kernels may round otherwise). Summed in
+    key order, as the digest, so that where a tensor is held (a buffer, a per-client store) does not change it."""
+    floats = [state[k] for k in sorted(state) if torch.is_tensor(state[k]) and state[k].is_floating_point()]
     squares = [v.detach().double().square().sum() for v in floats]
     return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
 
@@ -85,7 +87,8 @@ def fingerprint(model, trainer) -> dict:
     """The fingerprint of a trained ``model`` (see the module docstring; without its :data:`UNUSED` tensors)."""
     metrics = trainer.callback_metrics
     logged = {key: float(metrics[key]).hex() for key in KEYS if key in metrics}
-    state = renamed_legacy_state(model.state_dict(), reverse=True)  # the defences' tensors under their old keys
+    state = {**model.state_dict(), **dense_client_states(model)}  # per-client stores as the [K, ...] they stand for
+    state = renamed_legacy_state(state, reverse=True)  # the defences' tensors under their old keys
     unused = UNUSED.get(type(model).__name__, ())
     state = {k: v for k, v in state.items() if not k.startswith(unused)} if unused else state
     return {"state": state_digest(state), "norm": state_norm(state).hex(), **logged}

@@ -158,6 +158,20 @@ class SplitFedAlgorithm(L.LightningModule):
         (:class:`~lightning_sfl.algorithms.state.DeclaredStates`)."""
         self._states.add(name, init)
 
+    def add_client_state(self, name: str, default) -> None:
+        """Declare the per-client state ``self.<name>``, ``[K, *row]``, each client's row ``default()`` until written:
+        a :class:`~lightning_sfl.client_store.ClientStore` (rows held for the clients written, on disk
+        beyond a memory budget, checkpointed incrementally), made when a fit starts."""
+        self._states.add_per_client(name, lambda: self.client_stats.num_clients, default)
+
+    @override
+    def _apply(self, fn, recurse: bool = True):
+        """``Module._apply`` (``.to``, ``.double()``), and the same on the per-client stores' held rows."""
+        super()._apply(fn, recurse)
+        for store in state.client_stores(self).values():
+            store.apply(fn)
+        return self
+
     @override
     def configure_callbacks(self) -> list[L.Callback]:
         """For a fit, :class:`~lightning_sfl.loop.Federate`: builds (unless given) and connects the fit's federation."""
@@ -249,6 +263,9 @@ class SplitFedAlgorithm(L.LightningModule):
         self.register_buffer("label_dist", stats.label_distribution.to(torch.float32), persistent=False)
         banks.build_banks(self, self.schedule.num_slots(stats), self.schedule.persistent_slots)
         self._states.build(self)
+        folder = trainer_view.checkpoint_folder(self._trainer)
+        for store in state.client_stores(self).values():  # the method's and its parts' (SCALA-PE's decoders)
+            store.bind_folder(folder, self.global_rank)
 
     @property
     def bank(self) -> ClientBank:

@@ -246,11 +246,11 @@ class FedDyn(FedAvg):
     As in the paper, the average over participants is **uniform** (not ``|D_k|``-weighted as in FedAvg);
     buffers of the model (e.g. BatchNorm statistics) are averaged uniformly too. States start at 0.
 
-    The per-client gradients ``∇L_k`` of all ``K`` clients (``feddyn_client_grads``, ``[K, P]``) and ``h``
-    (``feddyn_h``, ``[P]``) are persistent buffers over the flattened parameters (order of
-    ``self.client.net.parameters()``), so checkpoints carry them. Clients keep their ``∇L_k`` locally: no extra
-    traffic. ``[K, P]`` grows with the model: AlexNet for 28x28 at K = 100 makes each checkpoint 1.55 GB, and writing
-    it every round cost ~5x the training on an H200; ``--checkpoint.every_n_epochs`` writes fewer.
+    The per-client gradients ``∇L_k`` (``feddyn_client_grads``, ``[K, P]`` over the flattened parameters, order of
+    ``self.client.net.parameters()``) are a per-client store: rows held for the clients that have trained (0 for the
+    others), on disk beyond a memory budget, written incrementally with the checkpoints
+    (:mod:`~lightning_sfl.client_store`); ``h`` (``feddyn_h``, ``[P]``) is a persistent buffer. Clients
+    keep their ``∇L_k`` locally: no extra traffic.
 
     Args:
         penalty: FedDyn's ``α > 0``, the weight of the dynamic regulariser (named in words: ``--data.alpha`` is
@@ -264,7 +264,7 @@ class FedDyn(FedAvg):
             raise ConfigError(f"penalty={penalty} must be > 0")
         super().__init__(**kwargs)
         self.penalty = penalty
-        self.add_state("feddyn_client_grads", lambda: parameter_zeros(self.client.net, self.client_stats.num_clients))
+        self.add_client_state("feddyn_client_grads", lambda: parameter_zeros(self.client.net))  # ∇L_k, [K, P]
         self.add_state("feddyn_h", lambda: parameter_zeros(self.client.net))
 
     @override

@@ -13,7 +13,8 @@ ends:
   (``update="gas_code"``).
 
 The update acts on the parameters; buffers (e.g. BatchNorm statistics) take the buffered models' mean. The cache
-``h`` ``[K, P]`` is a checkpointed state.
+``h`` ``[K, P]`` is a per-client store (:mod:`~lightning_sfl.client_store`): rows held for the clients
+that have uploaded, on disk beyond a memory budget, checkpointed incrementally.
 """
 
 from __future__ import annotations
@@ -99,15 +100,15 @@ class CA2FL(FedBuff):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.add_state("cache", lambda: parameter_zeros(self.client.net, self.client_stats.num_clients))  # h_i, [K, P]
+        self.add_client_state("cache", lambda: parameter_zeros(self.client.net))  # h_i, [K, P]
 
     @override
     def server_direction(self, deltas: torch.Tensor, clients: list[int]) -> torch.Tensor:
         if self.update == "gas_code":
             self.refresh_cache(deltas, clients)
             p = self.client_sizes.to(deltas.dtype)
-            return (p / p.sum()) @ self.cache
-        mean_cache = self.cache.mean(0)  # h̄ over all K clients, before the refresh
+            return self.cache.weighted_sum(p / p.sum())
+        mean_cache = self.cache.mean()  # h̄ over all K clients, before the refresh
         v = mean_cache + (deltas - self.cache[torch.tensor(clients, device=deltas.device)]).mean(0)
         self.refresh_cache(deltas, clients)
         return v

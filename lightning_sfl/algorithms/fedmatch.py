@@ -252,9 +252,10 @@ class FedMatch(SemiSupervised):
         self._psi_layout = [(n, p.shape) for n, p in self.client.net.named_parameters() if is_psi(n)]
         psi_size = sum(shape.numel() for _, shape in self._psi_layout)
         clients = lambda: len(self.client_stats.sizes)  # noqa: E731 (known when a fit starts)
-        # the server's store (checkpointed): each client's latest ψ_k and embedding, and whether it has one
-        self.add_state("client_psi", lambda: torch.zeros(clients(), psi_size))
-        self.add_state("client_embedding", lambda: torch.zeros(clients(), self.num_classes))
+        # the server's store (checkpointed): each client's latest ψ_k and embedding (per-client stores: rows for the
+        # clients that have uploaded), and whether it has one ([K] bool)
+        self.add_client_state("client_psi", lambda: torch.zeros(psi_size))  # [K, |ψ|]
+        self.add_client_state("client_embedding", lambda: torch.zeros(self.num_classes))  # [K, N]
         self.add_state("client_known", lambda: torch.zeros(clients(), dtype=torch.bool))
         self._phase = "supervised"
         self._round, self._round_slots = 0, {}  # the round's slot -> client

@@ -47,8 +47,9 @@ def control_variate_update(
 class Scaffold(FedAvg):
     """SCAFFOLD (Karimireddy et al., ICML 2020), option II, ``η_g = 1``.
 
-    Every client's ``c_k`` (``scaffold_client_c``, ``[K, P]``) is checkpointed: with a large model and many clients,
-    write checkpoints less often (``--checkpoint.every_n_epochs``).
+    Every client's ``c_k`` (``scaffold_client_c``, ``[K, P]``, 0 until it trains) is a per-client store: rows held
+    for the clients that have trained, on disk beyond a memory budget, checkpointed incrementally
+    (:mod:`~lightning_sfl.client_store`).
 
     Args:
         average: ``uniform`` (default: the paper's ``mean_{i∈S}``) or ``size`` (``|D_k|``-weighted, as FedAvg and
@@ -62,7 +63,7 @@ class Scaffold(FedAvg):
         super().__init__(**kwargs)
         self.average = average
         self.add_state("scaffold_c", lambda: parameter_zeros(self.client.net))
-        self.add_state("scaffold_client_c", lambda: parameter_zeros(self.client.net, self.client_stats.num_clients))
+        self.add_client_state("scaffold_client_c", lambda: parameter_zeros(self.client.net))  # c_k, [K, P]
 
     @override
     def start_round(self, step: Step) -> None:

@@ -95,7 +95,8 @@ class SplitFedV2(SplitMethod):
 class SplitFedV3(SplitMethod):
     """SplitFedV3: client halves stay with their clients (never averaged), the server copies are averaged.
 
-    All ``K`` client halves live in ``client_states`` (``[K, P]``, checkpointed). The model evaluated after
+    All ``K`` client halves live in ``client_states`` (``[K, P]``, a per-client store: a row for each client that has
+    trained, the initial half for the others; :mod:`~lightning_sfl.client_store`). The model evaluated after
     each round uses the ``|D_k|``-weighted average of all ``K`` client halves — SplitFedV3 itself defines no
     global client half, so this is our choice for a single test number. Only parameters are kept per client;
     BatchNorm statistics, if any, are averaged like the server copies."""
@@ -105,9 +106,7 @@ class SplitFedV3(SplitMethod):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.add_state(
-            "client_states", lambda: flat_parameters(self.client.net).detach().repeat(self.client_stats.num_clients, 1)
-        )
+        self.add_client_state("client_states", lambda: flat_parameters(self.client.net).detach())  # [K, P]
 
     @override
     def start_round(self, step: Step) -> None:
@@ -122,7 +121,9 @@ class SplitFedV3(SplitMethod):
             for slot, k in zip(self.bank.slots, step.clients.tolist()):
                 self.client_states[k] = torch.nn.utils.parameters_to_vector(slot.parameters())
             w = self.client_sizes.to(self.client_states.dtype)
-            torch.nn.utils.vector_to_parameters(w @ self.client_states / w.sum(), self.client.net.parameters())
+            torch.nn.utils.vector_to_parameters(
+                self.client_states.weighted_sum(w) / w.sum(), self.client.net.parameters()
+            )
 
 
 @register("sfl_local_loss", family="split")

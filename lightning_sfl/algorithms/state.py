@@ -16,15 +16,20 @@ True
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from lightning_sfl import trainer_view
 from lightning_sfl.algorithms.client_bank import ClientBank
+from lightning_sfl.client_store import ClientStore, client_stores, make_store  # noqa: F401 (client_stores: re-export)
 from lightning_sfl.defences import renamed_legacy_state
 
-__all__ = ["DeclaredStates", "algorithm_path", "banks_left_out", "load_method_entry", "save_method_entry"]
+__all__ = [
+    "DeclaredStates", "algorithm_path", "banks_left_out", "dense_client_states", "load_client_stores",
+    "load_method_entry", "save_method_entry",
+]  # fmt: skip
 
 
 def algorithm_path(cls: type) -> str:
@@ -46,10 +51,16 @@ class DeclaredStates:
 
     def __init__(self) -> None:
         self.inits: dict[str, Callable[[], torch.Tensor]] = {}
+        self.per_client: dict[str, tuple[Callable[[], int], Callable[[], torch.Tensor]]] = {}
 
     def add(self, name: str, init: Callable[[], torch.Tensor]) -> None:
         """Declare the checkpointed tensor ``<method>.<name>``, made by ``init()`` when a fit starts."""
         self.inits[name] = init
+
+    def add_per_client(self, name: str, num_clients: Callable[[], int], default: Callable[[], torch.Tensor]) -> None:
+        """Declare the per-client state ``<method>.<name>``: a :class:`~lightning_sfl.client_store.
+        ClientStore` of ``num_clients()`` rows, each ``default()`` until written, made when a fit starts."""
+        self.per_client[name] = (num_clients, default)
 
     def build(self, module: nn.Module) -> None:
         """Create every declared state of ``module`` that does not exist yet with the right shape (``setup("fit")``;
@@ -59,6 +70,8 @@ class DeclaredStates:
             existing = module._buffers.get(name)
             if existing is None or existing.shape != value.shape:
                 module.register_buffer(name, value)
+        for name, (num_clients, default) in self.per_client.items():
+            make_store(module, name, num_clients(), default())
 
     def restore_shapes(self, module: nn.Module, state: dict[str, torch.Tensor]) -> None:
         """Create the declared states a fit's setup did not (``validate``/``test``/``load_from_checkpoint``) with the
@@ -68,6 +81,11 @@ class DeclaredStates:
             existing = module._buffers.get(name)
             if saved is not None and (existing is None or existing.shape != saved.shape):
                 module.register_buffer(name, torch.empty_like(saved))
+
+
+def dense_client_states(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Every store of ``module`` as the ``[K, *row]`` tensor it stands for (tests; small federations only)."""
+    return {key: store.dense() for key, store in client_stores(module).items()}
 
 
 def banks_left_out(method: nn.Module) -> tuple[str, ...]:
@@ -82,6 +100,9 @@ def save_method_entry(method, checkpoint: dict) -> None:
     checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith(drop)}
     entry = checkpoint.setdefault("lightning_sfl", {})
     entry["algorithm"] = algorithm_path(type(method))
+    stores = client_stores(method)
+    if stores:  # incremental: each store writes the rows changed since its last save, the checkpoint its record
+        entry["client_state"] = {key: store.save() for key, store in stores.items()}
     run = trainer_view.wandb_run_id(method._trainer)
     if run is not None:
         entry["wandb_id"] = run
@@ -104,3 +125,36 @@ def load_method_entry(method, checkpoint: dict) -> None:
         bank = method.get_submodule(prefix[:-1])
         state.update({f"{prefix}{k}": v for k, v in bank.state_dict().items()})
     method._states.restore_shapes(method, state)
+    load_client_stores(method, checkpoint)
+
+
+def load_client_stores(method, checkpoint: dict) -> None:
+    """The per-client stores of the checkpoint: its records (their files read on first use, from the
+    ``client_state/`` folder beside the checkpoint, else where they were written), or the ``[K, *row]`` tensors of
+    a checkpoint written before stores."""
+    records = checkpoint.get("lightning_sfl", {}).get("client_state", {})
+    state = checkpoint["state_dict"]
+    beside = trainer_view.checkpoint_path(method._trainer)
+    folders = [Path(beside).parent / "client_state"] if beside else []
+    for key, record in records.items():
+        owner, _, name = key.rpartition(".")
+        module = method.get_submodule(owner) if owner else method
+        make_store(module, name, int(record["num_clients"]), record["default"]).load(record, folders)
+    for key in [k for k, v in state.items() if k not in records and isinstance(v, torch.Tensor)]:
+        owner, _, name = key.rpartition(".")
+        try:
+            module = method.get_submodule(owner) if owner else method
+        except AttributeError:  # not a module of this method: strict loading names it
+            continue
+        if name in per_client_names(module):
+            rows = state.pop(key)
+            store = ClientStore.from_dense(name, rows, rows.new_zeros(rows.shape[1:]))
+            store.folder = getattr(getattr(module, name, None), "folder", None)  # where a fit's store writes
+            setattr(module, name, store)
+
+
+def per_client_names(module: nn.Module) -> set[str]:
+    """The names of ``module``'s per-client stores (declared by a method, or a part's ``per_client_states``)."""
+    declared = getattr(module, "_states", None)
+    names = set(declared.per_client) if isinstance(declared, DeclaredStates) else set()
+    return names | set(getattr(module, "per_client_states", ()))

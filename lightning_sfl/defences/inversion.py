@@ -16,8 +16,9 @@ eval mode and not updated by this term. Every ``every`` local iterations (before
 decoder takes one Adam step on ``−mean SSIM`` (or ``mean MSE``) of ``L(w_v,k; A_k.detach())``; before a client's first
 local iteration its decoder is pre-trained ``warmup_epochs`` passes of MSE over its shard
 (:class:`~lightning_sfl.loop.warmup.WarmupRounds`). The decoders never leave their clients: no bytes in the ledger, no
-simulated time; they live, with their BatchNorm statistics and Adam moments, in ``[K, ·]`` tensors of this defence,
-saved in checkpoints under ``defences.inversion.``.
+simulated time; they live, with their BatchNorm statistics and Adam moments, in per-client stores of this defence
+(:mod:`~lightning_sfl.client_store`: rows for the clients that have trained, the template's initial
+decoder for the others; checkpointed incrementally under ``defences.inversion.``).
 
 Needs synchronous rounds on one process, and clients that upload ``h`` of the half they download (SplitFedV3's keep
 their own halves); the asynchronous and local-epoch schedules refuse it.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import torch
 from typing_extensions import override
 
+from lightning_sfl.client_store import ClientStore, make_store
 from lightning_sfl.defences.base import Defence
 from lightning_sfl.errors import ConfigError, whole_number
 from lightning_sfl.loop import SyncRounds
@@ -38,7 +40,7 @@ from lightning_sfl.privacy.metrics import REGULARISERS, images_from_inputs, mse_
 __all__ = ["InversionRegulariser"]
 
 OPTIMIZER_STATES = ("kept", "reset")
-#: The per-client tensors, ``[K, ·]``: decoder weights ``[K, P]`` and BatchNorm statistics ``[K, Q]``, Adam's moments
+#: The per-client stores, ``[K, ·]``: decoder weights ``[K, P]`` and BatchNorm statistics ``[K, Q]``, Adam's moments
 #: ``[K, P]`` and step counts ``[K]``.
 STATES = ("weights", "statistics", "exp_avg", "exp_avg_sq", "steps")
 
@@ -65,6 +67,7 @@ class InversionRegulariser(Defence):
     """
 
     key = "inversion"
+    per_client_states = STATES  # stores, not buffers: loaded from a checkpoint's records (or old [K, ·] tensors)
     goes_back_through_activations = True  # R_k goes back through the activations after G_k did
 
     def __init__(
@@ -96,8 +99,6 @@ class InversionRegulariser(Defence):
         self.optimizer_state = optimizer_state
         self.warmup_epochs = whole_number("InversionRegulariser: warmup_epochs", warmup_epochs, low=0)
         self.warmup_batch_size = whole_number("InversionRegulariser: warmup_batch_size", warmup_batch_size)
-        for name in STATES:  # sized when a fit starts (setup) or from a checkpoint
-            self.register_buffer(name, torch.zeros(0))
         self._warmup_adam: dict[int, list] = {}  # client -> [exp_avg, exp_avg_sq, steps] of its warm-up (one round)
         self._iteration = 0
         self._last_step_index: int | None = None
@@ -136,29 +137,28 @@ class InversionRegulariser(Defence):
         """The per-client tensors (``K`` rows: every client's decoder starts as the template) and the
         de-normalisation of the inputs (``x = x_norm·std + mean``)."""
         k = federation.stats.num_clients
-        weights = self._flat.flat_parameters().repeat(k, 1)
+        weights = self._flat.flat_parameters()
+        device = weights.device
         initial = {
             "weights": weights,
-            "statistics": self._flat.flat_buffers().repeat(k, 1),
+            "statistics": self._flat.flat_buffers(),
             "exp_avg": torch.zeros_like(weights),
             "exp_avg_sq": torch.zeros_like(weights),
-            "steps": torch.zeros(k, dtype=torch.long),
+            "steps": torch.zeros((), dtype=torch.long, device=device),
         }
         for name, value in initial.items():  # a second fit, or a restored run, keeps what it holds
-            if getattr(self, name).shape != value.shape:
-                self.register_buffer(name, value.to(getattr(self, name).device))
+            make_store(self, name, k, value)
         data = federation.data
-        device = self.weights.device
         self.register_buffer("pixel_mean", torch.tensor(data.pixel_mean).view(-1, 1, 1).to(device), persistent=False)
         self.register_buffer("pixel_std", torch.tensor(data.pixel_std).view(-1, 1, 1).to(device), persistent=False)
 
     @override
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        for name in STATES:  # outside a fit (validate, test, load_from_checkpoint): the checkpoint's shapes
-            saved = state_dict.get(prefix + name)
-            if saved is not None and getattr(self, name).shape != saved.shape:
-                self.register_buffer(name, torch.empty_like(saved, device=getattr(self, name).device))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+    def _apply(self, fn, recurse: bool = True):
+        super()._apply(fn, recurse)
+        for name in STATES:
+            if isinstance(getattr(self, name, None), ClientStore):
+                getattr(self, name).apply(fn)
+        return self
 
     @override
     def start_round(self, step):
@@ -169,7 +169,7 @@ class InversionRegulariser(Defence):
         self._last_step_index = None
         if self.optimizer_state == "reset":
             for state in (self.exp_avg, self.exp_avg_sq, self.steps):
-                state[step.clients] = 0
+                state[step.clients] = 0  # a store's rows: written, not changed in place
 
     @override
     def one_process_only(self):
@@ -221,8 +221,9 @@ class InversionRegulariser(Defence):
     def train_decoder(self, k: int, a: torch.Tensor, x: torch.Tensor) -> None:
         """One Adam step of client ``k``'s decoder on ``−mean SSIM`` (or ``mean MSE``) of its reconstructions of the
         images ``x`` ``[B_k, C, H, W]`` from the activations ``a`` ``[B_k, *act]``, with the client's stored moments."""
-        self.steps[k] += 1
-        self.decoder_step(k, a, x, self.regulariser, self.exp_avg[k], self.exp_avg_sq[k], int(self.steps[k]))
+        steps, exp_avg, exp_avg_sq = self.steps[k] + 1, self.exp_avg[k], self.exp_avg_sq[k]
+        self.decoder_step(k, a, x, self.regulariser, exp_avg, exp_avg_sq, int(steps))
+        self.steps[k], self.exp_avg[k], self.exp_avg_sq[k] = steps, exp_avg, exp_avg_sq
 
     def decoder_step(
         self, k: int, a: torch.Tensor, x: torch.Tensor, objective: str, exp_avg, exp_avg_sq, t: int
@@ -230,9 +231,11 @@ class InversionRegulariser(Defence):
         """One Adam step (step number ``t``, moments ``exp_avg``/``exp_avg_sq`` updated in place) of client ``k``'s
         decoder (BatchNorm in train mode) on ``−mean SSIM`` (``objective="ssim"``) or ``mean MSE`` of ``L(w_v,k; a)``
         against ``x``."""
-        params = self.weights[k].clone().requires_grad_(True)
+        weights, statistics = self.weights[k], self.statistics[k]  # the client's rows (copies: written back below)
+        params = weights.clone().requires_grad_(True)
         with torch.enable_grad():
-            x_hat = self._flat(params, self.statistics[k], a, train=True)
+            x_hat = self._flat(params, statistics, a, train=True)  # BatchNorm updates `statistics` in place
             loss = -ssim_per_image(x_hat, x).mean() if objective == "ssim" else mse_per_image(x_hat, x).mean()
             (grad,) = torch.autograd.grad(loss, params)
-        adam_update(self.weights[k], grad, exp_avg, exp_avg_sq, t, self.lr)
+        adam_update(weights, grad, exp_avg, exp_avg_sq, t, self.lr)
+        self.weights[k], self.statistics[k] = weights, statistics

@@ -178,7 +178,7 @@ class _Record(L.Callback):
         self.rounds.append(
             {
                 "theta_prev": _flat(pl_module.client.net).clone(),
-                "g_prev": pl_module.feddyn_client_grads.clone(),
+                "g_prev": pl_module.feddyn_client_grads.dense(),
                 "h_prev": pl_module.feddyn_h.clone(),
             }
         )
@@ -188,7 +188,7 @@ class _Record(L.Callback):
             self.rounds[-1].update(
                 slots=torch.stack([_flat(s) for s in pl_module.bank.slots]),
                 theta=_flat(pl_module.client.net).clone(),
-                g=pl_module.feddyn_client_grads.clone(),
+                g=pl_module.feddyn_client_grads.dense(),
                 h=pl_module.feddyn_h.clone(),
                 clients=batch.clients.clone(),
             )
@@ -246,14 +246,15 @@ def test_feddyn_states_and_server_model_by_hand():
 
     # the states are checkpointed and restored
     state = model.state_dict()
-    assert "feddyn_client_grads" in state and "feddyn_h" in state
+    assert "feddyn_h" in state and "feddyn_client_grads" not in state  # a per-client store: its record, not [K, P]
     checkpoint = {"state_dict": dict(state)}
     model.on_save_checkpoint(checkpoint)
-    assert "feddyn_client_grads" in checkpoint["state_dict"] and "feddyn_h" in checkpoint["state_dict"]
+    assert "feddyn_client_grads" in checkpoint["lightning_sfl"]["client_state"]
+    assert "feddyn_h" in checkpoint["state_dict"]
     restored = FedDyn(penalty=alpha, local_iters=2, lr=LR)
     restored.on_load_checkpoint(checkpoint)
     restored.load_state_dict(checkpoint["state_dict"])
-    assert torch.equal(restored.feddyn_client_grads, model.feddyn_client_grads)
+    assert torch.equal(restored.feddyn_client_grads.dense(), model.feddyn_client_grads.dense())
     assert torch.equal(restored.feddyn_h, model.feddyn_h)
 
 
@@ -347,7 +348,7 @@ def test_feddyn_resumes_from_a_checkpoint_exactly(tmp_path):
     L.Trainer(max_epochs=3, enable_checkpointing=False, **kw).fit(resumed, _dm(), ckpt_path=tmp_path / "last.ckpt")
     assert resumed.feddyn_h.abs().max() > 0
     assert torch.equal(resumed.feddyn_h, full.feddyn_h)
-    assert torch.equal(resumed.feddyn_client_grads, full.feddyn_client_grads)
+    assert torch.equal(resumed.feddyn_client_grads.dense(), full.feddyn_client_grads.dense())
     assert torch.equal(_flat(resumed.client.net), _flat(full.client.net))
     loaded = FedDyn.load_from_checkpoint(tmp_path / "last.ckpt")  # outside fit: no setup ran
-    assert torch.equal(loaded.feddyn_client_grads, first.feddyn_client_grads)
+    assert torch.equal(loaded.feddyn_client_grads.dense(), first.feddyn_client_grads.dense())

@@ -82,7 +82,7 @@ def test_with_gamma_zero_it_is_scala_with_the_bottleneck_in_weights_traffic_and_
         metrics[name] = (model, {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(KEYS)})
     (pe, got), (base, want) = metrics["pe"], metrics["base"]
     assert torch.equal(weights(pe), weights(base))
-    assert int(pe.defences.inversion.steps.sum()) > 0 and bool(
+    assert int(pe.defences.inversion.steps.dense().sum()) > 0 and bool(
         pe.schedule.warm.any()
     )  # the simulated attackers did train
     assert {"comm/cumulative_bytes", "clock/elapsed_seconds"} <= got.keys() and got == want
@@ -127,7 +127,8 @@ def test_warm_up_is_adam_on_mse_over_the_clients_shard_as_a_plain_torch_loop_com
 )
 def test_decoders_step_every_inversion_every_local_iterations_whatever_the_warm_up(epochs):
     model, _ = fit(SCALAPE, rounds=2, local_iters=3, inversion_every=2, inversion_warmup_epochs=epochs)
-    assert int(model.defences.inversion.steps.sum()) == 2 * 2 * 4  # local iterations 0 and 2 of 3, 4 clients, 2 rounds
+    steps = model.defences.inversion.steps.dense()
+    assert int(steps.sum()) == 2 * 2 * 4  # local iterations 0 and 2 of 3, 4 clients, 2 rounds
 
 
 def test_the_regulariser_changes_training_when_it_is_active():
@@ -139,28 +140,27 @@ def test_the_regulariser_changes_training_when_it_is_active():
 def test_each_selected_client_trains_its_own_decoder_once_per_local_iteration():
     model, trainer = fit(SCALAPE, rounds=2)
     k = model.client_stats.num_clients
-    steps = model.defences.inversion.steps
+    steps = model.defences.inversion.steps.dense()
     assert steps.shape == (k,) and int(steps.sum()) == 2 * 2 * 4  # rounds · T · clients per round
     untouched = steps == 0
     assert untouched.any()  # 8 clients, 4 a round, 2 rounds: someone sat out
     assert torch.equal(
-        model.defences.inversion.weights[untouched],
+        model.defences.inversion.weights.dense()[untouched],
         model.defences.inversion._flat.flat_parameters().expand(int(untouched.sum()), -1),
     )
     trained = ~untouched
-    assert (
-        (model.defences.inversion.weights[trained] != model.defences.inversion._flat.flat_parameters()).any(dim=1).all()
-    )
+    initial = model.defences.inversion._flat.flat_parameters()
+    assert (model.defences.inversion.weights.dense()[trained] != initial).any(dim=1).all()
     assert "train/inversion_ssim" in trainer.callback_metrics
 
 
 def test_inversion_every_and_reset_of_the_optimiser_state():
     every, _ = fit(SCALAPE, rounds=2, inversion_every=2)
-    assert int(every.defences.inversion.steps.sum()) == 2 * 1 * 4  # one decoder step of the 2 local iterations
+    assert int(every.defences.inversion.steps.dense().sum()) == 2 * 1 * 4  # one decoder step of the 2 local iterations
     reset, _ = fit(SCALAPE, rounds=2, inversion_optimizer_state="reset")
     kept, _ = fit(SCALAPE, rounds=2)
     assert (
-        int(reset.defences.inversion.steps.max()) == 2 <= int(kept.defences.inversion.steps.max())
+        int(reset.defences.inversion.steps.dense().max()) == 2 <= int(kept.defences.inversion.steps.dense().max())
     )  # restart counts per round
     assert torch.equal(weights(reset), weights(kept))  # no effect on the model while the hinge is 0
 
@@ -193,9 +193,9 @@ def test_the_inversion_term_is_gamma_times_the_sum_of_the_clients_hinges():
         with torch.no_grad():
             means[k] = float(reference_ssim(decoder.eval()(acts[rows]), x[rows]).mean())
     model.defences.inversion.threshold = tau = (means[1] + means[6]) / 2  # one client above the hinge, one below
-    before = model.defences.inversion.weights.clone()
+    before = model.defences.inversion.weights.dense()
     got, _ = model.defences.inversion.client_terms(step, acts, log=lambda *a, **k: None)
-    assert torch.equal(model.defences.inversion.weights, before)
+    assert torch.equal(model.defences.inversion.weights.dense(), before)
     want = 0.7 * sum(max(m - tau, 0.0) for m in means.values())
     assert want > 0 and float(got.detach()) == pytest.approx(want, abs=1e-5)
     got.backward()
