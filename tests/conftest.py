@@ -15,7 +15,7 @@ torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
 #: What a run writes into its working directory: a test that runs one in the repository's folder leaves it there.
-RUN_OUTPUTS = ("runs", "wandb", "lightning_logs")
+RUN_OUTPUTS = ("runs", "wandb", "lightning_logs", "client_state")
 _OUTPUTS_BEFORE = {name for name in RUN_OUTPUTS if (REPO / name).exists()}
 
 

@@ -54,7 +54,14 @@ import torch
 from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.system.timing import ClientCosts, ClientTimes, RoundTraffic, SystemModel
+from lightning_sfl.system.timing import (
+    ClientCosts,
+    ClientTimes,
+    RoundTraffic,
+    SystemModel,
+    checked_redraw,
+    draws_digest,
+)  # fmt: skip
 
 __all__ = ["DEVICE_GFLOPS", "EdgeDevices", "iteration_seconds", "link_rates"]
 
@@ -234,11 +241,20 @@ class EdgeDevices(SystemModel):
     # ------------------------------------------------------------------ checkpointed state
     @override
     def state_dict(self) -> dict:
-        types = None if self.client_types is None else self.client_types.clone()
-        return {"seed": self.seed, "client_types": types}
+        """The seed and ``K`` that assign the clients' devices, and a digest of the assignment (not ``K`` numbers)."""
+        assigned = self.client_types is not None
+        return {
+            "seed": self.seed,
+            "num_clients": len(self.client_types) if assigned else None,
+            "draws": draws_digest(self.client_types),
+        }
 
     @override
     def load_state_dict(self, state: dict) -> None:
-        if state.get("client_types") is not None:  # the devices of the run being resumed
+        if state.get("client_types") is not None:  # a checkpoint of an earlier version: the assignment itself
             self.seed = int(state["seed"])
             self.client_types = torch.as_tensor(state["client_types"], dtype=torch.long)
+        elif state.get("num_clients") is not None:  # the devices of the run being resumed, assigned again
+            self.seed = int(state["seed"])
+            self.client_types = self.assign_types(int(state["num_clients"]))
+            checked_redraw(state["draws"], draws_digest(self.client_types), type(self).__name__)

@@ -11,6 +11,7 @@ asks). Its state (placements, speeds) is checkpointed with the federation.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,12 +21,37 @@ import torch
 from torch import nn
 from typing_extensions import override
 
+from lightning_sfl.errors import ConfigError
 from lightning_sfl.system.comm import module_bytes
 from lightning_sfl.system.flops import CutCost, cut_costs, forward_flops_per_sample, training_flops_per_sample
 
-__all__ = ["LABEL_BYTES", "ClientCosts", "ClientTimes", "RoundTraffic", "SystemModel"]
+__all__ = ["LABEL_BYTES", "ClientCosts", "ClientTimes", "RoundTraffic", "SystemModel", "checked_redraw", "draws_digest"]
 
 LABEL_BYTES = 8  # one int64 label per row
+
+
+def draws_digest(*draws: torch.Tensor | None) -> str | None:
+    """SHA-1 of the bytes of a system model's per-client draws (``[K]`` each; ``None``: not drawn yet): what a
+    checkpoint keeps of them instead of ``K`` numbers each, so that its size does not grow with ``K``.
+
+    >>> draws_digest(torch.zeros(3)) == draws_digest(torch.zeros(3)), draws_digest(None)
+    (True, None)
+    """
+    if any(d is None for d in draws):
+        return None
+    digest = hashlib.sha1()
+    for d in draws:
+        digest.update(d.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def checked_redraw(saved: str, redrawn: str | None, model: str) -> None:
+    """Refuse a resume whose per-client draws, redrawn from the checkpoint's seed and ``K``, are not its own."""
+    if redrawn != saved:
+        raise ConfigError(
+            f"{model}: the clients' draws of the checkpoint's seed and K differ from what these options draw with this "
+            "torch (other system options, or another torch version?): resume with those that started the run"
+        )
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,15 @@ from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.system.channel import bandwidth_per_client, compute_capacities, place_clients, uplink_rates
-from lightning_sfl.system.timing import LABEL_BYTES, ClientCosts, ClientTimes, RoundTraffic, SystemModel
+from lightning_sfl.system.timing import (
+    LABEL_BYTES,
+    ClientCosts,
+    ClientTimes,
+    RoundTraffic,
+    SystemModel,
+    checked_redraw,
+    draws_digest,
+)  # fmt: skip
 
 __all__ = ["BARRIERS", "WirelessCell"]
 
@@ -210,15 +218,22 @@ class WirelessCell(SystemModel):
     # ------------------------------------------------------------------ checkpointed draws
     @override
     def state_dict(self) -> dict:
+        """The seed and ``K`` that draw the clients' distances and speeds, and a digest of the draws (not ``2K``
+        numbers: a checkpoint's size does not grow with ``K``)."""
+        drawn = self.distances_m is not None
         return {
             "seed": self.seed,
-            "distances_m": None if self.distances_m is None else self.distances_m.clone(),
-            "capacities": None if self.capacities is None else self.capacities.clone(),
+            "num_clients": len(self.distances_m) if drawn else None,
+            "draws": draws_digest(self.distances_m, self.capacities),
         }
 
     @override
     def load_state_dict(self, state: dict) -> None:
-        if state.get("distances_m") is not None:  # the placement of the run being resumed
+        if state.get("distances_m") is not None:  # a checkpoint of an earlier version: the draws themselves
             self.seed = int(state["seed"])
             self.distances_m = torch.as_tensor(state["distances_m"], dtype=torch.float64)
             self.capacities = torch.as_tensor(state["capacities"], dtype=torch.float64)
+        elif state.get("num_clients") is not None:  # the placement of the run being resumed, drawn again
+            self.seed = int(state["seed"])
+            self.draw_system(int(state["num_clients"]))
+            checked_redraw(state["draws"], draws_digest(self.distances_m, self.capacities), type(self).__name__)

@@ -15,6 +15,8 @@ import pytest
 import torch
 from _helpers import REPO
 
+from lightning_sfl.client_store import ClientStore
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -47,7 +49,12 @@ def _run(method: str, devices: int, folder: Path, rounds: int = 3, extra=()) -> 
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=folder.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    state = torch.load(folder / "ckpt" / "last.ckpt", weights_only=True)["state_dict"]
+    checkpoint = torch.load(folder / "ckpt" / "last.ckpt", weights_only=True)
+    state = checkpoint["state_dict"]
+    for key, record in checkpoint["lightning_sfl"].get("client_state", {}).items():  # per-client stores, [K, P]
+        store = ClientStore(key, record["num_clients"], record["default"])
+        store.load(record)
+        state[key] = store.dense()
     metrics: dict[int, dict[str, float]] = {}
     with open(next(folder.glob("csv/version_*/metrics.csv"))) as f:
         for row in csv.DictReader(f):

@@ -209,7 +209,7 @@ def test_fedprox_regularizer_value_and_gradient():
         torch.testing.assert_close(g, mu * (w - w_g), rtol=1e-5, atol=1e-7)
 
 
-def test_feddyn_states_and_server_model_by_hand():
+def test_feddyn_states_and_server_model_by_hand(tmp_path):
     torch.manual_seed(0)
     alpha = 0.1
     model = FedDyn(penalty=alpha, local_iters=2, lr=LR)
@@ -248,6 +248,7 @@ def test_feddyn_states_and_server_model_by_hand():
     state = model.state_dict()
     assert "feddyn_h" in state and "feddyn_client_grads" not in state  # a per-client store: its record, not [K, P]
     checkpoint = {"state_dict": dict(state)}
+    model.feddyn_client_grads.bind_folder(tmp_path)  # (the fit's trainer had no checkpoint folder: the working one)
     model.on_save_checkpoint(checkpoint)
     assert "feddyn_client_grads" in checkpoint["lightning_sfl"]["client_state"]
     assert "feddyn_h" in checkpoint["state_dict"]

@@ -15,7 +15,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_sfl.algorithms import ALGORITHMS
-from lightning_sfl.algorithms.state import banks_left_out
+from lightning_sfl.algorithms.state import banks_left_out, dense_client_states
 from lightning_sfl.callbacks import CommunicationBytes
 from lightning_sfl.data import FederatedDataModule
 
@@ -84,6 +84,9 @@ def test_resume_at_round_boundary_is_exact(name, tmp_path):
     transient = banks_left_out(full)  # slots rebuilt every round: not part of what a resume must restore
     for (n, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
         assert n.startswith(transient) or torch.equal(a, b), f"{name}: {n} differs after resume"
+    stores = dense_client_states(resumed)  # per-client state (FedDyn's ∇L_k, SCAFFOLD's c_k, decoders...)
+    for n, a in dense_client_states(full).items():
+        assert torch.equal(a, stores[n]), f"{name}: {n} differs after resume"
     want, got = csv_rounds(tmp_path / "full"), csv_rounds(tmp_path / "part")
     for epoch in (2, 3):
         assert {"test/acc", "comm/cumulative_bytes"} <= set(want[epoch])

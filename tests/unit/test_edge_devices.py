@@ -17,6 +17,7 @@ import lightning_sfl.system.devices as devices_module
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.system.devices import DEVICE_GFLOPS, EdgeDevices, iteration_seconds, link_rates
 from lightning_sfl.system.timing import RoundTraffic
+from lightning_sfl.system.wireless import WirelessCell
 
 
 def costs(training=1e9, full=3e9, split=True):
@@ -144,10 +145,12 @@ def test_asynchronous_times_use_the_mean_speed_and_the_middle_uplink():
 def test_state_dict_keeps_the_device_types():
     system = EdgeDevices(seed=4)
     system.bind(12, seed=0, costs=costs())
-    restored = EdgeDevices(device_share=[1, 5])  # a resumed run keeps the checkpoint's devices
+    restored = EdgeDevices()  # a resumed run keeps the checkpoint's devices (its seed, not the data's)
     restored.load_state_dict(system.state_dict())
     restored.bind(12, seed=9, costs=costs())
     assert torch.equal(restored.client_types, system.client_types) and restored.seed == 4
+    with pytest.raises(ConfigError, match="other system options, or another torch version"):
+        EdgeDevices(device_share=[1, 5]).load_state_dict(system.state_dict())  # other shares: other devices
 
 
 @pytest.mark.parametrize(
@@ -193,3 +196,20 @@ def test_semi_sfl_fit_on_edge_devices_logs_the_clock(tmp_path):
     server = 30 * 32 * system.costs.full_training_flops / system.server_flops  # K_s = 30 steps of 32 rows
     assert all(s > server > 0 for s in seconds)
     assert all(math.isfinite(s) for s in seconds)
+
+
+@pytest.mark.parametrize("kind", ["edge", "wireless"])
+def test_a_checkpoint_keeps_the_seed_and_k_of_the_draws_not_k_numbers_and_a_resume_draws_them_again(kind):
+    """The system model's state holds no ``[K]`` tensor (a checkpoint's size does not grow with ``K``); restoring it
+    draws the same clients again, checked against the digest; draws that differ (another torch) are refused."""
+    make = (lambda: EdgeDevices(seed=5)) if kind == "edge" else (lambda: WirelessCell(seed=5))  # noqa: E731
+    system = make()
+    system.bind(10_000, seed=0, costs=costs())
+    state = system.state_dict()
+    assert not any(torch.is_tensor(v) for v in state.values()) and state["num_clients"] == 10_000
+    restored = make()
+    restored.load_state_dict(state)
+    for name in ("client_types",) if kind == "edge" else ("distances_m", "capacities"):
+        assert torch.equal(getattr(restored, name), getattr(system, name))
+    with pytest.raises(ConfigError, match="differ from what these options draw with this torch"):
+        make().load_state_dict({**state, "draws": "0" * 40})
