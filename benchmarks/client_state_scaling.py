@@ -1,11 +1,17 @@
 """Per-client state against the number of clients ``K``: FedDyn's ``∇L_k`` and SCAFFOLD's ``c_k`` on LEAF's
 Synthetic(1, 1) (the logistic model, 610 parameters), 10 clients a round for 20 rounds (at most 200 clients ever
-train), a checkpoint every round. For K = 100, 1,000 and 10,000, each run in a fresh process, it prints the
-training's memory (peak resident memory during ``fit`` above the resident memory when it started: the data, which
-grows with ``K``, is loaded before), the last checkpoint's size, the bytes of per-client files written beside the
-checkpoints in the whole run, the rows the stores hold, the time, and what the state would take as ``[K, P]``
-tensors (the layout before per-client stores). Its last lines are the ratios K = 10,000 over K = 1,000 and whether
-memory and checkpoints are flat in ``K`` (ratio at most 1.1, or under 1 MiB apart).
+train), a checkpoint every round; FedAvg, which keeps no per-client state, in the same setting as the control. For
+K = 100, 1,000 and 10,000, each run in a fresh process, it prints:
+
+- the memory the stores hold (their rows in memory, exactly) and the rows they hold;
+- the training's memory (peak resident memory during ``fit`` above the resident memory when it started; the data,
+  which grows with ``K``, is loaded before) and that memory minus FedAvg's at the same ``K`` (what the method adds);
+- the last checkpoint's size and the bytes of per-client files written beside the checkpoints in the whole run;
+- the time of ``fit`` and what the state would take as ``[K, P]`` tensors (the layout before per-client stores).
+
+Its last lines compare K = 10,000 with K = 1,000: the stores' memory, the checkpoint and the files are flat (a ratio
+of at most 1.1), and what the method adds to the training's memory grows by less than 2 MiB (resident memory is
+measured to about a MiB), where the ``[K, P]`` layout would have grown by ``9,000·P·4`` bytes a state.
 
     python benchmarks/client_state_scaling.py                  # FedDyn and SCAFFOLD, K = 100, 1,000, 10,000
     python benchmarks/client_state_scaling.py --clients 1000 100000 --methods FedDyn --rounds 5
@@ -65,8 +71,9 @@ def one_run(method: str, clients: int, rounds: int, per_round: int) -> dict:
     dm.prepare_data()
     dm.setup("fit")
     model = getattr(algorithms, method)(
-        arch="logistic", split_point="s1", local_iters=5, lr=0.01, input_shape=dm.input_shape, num_classes=dm.num_classes
-    )
+        arch="logistic", split_point="s1", local_iters=5, lr=0.01, input_shape=dm.input_shape,
+        num_classes=dm.num_classes,
+    )  # fmt: skip
     folder = Path(tempfile.mkdtemp(prefix="client_state_bench-"))
     trainer = L.Trainer(
         max_epochs=rounds, logger=False, enable_progress_bar=False, enable_model_summary=False,
@@ -82,6 +89,7 @@ def one_run(method: str, clients: int, rounds: int, per_round: int) -> dict:
     sampler.join()
     stores = client_stores(model)
     parameters = sum(p.numel() for p in model.client.net.parameters())
+    held = list(stores.values())
     return {
         "method": method,
         "clients": clients,
@@ -89,13 +97,10 @@ def one_run(method: str, clients: int, rounds: int, per_round: int) -> dict:
         "fit_memory": sampler.peak - start_memory,
         "checkpoint": (folder / "last.ckpt").stat().st_size,
         "state_files": sum(f.stat().st_size for f in (folder / "client_state").rglob("*.pt")),
-        "rows_held": max(s.rows_held() for s in stores.values()),
-        "dense_bytes": len(stores) * clients * parameters * 4,
+        "rows_held": max((s.rows_held() for s in held), default=0),
+        "store_memory": sum(s._slab.numel() * s._slab.element_size() for s in held),
+        "dense_bytes": len(held) * clients * parameters * 4,
     }
-
-
-def flat(small: float, large: float) -> bool:
-    return large <= 1.1 * small or large - small < MIB
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -111,31 +116,39 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(one_run(args.one[0], int(args.one[1]), args.rounds, args.per_round)))
         return
     results = []
-    for method in args.methods:
+    for method in ["FedAvg", *args.methods]:  # FedAvg: the control, no per-client state
         for clients in args.clients:
             command = [sys.executable, __file__, "--one", method, str(clients), "--rounds", str(args.rounds),
                        "--per_round", str(args.per_round)]  # fmt: skip
             out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
             results.append(json.loads(out.strip().splitlines()[-1]))
             r = results[-1]
+            control = next(c for c in results if c["method"] == "FedAvg" and c["clients"] == clients)
+            r["added_memory"] = r["fit_memory"] - control["fit_memory"]
             print(
-                f"{method:8s} K={clients:>6,d}  fit {r['seconds']:6.1f} s  training memory {r['fit_memory'] / MIB:7.1f}"
-                f" MiB  last.ckpt {r['checkpoint'] / 1024:7.1f} KiB  state files {r['state_files'] / 1024:7.1f} KiB"
-                f"  rows held {r['rows_held']:4d}  as [K, P] tensors {r['dense_bytes'] / MIB:7.1f} MiB",
+                f"{method:8s} K={clients:>6,d}  fit {r['seconds']:5.1f} s  stores {r['store_memory'] / 1024:6.1f} KiB"
+                f" ({r['rows_held']:3d} rows)  training memory {r['fit_memory'] / MIB:5.1f} MiB (FedAvg's"
+                f" {r['added_memory'] / MIB:+5.1f})  last.ckpt {r['checkpoint'] / 1024:5.1f} KiB  state files"
+                f" {r['state_files'] / 1024:5.1f} KiB  as [K, P] tensors {r['dense_bytes'] / MIB:5.1f} MiB",
                 flush=True,
             )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
-    small, large = min(args.clients), max(args.clients)
+    small, large = sorted(args.clients)[-2:] if len(args.clients) > 1 else (args.clients[0],) * 2
     verdicts = []
     for method in args.methods:
         a, b = (next(r for r in results if r["method"] == method and r["clients"] == k) for k in (small, large))
-        for key, label in (("fit_memory", "training memory"), ("checkpoint", "checkpoint"),
+        for key, label in (("store_memory", "stores' memory"), ("checkpoint", "last checkpoint"),
                            ("state_files", "state files")):  # fmt: skip
-            ok = flat(a[key], b[key])
-            verdicts.append(ok)
-            ratio = b[key] / a[key] if a[key] else float("nan")
-            print(f"{method}: {label} K={large:,d} / K={small:,d} = {ratio:.2f} ({'flat' if ok else 'NOT flat'})")
+            ratio = b[key] / a[key]
+            verdicts.append(ratio <= 1.1)
+            verdict = "flat" if ratio <= 1.1 else "NOT flat"
+            print(f"{method}: {label} K={large:,d} / K={small:,d} = {ratio:.2f} ({verdict})")
+        grown = (b["added_memory"] - a["added_memory"]) / MIB
+        dense = (b["dense_bytes"] - a["dense_bytes"]) / MIB
+        verdicts.append(grown < 2)
+        print(f"{method}: memory it adds to FedAvg's grows by {grown:+.1f} MiB from K={small:,d} to K={large:,d} "
+              f"(the [K, P] layout: {dense:+.1f} MiB) ({'flat' if grown < 2 else 'NOT flat'})")  # fmt: skip
     print("per-client state flat in K:", "yes" if all(verdicts) else "no")
 
 

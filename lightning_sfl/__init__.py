@@ -16,6 +16,8 @@ The public API, importable from the package itself (loaded on first use, so ``li
   the round events;
 * system models: ``WirelessCell`` (SCALA's and GAS's wireless cell), ``EdgeDevices`` (Semi-SFL's devices and
   links; ``lightning_sfl.system``);
+* per-client state: ``ClientStore`` (rows for the clients written, on disk beyond a memory budget, checkpointed
+  incrementally: FedDyn's, SCAFFOLD's, SCALA-PE's decoders, …);
 * the command line: ``SFLCLI`` (the LightningCLI behind ``lightning-sfl fit|validate|test``).
 """
 
@@ -42,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     "WirelessCell": "lightning_sfl.system.wireless",
     "EdgeDevices": "lightning_sfl.system.devices",
     "SFLCLI": "lightning_sfl.lightning_cli",
+    "ClientStore": "lightning_sfl.client_store",
 }
 
 

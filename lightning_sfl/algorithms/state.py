@@ -58,8 +58,9 @@ class DeclaredStates:
         self.inits[name] = init
 
     def add_per_client(self, name: str, num_clients: Callable[[], int], default: Callable[[], torch.Tensor]) -> None:
-        """Declare the per-client state ``<method>.<name>``: a :class:`~lightning_sfl.client_store.
-        ClientStore` of ``num_clients()`` rows, each ``default()`` until written, made when a fit starts."""
+        """Declare the per-client state ``<method>.<name>``: a
+        :class:`~lightning_sfl.client_store.ClientStore` of ``num_clients()`` rows, each ``default()`` until written,
+        made when a fit starts."""
         self.per_client[name] = (num_clients, default)
 
     def build(self, module: nn.Module) -> None:
