@@ -39,6 +39,7 @@ from lightning_sfl.callbacks import (
     WandbRoundAxis,
 )
 from lightning_sfl.checkpoint import SPECIAL, check_checkpoint, legacy_hyperparameters
+from lightning_sfl.client_store import DEFAULT_MEMORY_BUDGET, set_memory_budget
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.defences import moved_option_hint
 from lightning_sfl.errors import (
@@ -51,11 +52,14 @@ from lightning_sfl.errors import (
     seed_number,
 )
 from lightning_sfl.loop import Federation
-from lightning_sfl.process.streams import ddp_child
 from lightning_sfl.run_folder import (
     Evaluated,
     RecordRun,
     evaluated_checkpoint,
+    first_process,
+    join,
+    joined,
+    leave,
     named_run,
     run_key,
     shown_path,
@@ -181,6 +185,13 @@ class SFLCLI(LightningCLI):
             help="torch.set_num_threads for this run (1 is fastest for small models on a shared CPU); null: default",
         )
         parser.add_argument(
+            "--client_state_memory",
+            type=float,
+            default=DEFAULT_MEMORY_BUDGET / 2**20,
+            help="MiB of per-client state rows each store (FedDyn's, SCAFFOLD's, SCALA-PE's decoders, ...) holds in "
+            "memory; beyond it, in files beside the checkpoints, read memory-mapped",
+        )
+        parser.add_argument(
             "--matmul_precision",
             type=Literal["highest", "high", "medium"],
             default="high",
@@ -273,6 +284,7 @@ class SFLCLI(LightningCLI):
             folders.append(("checkpoint.dirpath", (config.get("checkpoint") or {}).get("dirpath")))
         for name, folder in folders:
             check_output_folder(name, folder)
+        set_memory_budget(config.get("client_state_memory", DEFAULT_MEMORY_BUDGET / 2**20) * 2**20)
         threads = config.get("torch_threads")
         if threads is not None:
             if threads < 1:
@@ -302,7 +314,7 @@ class SFLCLI(LightningCLI):
             continuing = [lg for lg in loggers if str(getattr(lg, "class_path", "")).endswith("ContinuingCSVLogger")]
             csv_logs = [Path(lg.init_args.save_dir) / str(lg.init_args.get("name") or "") / "metrics.csv"
                         for lg in continuing]  # fmt: skip
-            self.placement.continue_run(config, resumed, wandb_loggers, csv_logs)
+            self.placement.continue_run(config, resumed, wandb_loggers, csv_logs, trim=self.placement.chooses)
         elif self.subcommand == "fit" and config.get("ckpt_path") and str(config.get("ckpt_path")) not in SPECIAL:
             check_rounds_to_resume(check_checkpoint(config.ckpt_path), config.get("trainer", {}).get("max_epochs"))
 
@@ -313,7 +325,7 @@ class SFLCLI(LightningCLI):
         from lightning_sfl.wandb.online import logs_online, offline_line, offline_reason
 
         online = [lg for lg in wandb_loggers if logs_online(lg.init_args.get("offline"))]
-        reason = offline_reason() if online and not ddp_child() else None
+        reason = offline_reason() if online and first_process() else None
         if reason is not None:
             for lg in online:
                 lg.init_args.offline = True
@@ -519,11 +531,15 @@ def run(args: list[str] | None = None) -> None:
 
     Bad settings, missing datasets, unreadable checkpoints and NaN/Inf in training end the command with one
     line on stderr (exit code 2 for settings, 1 for NaN/Inf) instead of a traceback. W&B's own messages go to its
-    folder (:data:`~lightning_sfl.wandb.process.messages_to_file`): the last lines are the command's."""
+    folder (:data:`~lightning_sfl.wandb.process.messages_to_file`): the last lines are the command's.
+
+    One of several processes a launcher started for one run (torchrun, ``srun``: :func:`~lightning_sfl.run_folder.join`)
+    that stops before the run started tells the others why, and they stop too, each with one line naming it."""
     from lightning_sfl.wandb import process as wandb_process
 
     wandb_process.messages_to_file = True
     try:
+        join()  # one of several processes a launcher started: rank 0 serves their rendezvous from now on
         if args is None:  # LightningCLI reads sys.argv itself (and warns if it is given both)
             sys.argv[1:] = resolve_algorithm_names(sys.argv[1:])
             SFLCLI()
@@ -532,19 +548,36 @@ def run(args: list[str] | None = None) -> None:
     except argparse.ArgumentError as exc:  # the parser's own messages, without its usage dump
         line = with_config_file(_parser_line(exc), sys.argv[1:] if args is None else list(args))
         print(f"error: {line}", file=sys.stderr)
+        _tell_others(line)
         raise SystemExit(2) from None
     except RunInterrupted as exc:
         _end_wandb_runs(exc.exit_code)
-        if not ddp_child():
+        if first_process():
             print(str(exc), file=sys.stderr)
+        _tell_others(str(exc))
         raise SystemExit(exc.exit_code) from None
     except Exception as exc:
         found = user_error_line(exc)
         if found is None:
+            _tell_others(f"{type(exc).__name__} (its traceback is in its output)")
             raise
         _end_wandb_runs(found[1])
         print(f"error: {found[0]}", file=sys.stderr)
+        _tell_others(found[0])
         raise SystemExit(found[1]) from None
+    except KeyboardInterrupt:  # (before the trainer runs: Lightning's own handling turns a later one into the above)
+        _tell_others("interrupted (Ctrl-C)")
+        raise
+    finally:
+        leave()
+
+
+def _tell_others(line: str) -> None:
+    """This process stops before its run started: the other processes of the run stop too, each with one line
+    naming this one and ``line`` (:meth:`~lightning_sfl.run_folder.Rendezvous.stopped`), instead of waiting for it."""
+    rendezvous = joined()
+    if rendezvous is not None:
+        rendezvous.stopped(line)
 
 
 def _end_wandb_runs(exit_code: int) -> None:

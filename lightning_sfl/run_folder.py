@@ -9,8 +9,22 @@ run of the command line writes (``checkpoints/``, the CSV log ``csv/metrics.csv`
 - A live process holds its run folder (:class:`RunLock`): a second process that would write there stops with one line
   naming the holder, so two runs never share checkpoints and ``last.ckpt`` never points across runs.
 - Resuming continues the CSV log in the same file (:class:`ContinuingCSVLogger`, :func:`trim_rounds`).
+- The processes of one run agree on one folder. Processes that Lightning launches itself (``--trainer.devices N`` on one
+  machine) are started after the first has claimed it and read its path from :data:`FOLDER_ENV`. Processes that a
+  launcher starts on their own, each running the same command (``torchrun``, SLURM's ``srun``, LSF's ``jsrun``, MPI, or
+  one command a node with ``NODE_RANK`` and ``--trainer.num_nodes``), meet at the store the process group will meet at,
+  ``MASTER_ADDR:MASTER_PORT`` (:class:`Rendezvous`, :func:`join`): rank 0 alone chooses the folder and publishes its
+  name (and whether ``--ckpt_path last`` resumes from it); when every process has checked its settings and said it is
+  ready, rank 0 creates and locks the folder and says so, and the others go on with that name. No other rank chooses,
+  creates or locks a folder, so a run writes one folder however many processes it has, and a resumed run finds the same
+  one on every node (the folder must then be on a file system the nodes share, as for any checkpoint that every process
+  loads). The store is served by rank 0 itself (torch.distributed's process group later reuses that server) or, under
+  ``torchrun``, by its agent. A process that stops before the run starts says so through the store, and every other
+  process stops with one ``error:`` line naming the rank and its reason, instead of waiting for a peer that is gone
+  (torch.distributed's C++ traceback).
 
-Pure functions of the configuration and the file system; nothing here imports Lightning's trainer.
+Pure functions of the configuration and the file system, and the processes' rendezvous; nothing here imports
+Lightning's trainer.
 """
 
 from __future__ import annotations
@@ -34,11 +48,13 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.process.streams import ddp_child
 
 __all__ = [
     "checkpoint_rounds", "claim_new", "claim_record", "ContinuingCSVLogger", "Evaluated", "evaluated_checkpoint",
     "finished_run", "git_commit", "latest_run", "named_run", "next_record", "next_run", "RecordRun", "run_key",
-    "run_name", "run_of_checkpoint", "RunLock", "seeds_group", "shown_path", "trim_rounds",
+    "run_name", "run_of_checkpoint", "RunLock", "seeds_group", "shown_path", "trim_rounds", "Ranks", "Rendezvous",
+    "join", "joined", "leave", "launched_ranks", "first_process",
 ]  # fmt: skip
 
 #: Set by the process that chose the run folder, for the processes Lightning launches for DDP (the same command).
@@ -82,7 +98,8 @@ def named_run(config, key: str) -> tuple[Path, str]:
 def run_key(config) -> str:
     """A short hash naming a run by its configuration, the same when the same command is run again and for ``fit``,
     ``validate`` and ``test`` of it (what may change between a start and its resumption or evaluation is left out:
-    ``ckpt_path``, ``trainer.max_epochs``, ``torch_threads``, the checkpoint options, validate's ``verbose``, the
+    ``ckpt_path``, ``trainer.max_epochs``, ``torch_threads``, ``client_state_memory``, the checkpoint options,
+    validate's ``verbose``, the
     progress bar and model summary switches), and whichever files gave its settings (the paths of ``--config``: the
     run's own ``config.yaml`` names the same run as the command that wrote it)."""
     values = config.clone().as_dict() if hasattr(config, "clone") else dict(config)
@@ -90,6 +107,7 @@ def run_key(config) -> str:
     values.pop("ckpt_path", None)
     values.pop("weights_only", None)  # how the checkpoint is read, an argument of the subcommand like ckpt_path
     values.pop("torch_threads", None)
+    values.pop("client_state_memory", None)  # where per-client rows are held, not what is computed
     values.pop("verbose", None)  # validate's and test's own: the same run for fit, validate and test
     values.pop("checkpoint", None)
     for display in ("max_epochs", "enable_progress_bar", "enable_model_summary", "logger"):  # change nothing computed
@@ -410,6 +428,271 @@ class RunLock:
         if self.held:
             self.path.unlink(missing_ok=True)
             self.held = False
+
+
+# ---------------------------------------------------------------------- the processes of one run agree on its folder
+#: Seconds the processes of a run wait for one another while they agree on its folder (torch.distributed's own default
+#: for a process group to form).
+RENDEZVOUS_TIMEOUT = 1800.0
+#: Seconds a process that stopped before the run started waits for the others to read why (or, not yet connected, to
+#: reach rank 0's store to say so).
+LINGER = 120.0
+#: Names of SLURM jobs that Lightning takes for an interactive shell, not for a job step (``srun --job-name bash``).
+_INTERACTIVE = ("bash", "interactive")
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process among the processes of one run that a launcher started on their own (:func:`launched_ranks`):
+    its ``rank`` of ``size``, the store's ``address`` and ``port`` (``MASTER_ADDR``, ``MASTER_PORT``), whether
+    torchrun's agent serves it there (``agent``; else rank 0 does), what started them (``launcher``) and ``attempt``,
+    which names this start among the restarts that one store outlives (torchrun's restarts)."""
+
+    rank: int
+    size: int
+    address: str
+    port: int
+    launcher: str
+    agent: bool = False
+    attempt: str = "0"
+
+
+def launched_ranks(num_nodes: int | None = None) -> Ranks | None:
+    """How this process was started, when a launcher started it as one of several processes that run the same command
+    and find each other at ``MASTER_ADDR:MASTER_PORT``: torchrun (``RANK``, ``WORLD_SIZE``, ``GROUP_RANK``,
+    ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``), SLURM's ``srun`` (``SLURM_PROCID``, ``SLURM_NTASKS``; Lightning's address
+    and port), LSF's ``jsrun``, MPI, in Lightning's order; or, given ``num_nodes`` above 1 and none of those, one
+    command per node with Lightning's own launcher (``NODE_RANK``: the ranks are the nodes' first processes; the others
+    are Lightning's and read :data:`FOLDER_ENV`). ``None`` for one process, and for a process Lightning launched. A
+    launcher's variables that cannot work are a one-line :class:`ConfigError`.
+
+    >>> launched_ranks() is None  # (this process: no launcher)
+    True
+    """
+    from lightning.fabric.plugins.environments import (
+        LSFEnvironment,
+        MPIEnvironment,
+        SLURMEnvironment,
+        TorchElasticEnvironment,
+    )
+
+    env = os.environ
+    found = None
+    slurm = "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in _INTERACTIVE  # (Lightning's "srun is used")
+    if TorchElasticEnvironment.detect():
+        agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        attempt = f"{env.get('TORCHELASTIC_RUN_ID', '')}-{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        size, rank = int(env.get("WORLD_SIZE", "1")), int(env["RANK"])
+        found = Ranks(rank, size, env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", "29500")),
+                      "torchrun", agent, attempt)  # fmt: skip
+    elif slurm or LSFEnvironment.detect() or MPIEnvironment.detect():
+        cls = SLURMEnvironment if slurm else LSFEnvironment if LSFEnvironment.detect() else MPIEnvironment
+        try:
+            cluster = cls()
+            size, rank = cluster.world_size(), cluster.global_rank()
+            if size < 2:
+                return None
+            launcher = {SLURMEnvironment: "srun", LSFEnvironment: "jsrun"}.get(cls, "mpirun")
+            found = Ranks(rank, size, cluster.main_address, int(cluster.main_port), launcher,  # (what Lightning gives
+                          attempt=env.get("SLURM_RESTART_COUNT", "0"))  # fmt: skip  # the process group)
+        except (RuntimeError, ValueError, KeyError) as exc:  # e.g. srun's --ntasks without --ntasks-per-node
+            raise ConfigError(f"{cls.__name__}: {' '.join(str(exc).split())}") from None
+    elif num_nodes is not None and num_nodes > 1 and not (ddp_child() and env.get(FOLDER_ENV)):
+        missing = [v for v in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK") if not env.get(v)]
+        if missing:
+            raise ConfigError(
+                f"--trainer.num_nodes {num_nodes} without torchrun or srun needs {', '.join(missing)} in every node's "
+                "environment (MASTER_ADDR: the first node's address, MASTER_PORT: a free port there, NODE_RANK: the "
+                "node's number from 0)"
+            )
+        found = Ranks(int(env["NODE_RANK"]), num_nodes, env["MASTER_ADDR"], int(env["MASTER_PORT"]), "NODE_RANK")
+    return found if found is not None and found.size > 1 else None
+
+
+def _first_line(text: str) -> str:
+    return " ".join(str(text).strip().splitlines()[:1]) or "?"
+
+
+class Rendezvous:
+    """The processes of one run agreeing on its folder (see the module's docstring), through a ``torch.distributed``
+    store at ``MASTER_ADDR:MASTER_PORT`` under keys of their own (``lightning_sfl/run_folder/<attempt>/``):
+
+    - ``choice``: rank 0's folder, ``{"folder": …, "resume": …}`` (:meth:`publish`; the others: :meth:`choice`), or
+      ``{"error": …, "rank": …}`` when a process stopped before the run started;
+    - ``report/<rank>``: another rank is ready (its settings checked, :meth:`ready`) or stopped (:meth:`stopped`);
+    - ``claimed``: rank 0 created and holds the folder (:meth:`claimed`, once every rank is ready:
+      :meth:`wait_for_others`), or why the run does not start;
+    - ``done``: how many other ranks have read what they needed (rank 0 stopping waits for them, :data:`LINGER`).
+
+    Rank 0 serves the store (unless torchrun's agent does) from :func:`join` on, with ``multi_tenant``, so that the
+    process group torch.distributed forms later at the same address reuses this server instead of finding the port
+    taken."""
+
+    def __init__(self, ranks: Ranks) -> None:
+        self.ranks = ranks
+        self._store = None
+        self._chose = False  # rank 0 published its choice
+        self._done = False  # this process is through with the others (the run started, or its stop was said)
+
+    @property
+    def first(self) -> bool:
+        """Whether this process is rank 0, which chooses, creates and holds the folder."""
+        return self.ranks.rank == 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.ranks.address}:{self.ranks.port}"
+
+    def open(self, timeout: float = RENDEZVOUS_TIMEOUT):
+        """The store (rank 0 starts serving it, unless torchrun's agent does); a one-line :class:`ConfigError` when
+        it cannot be served or reached."""
+        if self._store is not None:
+            return self._store
+        from datetime import timedelta
+
+        from torch.distributed import PrefixStore, TCPStore
+
+        serve = self.first and not self.ranks.agent
+        try:
+            store = TCPStore(self.ranks.address, self.ranks.port, is_master=serve, timeout=timedelta(seconds=timeout),
+                             wait_for_workers=False, multi_tenant=serve)  # fmt: skip
+        except RuntimeError as exc:
+            doing = "serve the processes' store at" if serve else "reach rank 0's store at"
+            raise ConfigError(
+                f"rank {self.ranks.rank} of {self.ranks.size} ({self.ranks.launcher}) cannot {doing} {self.where} "
+                f"(MASTER_ADDR:MASTER_PORT): {_first_line(exc)}"
+            ) from None
+        self._store = PrefixStore(f"lightning_sfl/run_folder/{self.ranks.attempt}/", store)
+        return self._store
+
+    def _read(self, key: str, waiting_for: str) -> dict:
+        try:
+            return json.loads(self.open().get(key))
+        except ConfigError:
+            raise
+        except RuntimeError as exc:  # the server is gone (rank 0 or torchrun's agent ended) or it never answered
+            self._done = True
+            timed_out = "timeout" in str(exc).lower() or "timed out" in str(exc).lower()
+            why = f"no answer in {RENDEZVOUS_TIMEOUT:.0f} s" if timed_out else "it ended (its output says why)"
+            raise ConfigError(
+                f"rank {self.ranks.rank} of {self.ranks.size}: rank 0 at {self.where} never said {waiting_for}: {why}"
+            ) from None
+
+    def _stopped_line(self, said: dict) -> str:
+        return f"rank {said.get('rank', 0)} stopped: {said['error']}"
+
+    def _through(self) -> None:
+        """A rank other than 0 has read what it needed: counted, so that a rank 0 that stops need not wait longer."""
+        self._done = True
+        try:
+            self._store.add("done", 1)
+        except RuntimeError:
+            pass
+        self._store = None  # (the connection closes)
+
+    # ---------------------------------------------------------------- rank 0
+    def publish(self, folder: Path, resume: bool) -> None:
+        """Rank 0: the folder it chose, before it checks the run's settings (the others check theirs meanwhile)."""
+        self.open().set("choice", json.dumps({"folder": str(folder), "resume": resume}))
+        self._chose = True
+
+    def wait_for_others(self) -> None:
+        """Rank 0, before it creates anything: every other rank has checked its settings; else a one-line
+        :class:`ConfigError` naming the first that stopped and why."""
+        store = self.open()
+        waiting = {r: f"report/{r}" for r in range(1, self.ranks.size)}
+        deadline = time.monotonic() + RENDEZVOUS_TIMEOUT
+        while waiting:
+            for rank, key in list(waiting.items()):
+                if store.check([key]):
+                    said = json.loads(store.get(key))
+                    if "error" in said:
+                        raise ConfigError(self._stopped_line({**said, "rank": rank}))
+                    del waiting[rank]
+            if waiting and time.monotonic() > deadline:
+                raise ConfigError(f"rank 0 of {self.ranks.size}: rank(s) {sorted(waiting)} never said they were "
+                                  f"ready in {RENDEZVOUS_TIMEOUT:.0f} s ({self.ranks.launcher})")  # fmt: skip
+            time.sleep(0.05)
+
+    def claimed(self) -> None:
+        """Rank 0: the folder exists and is held; the others go on."""
+        self.open().set("claimed", json.dumps({"ok": True}))
+        self._done = True
+
+    # ---------------------------------------------------------------- the other ranks
+    def choice(self) -> dict:
+        """Another rank: rank 0's choice (waiting for it), or a one-line :class:`ConfigError` when rank 0 stopped."""
+        said = self._read("choice", "which run folder it chose")
+        if "error" in said:
+            self._through()
+            raise ConfigError(self._stopped_line(said))
+        return said
+
+    def ready(self) -> None:
+        """Another rank, its settings checked: says so, and waits until rank 0 holds the folder (a one-line
+        :class:`ConfigError` when the run does not start)."""
+        self.open().set(f"report/{self.ranks.rank}", json.dumps({"ready": True}))
+        said = self._read("claimed", "that it created the run folder")
+        self._through()
+        if "error" in said:
+            raise ConfigError(self._stopped_line(said))
+
+    # ---------------------------------------------------------------- a stop before the run started
+    def stopped(self, line: str) -> None:
+        """This process stops with ``line`` before the run started: the others learn it (rank 0 then waits up to
+        :data:`LINGER` for them to read it). Nothing once the run started, or once this process said its stop."""
+        if self._done:
+            return
+        self._done = True
+        said = json.dumps({"error": line, "rank": self.ranks.rank})
+        try:
+            store = self.open(timeout=LINGER)
+            if not self.first:
+                store.set(f"report/{self.ranks.rank}", said)
+                store.add("done", 1)
+                return
+            if not self._chose:
+                store.set("choice", said)
+            store.set("claimed", said)
+            deadline = time.monotonic() + LINGER
+            while store.add("done", 0) < self.ranks.size - 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        except (ConfigError, RuntimeError):  # the store is gone: the others find that out themselves
+            pass
+
+
+#: The rendezvous of this process's command (:func:`join`), if it is one of several processes of a run.
+_JOINED: Rendezvous | None = None
+
+
+def join(num_nodes: int | None = None) -> Rendezvous | None:
+    """The rendezvous of this process with the others of its run (:func:`launched_ranks`; made once, rank 0 serving
+    its store at once), or ``None`` for one process."""
+    global _JOINED
+    if _JOINED is None:
+        ranks = launched_ranks(num_nodes)
+        if ranks is not None:
+            _JOINED = Rendezvous(ranks)
+            if _JOINED.first:
+                _JOINED.open()
+    return _JOINED
+
+
+def joined() -> Rendezvous | None:
+    """This process's rendezvous, if :func:`join` made one."""
+    return _JOINED
+
+
+def leave() -> None:
+    """The command is over: the next command in this process (a warm worker's) joins anew."""
+    global _JOINED
+    _JOINED = None
+
+
+def first_process() -> bool:
+    """Whether this process is the first of its run (it prints the run's lines, checks W&B, pre-starts W&B's worker):
+    neither launched by Lightning for DDP nor a rank other than 0 of a launcher's (:func:`launched_ranks`)."""
+    return not ddp_child() and (_JOINED is None or _JOINED.first)
 
 
 def trim_rounds(metrics_csv: str | os.PathLike, rounds: int) -> int:

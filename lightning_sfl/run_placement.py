@@ -3,7 +3,8 @@
 places there; what a stopped run kept (:func:`kept_checkpoint`) and what a finished one wrote (:func:`saved_line`).
 
 - ``fit``: a new folder for a new run, the latest of its configuration for ``--ckpt_path last``, the first process's
-  for the other processes of a DDP run.
+  for the other processes of a DDP run (those Lightning launches: :data:`~lightning_sfl.run_folder.FOLDER_ENV`; those
+  a launcher starts, torchrun, ``srun``, one command a node: rank 0's, :class:`~lightning_sfl.run_folder.Rendezvous`).
 - ``validate``/``test``: the checkpoint evaluated (:func:`~lightning_sfl.run_folder.evaluated_checkpoint`); their
   records go to a new ``<run>/<command>-<n>/`` (a checkpoint kept outside a run folder: a new run folder
   ``<name>-<command>``), never into the fit's files.
@@ -28,9 +29,11 @@ from lightning_sfl.process.streams import ddp_child
 from lightning_sfl.run_folder import (
     FOLDER_ENV,
     Evaluated,
+    Rendezvous,
     RunLock,
     claim_new,
     evaluated_checkpoint,
+    join,
     latest_run,
     named_run,
     next_record,
@@ -71,6 +74,9 @@ class RunPlacement:
         self.evaluated: Evaluated | None = None
         self._lock: RunLock | None = None
         self._new = self._held = self._made_root = False
+        #: The other processes of a run a launcher started (torchrun, srun, one command a node), if any.
+        self.rendezvous: Rendezvous | None = None
+        self._shared: dict | None = None  # rank 0's choice, in another rank
 
     # ------------------------------------------------------------------ choosing
     def choose(self, config, key: str) -> Path | None:
@@ -78,6 +84,7 @@ class RunPlacement:
         ``checkpoint.dirpath`` where the config leaves it unset. Returns the checkpoint a ``fit --ckpt_path last``
         resumes (the latest run has one), else ``None``."""
         root, name = named_run(config, key)
+        self.rendezvous = join(config.get("trainer", {}).get("num_nodes"))
         if self.command in EVALUATIONS:
             self._choose_evaluated(config, root, name)
             return None
@@ -105,7 +112,17 @@ class RunPlacement:
                     f"checkpoint.dirpath={str(checkpoint.dirpath)!r} holds another run's checkpoints (last.ckpt): "
                     "continue that run with --ckpt_path last, or give another --checkpoint.dirpath"
                 )
-        return last if ckpt == "last" and last is not None and last.is_file() else None
+        resumed = last if ckpt == "last" and last is not None and last.is_file() else None
+        if self._shared is not None:  # another rank: rank 0's resume decision, which every rank must be able to follow
+            if self._shared.get("resume") and resumed is None:
+                raise ConfigError(
+                    f"rank {self.rendezvous.ranks.rank}: {last} (rank 0 resumes from it) is not on this node: "
+                    "--ckpt_path last needs the run folder on a file system every node shares"
+                )
+            return resumed if self._shared.get("resume") else None
+        if self.rendezvous is not None:
+            self.rendezvous.publish(self.folder, resume=resumed is not None)
+        return resumed
 
     def _choose_evaluated(self, config, root: Path, name: str) -> None:
         """``validate``/``test``: the checkpoint evaluated (``--ckpt_path`` itself, or for ``last`` the latest run of
@@ -124,13 +141,22 @@ class RunPlacement:
                 run = root if name == "" else None
             self.folder = next_record(run, self.command) if run else next_run(root, f"{name}-{self.command}")
             self._new = True
+            if self.rendezvous is not None:
+                self.rendezvous.publish(self.folder, resume=False)
         checkpoint = config.get("checkpoint")
         if checkpoint is not None and not checkpoint.get("dirpath"):  # the checkpointer the fit had (an evaluation
             checkpoint.dirpath = os.path.realpath(self.evaluated.checkpoint.parent)  # writes nothing with it)
 
     def _inherit(self) -> bool:
-        """In a process Lightning launched for DDP: the first process's folder (not held again): True. Else False:
-        this process chooses (and will hold) its own."""
+        """In a rank other than 0 of a launcher's run: rank 0's folder (:meth:`Rendezvous.choice`, waited for); in a
+        process Lightning launched for DDP: the first process's (:data:`FOLDER_ENV`). Neither is held again: True.
+        Else False: this process chooses (and will hold) its own."""
+        if self.rendezvous is not None:
+            self._held = self.rendezvous.first
+            if not self._held:
+                self._shared = self.rendezvous.choice()
+                self.folder = Path(self._shared["folder"])
+            return not self._held
         inherited = os.environ.get(FOLDER_ENV, "")
         self._held = not (ddp_child() and inherited)
         if not self._held:
@@ -172,17 +198,18 @@ class RunPlacement:
         return self.folder.name
 
     @staticmethod
-    def continue_run(config, last: Path, wandb_loggers: list, csv_logs: list[Path]) -> None:
+    def continue_run(config, last: Path, wandb_loggers: list, csv_logs: list[Path], trim: bool = True) -> None:
         """``fit --ckpt_path last`` (how a cluster job re-runs its command) continues the latest run of the same
         configuration: its ``last.ckpt`` (checked; fewer rounds than it holds is a one-line error), its W&B run (the id
-        the checkpoint records) and its CSV logs ``csv_logs`` (the rows of rounds after the checkpoint dropped)."""
+        the checkpoint records) and its CSV logs ``csv_logs`` (the rows of rounds after the checkpoint dropped, unless
+        ``trim`` is false: in the processes that do not hold the folder, which write no log)."""
         loaded = check_checkpoint(last)  # loaded safely, one-line errors
         check_rounds_to_resume(loaded, config.get("trainer", {}).get("max_epochs"))
         # Lightning warns that the checkpoint folder is not empty: it holds this run's own checkpoints, continued on
         # purpose (a folder held by one process, never shared across runs). Only that exact folder is left unsaid.
         folder = re.escape(os.path.realpath(last.parent))
         warnings.filterwarnings("ignore", message=f"Checkpoint directory {folder} exists and is not empty")
-        for path in csv_logs:
+        for path in csv_logs if trim else ():
             trim_rounds(path, int(loaded.get("epoch", -1)) + 1)
         run_id = (loaded.get("lightning_sfl") or {}).get("wandb_id")
         for lg in wandb_loggers:
@@ -192,9 +219,21 @@ class RunPlacement:
     # ------------------------------------------------------------------ holding
     def claim(self) -> None:
         """Create (a new run) and hold the folder, once every setting has been checked and before anything is
-        written; the processes of a DDP run learn it from :data:`~lightning_sfl.run_folder.FOLDER_ENV`."""
+        written; the processes Lightning launches for DDP learn it from :data:`~lightning_sfl.run_folder.FOLDER_ENV`.
+        Of a launcher's ranks, rank 0 does so once every other rank is ready
+        (:meth:`~lightning_sfl.run_folder.Rendezvous.wait_for_others`); the others say they are ready and wait until
+        it holds the folder."""
+        rendezvous = self.rendezvous
+        if rendezvous is not None and not rendezvous.first:
+            if self._shared is not None:
+                rendezvous.ready()
+                os.environ[FOLDER_ENV] = str(self.folder)  # (Lightning's processes on this node, --trainer.devices N)
+                self._shared = None
+            return
         if not self._held or self._lock is not None:
             return
+        if rendezvous is not None:
+            rendezvous.wait_for_others()
         self._made_root = not self.folder.parent.exists()
         try:
             if self._new:
@@ -206,6 +245,14 @@ class RunPlacement:
         self._lock = RunLock(self.folder, command=" ".join(["lightning-sfl", *self.argv]))
         self._lock.acquire()
         os.environ[FOLDER_ENV] = str(self.folder)
+        if rendezvous is not None:
+            rendezvous.claimed()
+
+    @property
+    def chooses(self) -> bool:
+        """Whether this process chose the folder and holds it (or will, once every setting is checked): not a process
+        that learnt it from another (Lightning's processes for DDP, the ranks of a launcher's run but 0)."""
+        return self._held
 
     @property
     def held(self) -> bool:

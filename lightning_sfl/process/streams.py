@@ -26,9 +26,9 @@ def is_terminal(stream) -> bool:
 
 
 def ddp_child() -> bool:
-    """Whether this process is one Lightning launched for DDP (a ``LOCAL_RANK``, ``NODE_RANK`` or ``RANK`` other than
-    0 in its environment)."""
-    return any(int(os.environ.get(var, "0") or 0) > 0 for var in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+    """Whether this process is one Lightning launched for DDP, or another than the first of a launcher's (a
+    ``LOCAL_RANK``, ``NODE_RANK``, ``RANK`` or, under ``srun``, ``SLURM_PROCID`` other than 0 in its environment)."""
+    return any(int(os.environ.get(v, "0") or 0) > 0 for v in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID"))
 
 
 @contextlib.contextmanager
