@@ -62,11 +62,13 @@ def weights_and_state(model) -> dict[str, torch.Tensor]:
     return {**model.state_dict(), **dense_client_states(model)}
 
 
-#: FedDyn and SCALA-PE (five stores) in CI, ~20 s on two cores; the others (~10 s each) with ``-m extended``.
+#: SCALA-PE (five stores, written at every local iteration) in CI, ~25 s on two cores; the others (~10-20 s each)
+#: with ``-m extended`` (FedDyn's and SCAFFOLD's resume from their last checkpoint runs in CI: test_fl_methods.py,
+#: test_resume.py).
 @pytest.mark.parametrize(
     "name",
     [
-        "feddyn",
+        pytest.param("feddyn", marks=pytest.mark.extended),
         "scala_pe",
         pytest.param("scaffold", marks=pytest.mark.extended),
         pytest.param("ca2fl", marks=pytest.mark.extended),
