@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sized
 from pathlib import Path
 
 import torch
@@ -64,8 +64,9 @@ def set_memory_budget(num_bytes: int) -> None:
     _budget["bytes"] = int(num_bytes)
 
 
-class ClientStore:
-    """Rows ``[K, *row_shape]`` of per-client state, held for the clients written (module docstring).
+class ClientStore(Sized):
+    """Rows ``[K, *row_shape]`` of per-client state, held for the clients written (module docstring); ``len`` is
+    ``K``.
 
     Args:
         name: the state's name (its folder, and its key in checkpoints).
