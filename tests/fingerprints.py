@@ -64,7 +64,11 @@ def state_norm(state: dict[str, torch.Tensor]) -> float:
 
 def machine() -> str:
     """The torch version and CPU that fingerprints are bitwise for."""
-    cpu = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), "unknown")
+    fields = dict(line.split(":", 1) for line in _cpuinfo() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    cpu = fields.get("model name", "unknown")
+    if "cpu family" in fields:  # CPUs of one name differ in their kernels' rounding (vector widths): family and model
+        cpu += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"
     return f"torch {torch.__version__} on {cpu}"
 
 
@@ -122,7 +126,8 @@ def main() -> None:
     """Trains every registered method with both banks and prints the fingerprints as JSON; on one torch thread, as
     the tests run (``conftest.py``: a reduction split over two threads sums in another order)."""
     torch.set_num_threads(1)
-    sys.path.insert(0, str(Path(__file__).parent))
+    here = Path(__file__).parent
+    sys.path[:0] = [str(here), str(here / "integration")]  # _helpers, and test_algorithms' runs
     from test_algorithms import ALGORITHMS, bank_check_run
 
     found = {"machine": machine()}
