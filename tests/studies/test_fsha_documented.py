@@ -15,6 +15,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from lightning_sfl.algorithms import FSHA
 from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.defences import ActivationNoise
 
 
 def _fsha(tmp_path, name: str, **kwargs) -> tuple[list[dict], float]:
@@ -45,7 +46,7 @@ def test_the_hijack_progresses_leaves_the_task_untrained_and_leaks_less_from_a_n
     assert float(plain[-1]["fsha/ssim"]) > float(plain[10]["fsha/ssim"]) + 0.05
     assert float(plain[-1]["fsha/autoencoder_mse"]) < float(plain[0]["fsha/autoencoder_mse"])  # the pilot learns
     assert accuracy < 0.2  # the server never trains the task
-    noised, _ = _fsha(tmp_path, "noised", activation_noise=1.0, noise_bound="tanh")
+    noised, _ = _fsha(tmp_path, "noised", defences=[ActivationNoise(scale=1.0, bound="tanh")])
     assert float(plain[-1]["fsha/mse"]) < 0.9 * float(noised[-1]["fsha/mse"])
     # what the attacks page reports of this setting (SSIM at rounds 10 and 60, accuracy, both MSEs), to 0.03 (other
     # CPUs)
