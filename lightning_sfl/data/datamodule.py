@@ -32,7 +32,8 @@ from typing_extensions import override
 
 from lightning_sfl import trainer_view
 from lightning_sfl.data.datasets import DATASETS, DatasetSplits, load_dataset
-from lightning_sfl.data.partition import PARTITIONS, label_distribution, labelled_split, partition
+from lightning_sfl.data.partition import PARTITIONS, labelled_split, partition_rows, split_rows
+from lightning_sfl.data.partition import label_counts as count_labels
 from lightning_sfl.errors import ConfigError, seed_number
 from lightning_sfl.loop.sampling import clients_per_round
 from lightning_sfl.loop.step import ClientStats, Step
@@ -119,6 +120,11 @@ class FederatedDataModule(L.LightningDataModule):
             with the seed and disjoint from the clients, whose shards partition the rest.
         leaf_lambda: ``λ`` of Synthetic(λ, µ) (``leaf_synthetic``): the spread of the clients' models.
         leaf_mu: ``µ`` of Synthetic(λ, µ): the spread of the clients' input means.
+        leaf_size_log_mean: the clients' sizes of ``leaf_synthetic``, ``⌊LogNormal(m, s)⌋ + 50`` rows (train and test):
+            ``m``, the mean of their logarithm; FedProx's 4 by default (about 450 rows a client on average, heavy
+            tailed). Smaller keeps tens of thousands of clients in memory: ``0`` gives about 57 (see
+            ``configs/leaf_synthetic/fedavg_10k.yaml``).
+        leaf_size_log_std: ``s``, the standard deviation of their logarithm (FedProx's 2).
     """
 
     def __init__(
@@ -139,6 +145,8 @@ class FederatedDataModule(L.LightningDataModule):
         labelled_per_class: int = 0,
         leaf_lambda: float = 0.0,
         leaf_mu: float = 0.0,
+        leaf_size_log_mean: float = 4.0,
+        leaf_size_log_std: float = 2.0,
     ) -> None:
         super().__init__()
         if dataset not in DATASETS:
@@ -176,6 +184,10 @@ class FederatedDataModule(L.LightningDataModule):
             raise ConfigError("labelled_per_class needs a partition of the training rows, not partition='natural'")
         if leaf_lambda < 0 or leaf_mu < 0:
             raise ConfigError(f"leaf_lambda={leaf_lambda}, leaf_mu={leaf_mu} must be >= 0 (standard deviations)")
+        if not leaf_size_log_std >= 0:
+            raise ConfigError(f"leaf_size_log_std={leaf_size_log_std} must be >= 0 (a standard deviation)")
+        if not -20 <= leaf_size_log_mean <= 20:
+            raise ConfigError(f"leaf_size_log_mean={leaf_size_log_mean} must be in [-20, 20] (the log of a size)")
         self.save_hyperparameters()
         self.dataset, self.root, self.download = dataset, Path(root), download
         self.num_clients, self.partition, self.alpha, self.beta = num_clients, partition, alpha, beta
@@ -183,6 +195,7 @@ class FederatedDataModule(L.LightningDataModule):
         self.seed, self.test_batch_size, self.image_size = seed, test_batch_size, image_size
         self.labelled_per_class = int(labelled_per_class)
         self.leaf_lambda, self.leaf_mu = float(leaf_lambda), float(leaf_mu)
+        self.leaf_size_log_mean, self.leaf_size_log_std = float(leaf_size_log_mean), float(leaf_size_log_std)
         self.federation = None  # handed over when a fit starts (federate)
 
     # ----------------------------------------------------------------- data and shards (loaded on first use)
@@ -197,6 +210,8 @@ class FederatedDataModule(L.LightningDataModule):
             leaf_lambda=self.leaf_lambda,
             leaf_mu=self.leaf_mu,
             leaf_clients=self.num_clients,
+            leaf_size_log_mean=self.leaf_size_log_mean,
+            leaf_size_log_std=self.leaf_size_log_std,
         )
 
     @property
@@ -219,13 +234,21 @@ class FederatedDataModule(L.LightningDataModule):
         return self._labelled_and_rest[0]
 
     @cached_property
-    def client_indices(self) -> list[torch.Tensor]:
-        """Each client's rows of the training split, ``K × [|D_k|]`` (without the server's labelled rows)."""
+    def _client_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every client's rows of the training split in one tensor, client after client, ``[Σ |D_k|]``, and ``|D_k|``,
+        ``[K]`` (the partition's own form: nothing here loops over the clients). A subclass that overrides
+        :attr:`client_indices` has its shards here too (``docs/tutorials/add-a-dataset.md``)."""
+        if type(self).client_indices is not FederatedDataModule.client_indices:  # a subclass's own shards
+            parts = self.client_indices
+            return torch.cat(parts), torch.tensor([len(p) for p in parts], dtype=torch.long)
         if self.partition == "natural":  # the dataset's own clients, as generated
-            return list(self.splits.client_rows)
+            if self.splits.client_partition is not None:
+                return self.splits.client_partition
+            rows = self.splits.client_rows
+            return torch.cat(rows), torch.tensor([len(r) for r in rows], dtype=torch.long)
         rest = self._labelled_and_rest[1]
         labels = self.splits.train_y if rest is None else self.splits.train_y[rest]
-        parts = partition(
+        rows, sizes = partition_rows(
             labels,
             self.partition,
             self.num_clients,
@@ -234,24 +257,31 @@ class FederatedDataModule(L.LightningDataModule):
             shards_per_client=self.shards_per_client,
             seed=self.seed,
         )
-        return parts if rest is None else [rest[p] for p in parts]
+        return (rows if rest is None else rest[rows]), sizes
+
+    @cached_property
+    def client_indices(self) -> list[torch.Tensor]:
+        """Each client's rows of the training split, ``K × [|D_k|]`` (without the server's labelled rows): views of one
+        index tensor."""
+        if self.partition == "natural" and self.splits.client_partition is not None:
+            return list(self.splits.client_rows)  # the dataset's own views of that tensor
+        return split_rows(*self._client_rows)
 
     @cached_property
     def client_sizes(self) -> torch.Tensor:
         """``|D_k|``, ``[K]`` int64."""
-        return torch.tensor([len(p) for p in self.client_indices], dtype=torch.long)
+        return self._client_rows[1]
 
     @cached_property
     def label_distribution(self) -> torch.Tensor:
         """``P_k(y)``, ``[K, N]`` float64, rows sum to one."""
-        return label_distribution(self.splits.train_y, self.client_indices, self.num_classes)
+        counts = self.label_counts.double()
+        return counts / counts.sum(dim=1, keepdim=True)
 
     @cached_property
     def label_counts(self) -> torch.Tensor:
         """Samples of each class held by each client, ``[K, N]`` int64."""
-        return torch.stack(
-            [torch.bincount(self.splits.train_y[p], minlength=self.num_classes) for p in self.client_indices]
-        )
+        return count_labels(self.splits.train_y, *self._client_rows, self.num_classes)
 
     @property
     def clients_per_round(self) -> int:

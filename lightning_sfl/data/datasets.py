@@ -95,6 +95,9 @@ class DatasetSplits:
     #: The dataset's own clients, where it has them (``leaf_synthetic``): each client's rows of ``train_x``,
     #: ``K × [n_k]`` (the ``natural`` partition); ``None`` for the others.
     client_rows: list[torch.Tensor] | None = None
+    #: The same clients as one index tensor, client after client, and each one's number of rows: ``(rows [Σ n_k],
+    #: sizes [K])`` (``client_rows`` are views of ``rows``); ``None``: the data module builds it from ``client_rows``.
+    client_partition: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -126,13 +129,16 @@ def load_dataset(
     leaf_lambda: float = 0.0,
     leaf_mu: float = 0.0,
     leaf_clients: int = 100,
+    leaf_size_log_mean: float = 4.0,
+    leaf_size_log_std: float = 2.0,
 ) -> DatasetSplits:
     """Load dataset ``name`` into memory.
 
     ``seed`` and ``test_fraction`` only affect ``digits``, ``mnist5k`` and ``synthetic`` (the others have fixed test
     sets), ``image_size`` only the image-folder datasets (``cinic10``, ``imagenette``), ``synthetic_*`` only
     ``synthetic``, ``leaf_*`` only ``leaf_synthetic`` (Synthetic(λ, µ) of :mod:`~lightning_sfl.data.leaf_synthetic`
-    for ``leaf_clients`` clients, drawn with ``seed``; inputs ``[N, 60, 1, 1]``, its clients in ``client_rows``).
+    for ``leaf_clients`` clients, drawn with ``seed``, of ``⌊LogNormal(leaf_size_log_mean, leaf_size_log_std)⌋ + 50``
+    rows each; inputs ``[N, 60, 1, 1]``, its clients in ``client_rows``).
     Raises ``ValueError`` for an unknown name and ``FileNotFoundError`` when files are missing and cannot be fetched.
     """
     if name not in DATASETS:
@@ -145,7 +151,7 @@ def load_dataset(
     if name == "synthetic":
         return _load_synthetic(seed, synthetic_shape, synthetic_classes, synthetic_samples, test_fraction)
     if name == "leaf_synthetic":
-        return _load_leaf_synthetic(leaf_lambda, leaf_mu, leaf_clients, seed)
+        return _load_leaf_synthetic(leaf_lambda, leaf_mu, leaf_clients, seed, leaf_size_log_mean, leaf_size_log_std)
     if name in _FOLDERS:
         parts = _load_image_folder(name, root, download, image_size)
     else:
@@ -247,29 +253,32 @@ def _load_synthetic(
     return _split_in_memory("synthetic", x, y, num_classes, seed, test_fraction)
 
 
-def _load_leaf_synthetic(lam: float, mu: float, num_clients: int, seed: int) -> DatasetSplits:
-    """Synthetic(λ, µ) (:func:`~lightning_sfl.data.leaf_synthetic.fedprox_synthetic`), the clients' train rows
-    stacked in client order (their rows in ``client_rows``), the test rows of all clients pooled (FedProx's
-    evaluation); inputs ``[N, d, 1, 1]`` as drawn (mean 0, std 1: no normalisation)."""
-    from lightning_sfl.data.leaf_synthetic import fedprox_synthetic
+def _load_leaf_synthetic(
+    lam: float, mu: float, num_clients: int, seed: int, size_log_mean: float = 4.0, size_log_std: float = 2.0
+) -> DatasetSplits:
+    """Synthetic(λ, µ) (:func:`~lightning_sfl.data.leaf_synthetic.stacked_synthetic`, the rows of
+    :func:`~lightning_sfl.data.leaf_synthetic.fedprox_synthetic`), the clients' train rows stacked in client order
+    (their rows in ``client_rows``), the test rows of all clients pooled (FedProx's evaluation); inputs ``[N, d, 1, 1]``
+    as drawn (mean 0, std 1: no normalisation). Client sizes ``⌊LogNormal(size_log_mean, size_log_std)⌋ + 50``."""
+    from lightning_sfl.data.leaf_synthetic import stacked_synthetic
 
     if lam < 0 or mu < 0:
         raise ConfigError(f"leaf_lambda={lam}, leaf_mu={mu}: both are standard deviations, >= 0")
     if num_clients < 1:
         raise ConfigError(f"num_clients={num_clients} must be >= 1")
-    data = fedprox_synthetic(lam, mu, num_clients=num_clients, seed=seed)
-    sizes = [len(y) for y in data.train_y]
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    rows = [torch.arange(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])]
-    dim = data.train_x[0].shape[1]
-
-    def stack(xs: list[np.ndarray], ys: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.from_numpy(np.concatenate(xs)).view(-1, dim, 1, 1), torch.from_numpy(np.concatenate(ys))
-
-    train_x, train_y = stack(data.train_x, data.train_y)
-    test_x, test_y = stack(data.test_x, data.test_y)
+    if not size_log_std >= 0:
+        raise ConfigError(f"leaf_size_log_std={size_log_std} must be >= 0 (a standard deviation)")
+    data = stacked_synthetic(
+        lam, mu, num_clients=num_clients, size_mu=size_log_mean, size_sigma=size_log_std, seed=seed
+    )
+    dim = data.train_x.shape[1]
+    # one index tensor, each client's rows a view of it (not K tensors of their own)
+    rows, sizes = torch.arange(len(data.train_y)), torch.from_numpy(data.train_sizes)
+    train_x, train_y = torch.from_numpy(data.train_x).view(-1, dim, 1, 1), torch.from_numpy(data.train_y)
+    test_x, test_y = torch.from_numpy(data.test_x).view(-1, dim, 1, 1), torch.from_numpy(data.test_y)
     zeros, ones = (0.0,) * dim, (1.0,) * dim
-    return DatasetSplits(train_x, train_y, test_x, test_y, 10, zeros, ones, "leaf_synthetic", client_rows=rows)
+    clients = {"client_rows": list(rows.split(data.train_sizes.tolist())), "client_partition": (rows, sizes)}
+    return DatasetSplits(train_x, train_y, test_x, test_y, 10, zeros, ones, "leaf_synthetic", **clients)
 
 
 # --------------------------------------------------------------------------------------------------- file formats

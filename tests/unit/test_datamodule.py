@@ -141,3 +141,22 @@ def test_test_batches_cover_every_test_row_once_across_processes(dm, world):
         dm.trainer, dm.test_batch_size = None, 1024
     assert len(xs) > world
     assert torch.equal(torch.cat(xs), dm.splits.test_x) and torch.equal(torch.cat(ys), dm.splits.test_y)
+
+
+def test_a_subclass_shards_drive_every_client_statistic():
+    """A subclass that overrides ``client_indices`` (docs/tutorials/add-a-dataset.md) has its shards in the sizes, the
+    label counts and the distributions, counted here client by client."""
+    from functools import cached_property
+
+    class FirstRows(FederatedDataModule):
+        @cached_property
+        def client_indices(self) -> list[torch.Tensor]:
+            return [torch.arange(10 * k, 10 * k + 5 + k) for k in range(self.num_clients)]
+
+    dm = FirstRows(dataset="digits", num_clients=6, alpha=2)
+    y = dm.splits.train_y
+    expected = torch.stack([torch.bincount(y[p], minlength=dm.num_classes) for p in dm.client_indices])
+    assert dm.client_sizes.tolist() == [5, 6, 7, 8, 9, 10]
+    assert torch.equal(dm.label_counts, expected)
+    assert torch.equal(dm.label_distribution, expected.double() / expected.sum(1, keepdim=True))
+    assert torch.equal(dm.client_stats.label_counts, expected)

@@ -3,13 +3,15 @@ and as a dataset with its own clients (``--data.dataset leaf_synthetic --data.pa
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
 from _helpers import REPO
 
 from lightning_sfl.data import FederatedDataModule, load_dataset
-from lightning_sfl.data.leaf_synthetic import fedprox_synthetic, input_covariance, logistic_labels
+from lightning_sfl.data.leaf_synthetic import fedprox_synthetic, input_covariance, logistic_labels, stacked_synthetic
 from lightning_sfl.errors import ConfigError
 
 
@@ -100,3 +102,80 @@ def test_the_config_trains_the_logistic_model_through_the_cli(tmp_path, monkeypa
                            "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false"])  # fmt: skip
         acc[rounds] = float(cli.trainer.callback_metrics["test/acc"])
     assert acc[10] > acc[1] + 0.1, acc  # measured: 0.17 -> 0.35
+
+
+def _reference_synthetic(lam, mu, num_clients, size_mu=4.0, iid=False, seed=0, dim=60, num_classes=10):
+    """The generator before issue 57 (verbatim but for names): per client its own arrays, drawn in this order."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.lognormal(size_mu, 2.0, num_clients).astype(np.int64) + 50
+    scale = np.sqrt(input_covariance(dim))
+    shared_w, shared_b = rng.normal(0.0, 1.0, (dim, num_classes)), rng.normal(0.0, 1.0, num_classes)
+    train_x, train_y, test_x, test_y = [], [], [], []
+    for n in sizes:
+        if iid:
+            w, b, v = shared_w, shared_b, np.zeros(dim)
+        else:
+            u, shift = rng.normal(0.0, lam), rng.normal(0.0, mu)
+            w, b, v = (
+                rng.normal(u, 1.0, (dim, num_classes)),
+                rng.normal(u, 1.0, num_classes),
+                rng.normal(shift, 1.0, dim),
+            )
+        x = v + rng.normal(0.0, 1.0, (int(n), dim)) * scale
+        y = logistic_labels(x, w, b)
+        order = rng.permutation(int(n))
+        cut = int(0.9 * n)
+        train_x.append(x[order[:cut]].astype(np.float32))
+        train_y.append(y[order[:cut]])
+        test_x.append(x[order[cut:]].astype(np.float32))
+        test_y.append(y[order[cut:]])
+    return train_x, train_y, test_x, test_y
+
+
+@pytest.mark.parametrize(
+    "lam,mu,clients,size_mu,iid,seed",
+    [
+        (1.0, 1.0, 40, 4.0, False, 0),
+        (0.5, 0.5, 25, 4.0, False, 3),
+        (0.0, 0.0, 30, 0.0, True, 1),
+        (1.0, 2.0, 200, 0.0, False, 9),
+    ],
+)
+def test_both_forms_of_the_generator_draw_what_it_drew_before(lam, mu, clients, size_mu, iid, seed):
+    """``fedprox_synthetic`` (per client) and ``stacked_synthetic`` (one array: what the data module holds) give the
+    previous generator's rows, bitwise: the committed Synthetic(λ, µ) studies' data are unchanged."""
+    want = _reference_synthetic(lam, mu, clients, size_mu, iid, seed)
+    per_client = fedprox_synthetic(lam, mu, num_clients=clients, size_mu=size_mu, iid=iid, seed=seed)
+    stacked = stacked_synthetic(lam, mu, num_clients=clients, size_mu=size_mu, iid=iid, seed=seed)
+    for got, ref in zip((per_client.train_x, per_client.train_y, per_client.test_x, per_client.test_y), want):
+        assert len(got) == clients and all(np.array_equal(g, r) and g.dtype == r.dtype for g, r in zip(got, ref))
+    for got, ref in zip((stacked.train_x, stacked.train_y, stacked.test_x, stacked.test_y), want):
+        assert np.array_equal(got, np.concatenate(ref)) and got.dtype == ref[0].dtype
+    assert stacked.train_sizes.tolist() == [len(y) for y in want[1]]
+    assert stacked.test_sizes.tolist() == [len(y) for y in want[3]]
+
+
+def test_smaller_clients_keep_fedproxs_floor_and_the_data_module_passes_them_on():
+    """``--data.leaf_size_log_mean 0``: ``⌊LogNormal(0, 2)⌋ + 50`` rows a client (still at least 50, heavy tailed),
+    what ``configs/leaf_synthetic/fedavg_10k.yaml`` draws for 10,000 clients."""
+    small = stacked_synthetic(1.0, 1.0, num_clients=2000, size_mu=0.0, seed=0)
+    sizes = small.train_sizes + small.test_sizes
+    assert sizes.min() >= 50 and 50 <= np.median(sizes) <= 52 and 53 < sizes.mean() < 62 and sizes.max() > 300
+    dm = FederatedDataModule(dataset="leaf_synthetic", partition="natural", num_clients=300, participation=0.1,
+                             batch_size=64, leaf_lambda=1.0, leaf_mu=1.0, leaf_size_log_mean=0.0, seed=4)  # fmt: skip
+    drawn = stacked_synthetic(1.0, 1.0, num_clients=300, size_mu=0.0, seed=4)
+    assert dm.client_sizes.tolist() == drawn.train_sizes.tolist() and len(dm.splits.test_y) == drawn.test_sizes.sum()
+    assert torch.equal(dm.splits.train_x.view(-1, 60), torch.from_numpy(drawn.train_x))
+
+
+@pytest.mark.parametrize(
+    "knobs,text",
+    [
+        ({"leaf_size_log_std": -1.0}, "leaf_size_log_std=-1.0 must be >= 0"),
+        ({"leaf_size_log_mean": 50.0}, "leaf_size_log_mean=50.0 must be in [-20, 20]"),
+        ({"leaf_size_log_mean": float("nan")}, "leaf_size_log_mean=nan must be in"),
+    ],
+)
+def test_bad_client_sizes_are_one_line(knobs, text):
+    with pytest.raises(ConfigError, match=re.escape(text)):
+        FederatedDataModule(dataset="leaf_synthetic", partition="natural", num_clients=20, **knobs)

@@ -316,3 +316,53 @@ def test_a_policy_recorded_under_its_former_module_still_resolves():
     old = {"class_path": "lightning_sfl.data.selection.FedCBSSelection", "init_args": {"lam": 5.0}}
     policy = resolve_selection(old)
     assert isinstance(policy, FedCBSSelection) and policy.lam == 5.0
+
+
+# ------------------------------------------------------------------------------------------------ many clients
+# Issue 57: both policies score the K candidates a block of clients at a time (the block's temporaries stay in the
+# caches). Checked against the whole [K, N] matrix scored at once, the implementation they replaced, on more clients
+# than a block holds: the same probabilities and the same picks, bitwise.
+def _many_counts(num_clients: int, num_classes: int, seed: int) -> torch.Tensor:
+    g = _gen(seed)
+    counts = torch.randint(0, 40, (num_clients, num_classes), generator=g) * (
+        torch.rand(num_clients, num_classes, generator=g) < 0.3
+    )
+    counts[:, int(torch.randint(num_classes, (1,), generator=g))] += 1  # no client without data
+    return counts
+
+
+@pytest.mark.parametrize("num_clients,num_classes", [(20_000, 10), (3_000, 100), (9_000, 3)])
+def test_fedcbs_probabilities_of_many_clients_are_those_of_the_whole_matrix(num_clients, num_classes):
+    counts = _many_counts(num_clients, num_classes, seed=num_classes)
+    policy = FedCBSSelection(lam=10.0)
+    policy.counts = torch.randint(0, 3, (num_clients,), generator=_gen(1))  # some clients selected before
+    floats = counts.double()
+    for selected in ([], [4], [4, 17, 2_999]):
+        m = len(selected) + 1
+        log_q = selection_module._pooled_qcid(floats[selected].sum(0) + floats).clamp_min(policy.eps).log()
+        log_w = -policy.beta(m) * log_q
+        if m == 1:
+            log_w = torch.logaddexp(log_w, policy.exploration(5, num_clients).log())
+        log_w[selected] = -math.inf
+        assert torch.equal(policy.next_probabilities(counts, selected, 5), torch.softmax(log_w, dim=0))
+
+
+@pytest.mark.parametrize("divergence", ["kl", "qcid"])
+def test_class_balanced_picks_of_many_clients_are_those_of_the_whole_matrix(divergence):
+    counts = _many_counts(20_000, 10, seed=3)
+    policy, div = ClassBalancedSelection(divergence), ClassBalancedSelection.DIVERGENCES[divergence]
+    for round_idx in (0, 1):
+        g, floats = _gen(round_idx), counts.double()
+        first = int(torch.randint(len(floats), (1,), generator=g))  # the greedy rule, scoring every candidate at once
+        want, pooled = [first], floats[first].clone()
+        available = torch.ones(len(floats), dtype=torch.bool)
+        available[first] = False
+        while len(want) < 30:
+            candidates = available.nonzero().squeeze(1)
+            scores = div(pooled + floats[candidates])
+            ties = candidates[scores <= scores.min() + policy.tie_tol]
+            pick = int(ties[torch.randint(len(ties), (1,), generator=g)])
+            want.append(pick)
+            pooled += floats[pick]
+            available[pick] = False
+        assert policy(counts, 30, _gen(round_idx), round_idx).tolist() == sorted(want)
