@@ -17,6 +17,7 @@ from lightning_sfl.system.timing import ClientCosts
 
 __all__ = [
     "activation_shape",
+    "batches_partial_steps",
     "checked_federation",
     "checked_schedule",
     "client_costs",
@@ -81,11 +82,14 @@ def activation_shape(method) -> tuple[int, ...]:
 
 
 def checked_schedule(method, schedule: Schedule) -> Schedule:
-    """``schedule`` checked against ``method``: a handler for each of its step kinds (:func:`step_handler`); steps that
-    leave clients out run the sequential bank under ``client_bank="auto"`` (the stacked bank keeps such slots still
-    too, by copying their rows around each step:
+    """``schedule`` checked against ``method``: a handler for each of its step kinds (:func:`step_handler`). Under
+    ``client_bank="auto"``, steps that leave clients out run the sequential bank, one client a step gaining nothing
+    from stacking, unless they run several clients at once (:func:`batches_partial_steps`: a split method's
+    asynchronous arrivals in waves), where ``auto`` decides as for any step
+    (:func:`~lightning_sfl.algorithms.stacked_bank.make_bank`): ``benchmarks/async_arrivals.py`` measured the stacked
+    bank faster there (it moves only the step's slots:
     :meth:`~lightning_sfl.algorithms.stacked_bank.StackedBank.steps_only`)."""
-    if schedule.partial_steps and method.client_bank == "auto":  # a slot left out of a step must not move
+    if schedule.partial_steps and method.client_bank == "auto" and not batches_partial_steps(method, schedule):
         method.client_bank = "sequential"
     missing = [k for k in schedule.kinds if step_handler(method, k) is None]
     if missing:
@@ -94,6 +98,13 @@ def checked_schedule(method, schedule: Schedule) -> Schedule:
             f"it handles: {', '.join(method.step_handlers)}"
         )
     return schedule
+
+
+def batches_partial_steps(method, schedule: Schedule) -> bool:
+    """Whether ``schedule``'s steps that leave clients out still run several clients at once: the activation arrivals of
+    a split method (``has_server_half``) batched in waves (``batch_arrivals``); a plain FL method's asynchronous
+    uploads, or arrivals one at a time, train one client a step."""
+    return bool(getattr(schedule, "batch_arrivals", False)) and method.has_server_half
 
 
 def step_handler(method, kind: str):

@@ -39,13 +39,16 @@ import torch
 import torch.nn.functional as F
 from typing_extensions import override
 
+from lightning_sfl import trainer_view
 from lightning_sfl.algorithms import async_base, federated
 from lightning_sfl.algorithms.async_base import choice
+from lightning_sfl.algorithms.client_bank import SequentialBank
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.label_gaussians import COVARIANCES, LabelGaussians, generation_counts
 from lightning_sfl.algorithms.losses import row_label_distribution
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.split_method import SplitMethod
+from lightning_sfl.algorithms.stacked_bank import AUTO_STACKED_MIN_SLOTS_ASYNC_CPU, StackedBank, make_bank
 from lightning_sfl.loop import AsyncEvents
 from lightning_sfl.loop.async_events import ArrivalStep, UploadStep
 from lightning_sfl.loop.sampling import round_generator
@@ -101,6 +104,7 @@ class AsyncSFL(SplitMethod):
         self.add_state("act_labels", lambda: torch.zeros(self._capacity, dtype=torch.long))
         self.add_state("act_count", lambda: torch.zeros((), dtype=torch.long))
         self.add_state("server_updates", lambda: torch.zeros((), dtype=torch.long))
+        self.round_means = async_base.RoundMeans()  # the round's logged means, logged at its end
 
     @override
     def setup(self, stage: str) -> None:
@@ -116,6 +120,16 @@ class AsyncSFL(SplitMethod):
     def client_prior(self, step: ArrivalStep) -> torch.Tensor:
         """``P_k`` of each row's client, ``[B, N]``: the base's client loss is then eq. (6)."""
         return row_label_distribution(self.label_dist, step)
+
+    @override
+    def make_bank(self, template: torch.nn.Module, num_slots: int) -> SequentialBank | StackedBank:
+        """A bank of the configured kind; ``auto`` on a CPU stacks the arrivals' slots from
+        :data:`~lightning_sfl.algorithms.stacked_bank.AUTO_STACKED_MIN_SLOTS_ASYNC_CPU` slots on (arrivals one at a
+        time run the sequential bank: :func:`~lightning_sfl.algorithms.federated.checked_schedule`)."""
+        device = trainer_view.device(self.trainer)
+        return make_bank(
+            template, num_slots, self.client_bank, device=device, min_slots_cpu=AUTO_STACKED_MIN_SLOTS_ASYNC_CPU
+        )
 
     @override
     def configure_schedule(self) -> AsyncEvents:
@@ -135,16 +149,20 @@ class AsyncSFL(SplitMethod):
     # ------------------------------------------------------------------ round edges, uploads, aggregation
     @override
     def start_round(self, step) -> None:
+        self.round_means.clear()
         async_base.start_round(self, step)
 
     def upload(self, step: UploadStep) -> None:
         """A client's upload (eq. 9, :func:`~lightning_sfl.algorithms.async_base.upload`)."""
-        async_base.upload(self, step)
+        async_base.upload(self, step, self.round_means)
 
     @override
     def aggregate(self, step: UploadStep) -> None:
-        """Eq. (10) (:func:`~lightning_sfl.algorithms.async_base.aggregate`)."""
+        """Eq. (10) (:func:`~lightning_sfl.algorithms.async_base.aggregate`); the round's means are logged
+        (``train/client_loss``, ``train/server_loss``, ``train/staleness``, GAS's ``train/generated``:
+        :class:`~lightning_sfl.algorithms.async_base.RoundMeans`)."""
         async_base.aggregate(self, step)
+        self.round_means.log_to(self)
 
     def arrivals(self, step: ArrivalStep) -> None:
         """Handler of ``"arrivals"`` steps (Alg. 1, lines 5-13): one split iteration of the arriving clients. Their
@@ -161,8 +179,7 @@ class AsyncSFL(SplitMethod):
         _, client_loss = split_iteration(self, step, on_arrival=arrived)
         if step.flush and not update_first:
             self.flush()
-        mean_loss = client_loss.detach() / len(step.clients)
-        self.log("train/client_loss", mean_loss, on_step=False, on_epoch=True, batch_size=len(step.clients))
+        self.round_means.add("train/client_loss", client_loss.detach(), len(step.clients))  # a mean per client
 
     @override
     def server_loss(self, logits: torch.Tensor, step: ArrivalStep) -> None:
@@ -175,15 +192,14 @@ class AsyncSFL(SplitMethod):
         step is done)."""
         opt = self.optimizers()
         opt.zero_grad()
-        server_loss = self.server_update(opt)
-        self.log("train/server_loss", server_loss, on_step=False, on_epoch=True, batch_size=1)
+        self.round_means.add("train/server_loss", self.server_update(opt))
 
     def buffer_arrivals(self, acts: torch.Tensor, step: ArrivalStep) -> None:
         """Eq. (4): append the arrivals' activations ``[B, *act]`` and labels to the activation buffer."""
         n, start = len(acts), int(self.act_count)
         self.act_buffer[start : start + n] = acts
         self.act_labels[start : start + n] = step.y
-        self.act_count += n
+        self.act_count.add_(n)  # in place (no module __setattr__)
 
     def server_batch(self, acts: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """What the server trains on at a flush (eq. 5): the buffered activations; GAS adds generated ones."""
@@ -198,7 +214,7 @@ class AsyncSFL(SplitMethod):
         self.take_step(opt, count_step=False)  # one global_step per training step: the slots' step counts
         opt.zero_grad()
         self.act_count.zero_()
-        self.server_updates += 1
+        self.server_updates.add_(1)
         return loss.detach()
 
 
@@ -270,6 +286,6 @@ class GAS(AsyncSFL):
         counts = generation_counts(labels, self.num_classes, self.schedule.batch_size or self.client_stats.batch_size)
         g = round_generator(self.client_stats.seed, int(self.server_updates), stream=_GENERATION_STREAM)
         fake, fake_labels = gaussians.sample(counts.cpu(), generator=g)
-        self.log("train/generated", float(len(fake)), on_step=False, on_epoch=True, batch_size=1)
+        self.round_means.add("train/generated", float(len(fake)))
         fake = fake.to(acts.dtype).reshape(len(fake), *acts.shape[1:])
         return torch.cat([acts, fake]), torch.cat([labels, fake_labels])

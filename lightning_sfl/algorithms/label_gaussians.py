@@ -28,9 +28,27 @@ import torch
 
 from lightning_sfl.errors import ConfigError
 
-__all__ = ["COVARIANCES", "LabelGaussians", "generation_counts", "merge_moments"]
+__all__ = [
+    "COVARIANCES",
+    "LabelGaussians",
+    "batch_moments",
+    "generation_counts",
+    "label_blocks",
+    "merge_moments",
+    "merge_variances_by_label",
+]
 
 COVARIANCES = ("full", "diag", "lowrank")
+
+
+def batch_moments(x: torch.Tensor, w: torch.Tensor, form: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch's weight ``W_b = Σw``, weighted mean ``μ_b`` and weighted population covariance ``Σ_b`` (``full``
+    ``[D, D]``) or variances (``diag``, ``[D]``) of rows ``x`` ``[n, D]`` with weights ``w`` ``[n]``."""
+    wb = w.sum()
+    mb = (w[:, None] * x).sum(0) / wb
+    xc = x - mb
+    cb = (w[:, None] * xc).T @ xc / wb if form == "full" else (w[:, None] * xc * xc).sum(0) / wb
+    return wb, mb, cb
 
 
 def merge_moments(
@@ -55,10 +73,7 @@ def merge_moments(
     >>> s.item(), m.item(), v.item()  # mean 1.5; variance (1·1.5² + 3·0.5²)/4
     (4.0, 1.5, 0.75)
     """
-    wb = w.sum()
-    mb = (w[:, None] * x).sum(0) / wb
-    xc = x - mb
-    cb = (w[:, None] * xc).T @ xc / wb if form == "full" else (w[:, None] * xc * xc).sum(0) / wb
+    wb, mb, cb = batch_moments(x, w, form)
     if weight <= 0:
         return wb, mb, cb
     total = weight + wb
@@ -66,6 +81,57 @@ def merge_moments(
     shift = torch.outer(delta, delta) if form == "full" else delta * delta
     new_cov = (weight * cov + wb * cb) / total + weight * wb / total**2 * shift
     return total, (weight * mean + wb * mb) / total, new_cov
+
+
+def label_blocks(labels: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, list[int], list[tuple[int, int]]]:
+    """The rows of ``labels`` ``[n]`` sorted by label, each label's rows in their order (``order`` ``[n]``), the labels
+    present (ascending) and each one's ``(start, stop)`` in that order.
+
+    >>> order, present, blocks = label_blocks(torch.tensor([2, 0, 2, 2]), 3)
+    >>> order.tolist(), present, blocks
+    ([1, 0, 2, 3], [0, 2], [(0, 1), (1, 4)])
+    """
+    order = torch.argsort(labels, stable=True)
+    counts = torch.bincount(labels, minlength=num_classes).tolist()
+    present, blocks, start = [], [], 0
+    for y, n in enumerate(counts):
+        if n:
+            present.append(y)
+            blocks.append((start, start + n))
+            start += n
+    return order, present, blocks
+
+
+def merge_variances_by_label(
+    weight: torch.Tensor,
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    blocks: list[tuple[int, int]],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`merge_moments` (``diag``) of ``P`` labels at once, element for element the same arithmetic: the labels'
+    ``S`` ``[P]``, ``μ`` ``[P, D]`` and variances ``[P, D]``; their rows ``x`` ``[n, D]`` and weights ``w`` ``[n]``
+    sorted by label, label ``p``'s at ``blocks[p]`` (:func:`label_blocks`). Each label's batch moments come from its
+    own rows (:func:`batch_moments`, small temporaries); the merge is elementwise, for every label at once.
+
+    >>> s, m, v = merge_variances_by_label(torch.zeros(1), torch.zeros(1, 1), torch.zeros(1, 1),
+    ...     torch.tensor([[0.0], [2.0]]), torch.tensor([1.0, 3.0]), [(0, 2)])
+    >>> s.tolist(), m.tolist(), v.tolist()
+    ([4.0], [[1.5]], [[0.75]])
+    """
+    wb, mb, cb = (torch.stack(t) for t in zip(*(batch_moments(x[a:b], w[a:b], "diag") for a, b in blocks)))
+    total = weight + wb
+    delta = mean - mb
+    shift = delta * delta
+    new_var = (weight[:, None] * var + wb[:, None] * cb) / total[:, None] + (weight * wb / total**2)[:, None] * shift
+    new_mean = (weight[:, None] * mean + wb[:, None] * mb) / total[:, None]
+    first = weight <= 0  # a label's first rows: its batch moments alone
+    return (
+        torch.where(first, wb, total),
+        torch.where(first[:, None], mb, new_mean),
+        torch.where(first[:, None], cb, new_var),
+    )
 
 
 def _merge_factor(weight, factor, mean, x, w, rank: int) -> torch.Tensor:
@@ -153,17 +219,25 @@ class LabelGaussians:
 
     @torch.no_grad()
     def update(self, activations: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> None:
-        """Merge activations ``[n, *shape]`` with labels ``[n]`` and weights ``s(n)`` ``[n]`` (eqs. 11-12)."""
-        x = activations.reshape(len(activations), -1).to(self.mean.dtype)
-        w = weights.to(self.mean.dtype).expand(len(x))
+        """Merge activations ``[n, *shape]`` with labels ``[n]`` and weights ``s(n)`` ``[n]`` (eqs. 11-12): each
+        label's rows, in their order, by :func:`merge_moments` (``diag``: every label at once,
+        :func:`merge_variances_by_label`, the same arithmetic)."""
+        order, present, blocks = label_blocks(labels, self.num_classes)
+        if not present:
+            return
+        xs = activations.reshape(len(activations), -1).index_select(0, order).to(self.mean.dtype)  # by label
+        ws = weights.to(self.mean.dtype).expand(len(xs)).index_select(0, order)
+        if self.covariance == "diag":
+            idx = torch.tensor(present, device=self.mean.device)
+            merged = merge_variances_by_label(self.weight[idx], self.mean[idx], self.second[idx], xs, ws, blocks)
+            self.weight[idx], self.mean[idx], self.second[idx] = merged
+            return
         form = "full" if self.covariance == "full" else "diag"
-        for y in labels.unique().tolist():
-            rows = labels == y
+        for y, (start, stop) in zip(present, blocks):
+            xy, wy = xs[start:stop], ws[start:stop]
             if self.factor is not None:
-                self.factor[y] = _merge_factor(
-                    self.weight[y], self.factor[y], self.mean[y], x[rows], w[rows], self.rank
-                )
-            s, m, c = merge_moments(self.weight[y], self.mean[y], self.second[y], x[rows], w[rows], form)
+                self.factor[y] = _merge_factor(self.weight[y], self.factor[y], self.mean[y], xy, wy, self.rank)
+            s, m, c = merge_moments(self.weight[y], self.mean[y], self.second[y], xy, wy, form)
             self.weight[y], self.mean[y], self.second[y] = s, m, c
 
     @torch.no_grad()

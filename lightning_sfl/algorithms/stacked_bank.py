@@ -39,11 +39,7 @@ Optimisers
       move them, where the reference skips them.
 
 Per-slot access (:attr:`StackedBank.slots`)
-    A read-only sequence of :class:`StackedSlot` views with ``parameters()``, ``named_parameters()``,
-    ``buffers()``, ``state_dict()``, ``load_state_dict()`` and ``__call__`` (run slot ``k`` alone). Parameters
-    are differentiable aliases of row ``k`` of the stacked parameters (gradients of any expression in them
-    flow into the stacked tensors), and assigning their ``.data`` (what ``vector_to_parameters`` does) copies
-    INTO the stacked storage in place. ``state_dict()`` holds detached views that share memory with the bank.
+    A read-only sequence of module-like views of the slots (:mod:`~lightning_sfl.algorithms.stacked_slots`).
 
 The template is kept on the ``meta`` device (not registered: it holds no state); only the stacked tensors are.
 Mixed train/eval flags inside one slot are not supported: the template follows the bank's ``training`` flag.
@@ -53,140 +49,29 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
 from typing_extensions import override
 
 from lightning_sfl.algorithms.aggregate import normalized_weights
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots, slot_list
 from lightning_sfl.algorithms.stacked_ops import StackedProgram
+from lightning_sfl.algorithms.stacked_optim import keep_rows, reset_rows_, row_index, sgd_rows_, sgd_settings
 from lightning_sfl.algorithms.stacked_plan import Plan, build_plan, group_cost_rows, plan_groups
+from lightning_sfl.algorithms.stacked_slots import SlotTensor, StackedSlot, StackedSlots
 from lightning_sfl.errors import ConfigError
 
-__all__ = ["BANK_KINDS", "SlotTensor", "StackedBank", "StackedSlot", "StackedSlots", "make_bank"]
+__all__ = ["AUTO_STACKED_MIN_SLOTS_ASYNC_CPU", "AUTO_STACKED_MIN_SLOTS_CPU", "BANK_KINDS", "SlotTensor", "StackedBank"]
+__all__ += ["StackedSlot", "StackedSlots", "make_bank"]
 
 Tensors = dict[str, torch.Tensor]
 #: ``(params [G, ...], buffers [G, ...], x [R, G, ...]) -> outputs [R, G, ...]``: a group of ``G`` slots at once.
 _Apply = Callable[[Tensors, Tensors, torch.Tensor], tuple[torch.Tensor, ...]]
 
 BANK_KINDS: tuple[str, ...] = ("auto", "sequential", "stacked")
-
-
-class SlotTensor(torch.Tensor):
-    """Alias of row ``k`` of a stacked tensor, returned by :meth:`StackedSlot.parameters`.
-
-    It is an ordinary tensor in every operation (the results are plain tensors and stay in the autograd graph
-    of the stacked parameter), except that **assigning** ``.data`` copies into the shared storage instead of
-    rebinding the alias, so ``torch.nn.utils.vector_to_parameters(v, slot.parameters())`` writes slot ``k`` of
-    the bank in place. Its ``.grad`` is always ``None``: gradients accumulate on the stacked parameters.
-    """
-
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    @property
-    @override
-    def data(self) -> torch.Tensor:
-        return torch._C.TensorBase.data.__get__(self)
-
-    @data.setter
-    def data(self, value: torch.Tensor) -> None:
-        bank = getattr(self, "_bank", None)
-        if bank is not None:
-            bank._fresh = False  # this slot now differs from the others: it must stay in its row
-        with torch.no_grad():
-            torch._C.TensorBase.data.__get__(self).copy_(value)
-
-
-class StackedSlot:
-    """Read-only-structure view of slot ``index`` of a :class:`StackedBank` (see the module docstring)."""
-
-    def __init__(self, bank: StackedBank, index: int) -> None:
-        self.bank, self.index = bank, index
-
-    @property
-    def row(self) -> int:
-        """Row of the stacked tensors that holds this slot (see :attr:`StackedBank.rows`)."""
-        return self.bank.rows[self.index]
-
-    @override
-    def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, SlotTensor]]:
-        """``(name, alias of row k)`` in the template's parameter order; differentiable, writable via ``.data``."""
-        for name, p in zip(self.bank.param_names, self.bank.stacked_params):
-            alias = p[self.row].as_subclass(SlotTensor)
-            alias._bank = self.bank
-            yield prefix + name, alias
-
-    @override
-    def parameters(self, recurse: bool = True) -> Iterator[SlotTensor]:
-        for _, p in self.named_parameters():
-            yield p
-
-    @override
-    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
-        """``(name, view of row k)``: in-place changes (BatchNorm running statistics) write into the bank."""
-        for name, b in zip(self.bank.buffer_names, self.bank.stacked_buffers()):
-            yield prefix + name, b[self.row]
-
-    @override
-    def buffers(self, recurse: bool = True) -> Iterator[torch.Tensor]:
-        for _, b in self.named_buffers():
-            yield b
-
-    @override
-    def state_dict(self, keep_vars: bool = False) -> Tensors:
-        """The template's state-dict keys mapped to DETACHED VIEWS of slot ``k`` (shared memory, like
-        ``nn.Module.state_dict``: clone to keep a snapshot); ``keep_vars=True`` keeps the autograd aliases."""
-        if keep_vars:
-            tensors = {**dict(self.named_parameters()), **dict(self.named_buffers())}
-        else:
-            tensors = {name: t.detach()[self.row] for name, t in self.bank.named_stacked().items()}
-        return {key: tensors[key] for key in self.bank.state_keys}
-
-    @torch.no_grad()
-    @override
-    def load_state_dict(self, state: Mapping[str, torch.Tensor], strict: bool = True) -> None:
-        """Copy ``state`` into slot ``k`` in place (the bank's Parameter objects are kept)."""
-        targets = {**dict(zip(self.bank.param_names, self.bank.stacked_params)), **self.bank.named_stacked_buffers()}
-        if strict and set(state) != set(self.bank.state_keys):
-            raise KeyError(f"state keys {sorted(state)} do not match the slot's {list(self.bank.state_keys)}")
-        self.bank._fresh = False
-        for key, value in state.items():
-            if key in targets:
-                targets[key][self.row].copy_(value)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """Slot ``k`` alone on ``[B_k, ...]`` (updates its running statistics in train mode, like the module)."""
-        return self.forward(x)
-
-    @override
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.bank._sync_mode()
-        params = {n: p[self.row] for n, p in zip(self.bank.param_names, self.bank.stacked_params)}
-        buffers = {n: b[self.row] for n, b in zip(self.bank.buffer_names, self.bank.stacked_buffers())}
-        return functional_call(self.bank.template, (params, buffers), (x,))
-
-    def __repr__(self) -> str:
-        return f"StackedSlot(index={self.index}, of {len(self.bank)})"
-
-
-class StackedSlots(Sequence):
-    """``bank.slots``: ``len``, indexing (negative too) and iteration over :class:`StackedSlot` views."""
-
-    def __init__(self, bank: StackedBank) -> None:
-        self.bank = bank
-
-    def __len__(self) -> int:
-        return len(self.bank)
-
-    def __getitem__(self, index: int | slice) -> StackedSlot | list[StackedSlot]:
-        if isinstance(index, slice):
-            return [StackedSlot(self.bank, k) for k in range(len(self))[index]]
-        k = range(len(self))[index]  # IndexError and negative indices as for a list
-        return StackedSlot(self.bank, k)
 
 
 def _uses_batch_statistics(module: nn.Module, training: bool) -> bool:
@@ -290,8 +175,17 @@ class StackedBank(ClientBank):
     def reset(self, source: nn.Module, slots: Slots = None) -> None:
         """Broadcast: the ``slots`` (default all) take ``source``'s parameters and buffers (in place: the Parameter
         objects, hence an optimiser built over ``bank.parameters()``, stay valid)."""
-        if slots is not None:
-            return super().reset(source, slots)  # through the slot views (which set _fresh = False)
+        if slots is not None:  # as the slots' load_state_dict(source.state_dict()) would, rows at once
+            state = source.state_dict()
+            if set(state) != set(self.state_keys):
+                raise KeyError(f"state keys {sorted(state)} do not match the slot's {list(self.state_keys)}")
+            targets, rows = self.named_stacked(), sorted(set(self._rows_of(slots)))
+            for key, value in state.items():
+                if key in targets and rows:
+                    t = targets[key]
+                    t[row_index(rows, t.device)] = value.to(t.device, t.dtype)
+            self._fresh = False
+            return
         src = {**dict(source.named_parameters()), **dict(source.named_buffers())}
         mine = self.named_stacked()
         if set(src) != set(mine):
@@ -303,61 +197,59 @@ class StackedBank(ClientBank):
     @override
     def reset_optimizer_state(self, optimizer: torch.optim.Optimizer, slots: Slots = None) -> None:
         """All slots: drop the state of the stacked parameters. A subset: zero the slots' rows of every per-element
-        state tensor, which equals a fresh state for SGD without dampening (a zero momentum buffer gives
-        ``buf = grad`` at the next step, as a missing one does); any other state (Adam's shared step count, SGD's
-        dampening) cannot be reset per slot here: use ``client_bank=sequential``."""
+        state tensor (:func:`~lightning_sfl.algorithms.stacked_optim.reset_rows_`: a fresh state for SGD without
+        dampening; any other state cannot be reset per slot here: use ``client_bank=sequential``)."""
         if slots is None:
             for p in self.stacked_params:
                 optimizer.state.pop(p, None)
             self._fresh_state = True
             return
         self._fresh = False
-        rows = torch.tensor(self._rows_of(slots), dtype=torch.long)
-        for p in self.stacked_params:
-            state = optimizer.state.get(p)
-            if not state:
-                continue
-            group = next(g for g in optimizer.param_groups if any(q is p for q in g["params"]))
-            for key, value in state.items():
-                if key != "momentum_buffer" or group.get("dampening", 0) != 0 or value.shape != p.shape:
-                    raise ConfigError(
-                        f"optimizer state {key!r} of a stacked bank cannot be reset for single slots; "
-                        "use --model.client_bank sequential"
-                    )
-                value[rows.to(value.device)] = 0
+        reset_rows_(self.stacked_params, optimizer, self._rows_of(slots))
 
     @contextlib.contextmanager
     @override
     def steps_only(self, optimizer: torch.optim.Optimizer, slots: Slots = None):
-        """``optimizer.step()`` inside moves only ``slots``: the other slots' rows of the stacked parameters and of
-        SGD's momentum buffers are copied before and written back after (bitwise what the sequential bank's
-        optimiser does, which skips modules without a gradient; a buffer the step creates starts at zero for them,
-        as :meth:`reset_optimizer_state` has it). Other per-parameter state (Adam's shared step count) cannot be
-        kept per slot: ``ConfigError``."""
-        rows = set(self._rows_of(slots)) if slots is not None else set(range(len(self)))
-        absent = torch.tensor(sorted(set(range(len(self))) - rows), dtype=torch.long)
-        if len(absent) == 0:
+        """``optimizer.step()`` inside moves only ``slots`` (bitwise what the sequential bank's optimiser does, which
+        skips modules without a gradient; a momentum buffer the step creates starts at zero for the others, as
+        :meth:`reset_optimizer_state` has it). Plain SGD: when the optimiser steps (a pre-step hook, so after whatever
+        runs before it, such as a precision plugin's unscaling, and not at all when that skips the step), the slots'
+        rows take SGD's step (:func:`~lightning_sfl.algorithms.stacked_optim.sgd_rows_`) and the stacked parameters
+        hide their gradients from the optimiser's own step; another optimiser: the other rows are copied before and
+        written back after (:func:`~lightning_sfl.algorithms.stacked_optim.keep_rows`; other per-parameter state,
+        such as Adam's shared step count, cannot be kept per slot: ``ConfigError``)."""
+        rows = sorted(set(self._rows_of(slots))) if slots is not None else list(range(len(self)))
+        if len(rows) == len(self):
             yield
             return
-        kept = []
-        with torch.no_grad():
-            for p in self.stacked_params:
-                state = optimizer.state.get(p) or {}
-                if any(key != "momentum_buffer" for key in state):
-                    raise ConfigError(
-                        f"optimizer state {sorted(state)} of a stacked bank cannot be kept for the slots a step "
-                        "leaves out; use --model.client_bank sequential"
-                    )
-                index = absent.to(p.device)
-                buffer = state.get("momentum_buffer")
-                kept.append((p, index, p[index].clone(), None if buffer is None else buffer[index].clone()))
-        yield
-        with torch.no_grad():
-            for p, index, values, buffer in kept:
-                p[index] = values
-                state = optimizer.state.get(p) or {}
-                if state.get("momentum_buffer") is not None:
-                    state["momentum_buffer"][index] = 0 if buffer is None else buffer
+        settings = sgd_settings(optimizer, self.stacked_params)
+        if settings is None:
+            absent = torch.tensor(sorted(set(range(len(self))) - set(rows)), dtype=torch.long)
+            with keep_rows(self.stacked_params, optimizer, absent):
+                yield
+            return
+        hidden: list[tuple[torch.Tensor, torch.Tensor]] = []  # (parameter, its gradient) while the optimiser steps
+
+        def step_rows(opt, args, kwargs) -> None:
+            grads = [(p, p.grad) for p in self.stacked_params if p.grad is not None]
+            index = row_index(rows, grads[0][0].device) if grads else None
+            for p, g in grads:
+                sgd_rows_(p, g, opt.state[p], index, **settings)
+                p.grad = None  # the step above was theirs
+            hidden.extend(grads)
+
+        def restore(opt=None, args=None, kwargs=None) -> None:
+            for p, g in hidden:
+                p.grad = g
+            hidden.clear()
+
+        handles = (optimizer.register_step_pre_hook(step_rows), optimizer.register_step_post_hook(restore))
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+            restore()  # a step that raised
 
     @torch.no_grad()
     @override
@@ -375,6 +267,12 @@ class StackedBank(ClientBank):
         for g in grads:
             g[rows] *= scale.to(g.dtype).view(-1, *([1] * (g.dim() - 1)))
         return norms
+
+    @override
+    def snapshot(self, slot: int) -> dict[str, torch.Tensor]:
+        """A detached copy of slot ``slot``'s state (its row of every stacked tensor of the state dict)."""
+        row, stacked = self.rows[slot], self.named_stacked()
+        return {key: stacked[key].detach()[row].clone() for key in self.state_keys}
 
     @torch.no_grad()
     @override
@@ -572,16 +470,26 @@ def _repeat(t: torch.Tensor, num_slots: int) -> torch.Tensor:
 
 #: ``client_bank="auto"`` on a CPU: the stacked bank from this many slots on (for models without BatchNorm).
 AUTO_STACKED_MIN_SLOTS_CPU = 10
+#: The same for the asynchronous arrivals of a split method in waves (``C`` slots, a few arriving a step):
+#: ``benchmarks/async_arrivals.py`` (GAS, digits) measured the sequential bank faster at ``C`` = 10, the two even at 15,
+#: the stacked bank faster at 20 and 50.
+AUTO_STACKED_MIN_SLOTS_ASYNC_CPU = 16
 
 
 def make_bank(
-    template: nn.Module, num_slots: int, kind: str = "auto", device: torch.device | str | None = None
+    template: nn.Module,
+    num_slots: int,
+    kind: str = "auto",
+    device: torch.device | str | None = None,
+    min_slots_cpu: int = AUTO_STACKED_MIN_SLOTS_CPU,
 ) -> SequentialBank | StackedBank:
     """Build the client bank ``kind``: ``"sequential"`` (:class:`SequentialBank`), ``"stacked"``
     (:class:`StackedBank`) or ``"auto"``, what ``benchmarks/client_scaling.py`` measured faster: stacked on CUDA; on a
-    CPU stacked from :data:`AUTO_STACKED_MIN_SLOTS_CPU` slots on, unless the template has BatchNorm layers (their
-    batch statistics need groups of equal ``B_k``, i.e. many small groups), else sequential (the benchmark measures
-    both).
+    CPU stacked from ``min_slots_cpu`` slots on (default :data:`AUTO_STACKED_MIN_SLOTS_CPU`; the asynchronous arrivals
+    in waves pass :data:`AUTO_STACKED_MIN_SLOTS_ASYNC_CPU`), unless the template has BatchNorm layers (their batch
+    statistics need groups of equal ``B_k``, i.e. many small groups), else sequential (the benchmarks measure both).
+    Other steps that leave slots out train one client a step and run the sequential bank
+    (:func:`~lightning_sfl.algorithms.federated.checked_schedule`).
     ``device``: where the bank will run; default the template's, but in a LightningModule's ``setup`` the template is
     still on the CPU: pass ``trainer.strategy.root_device``."""
     if kind not in BANK_KINDS:
@@ -594,5 +502,5 @@ def make_bank(
             kind = "stacked"
         else:
             batch_norm = any(isinstance(m, _BatchNorm) for m in template.modules())
-            kind = "stacked" if num_slots >= AUTO_STACKED_MIN_SLOTS_CPU and not batch_norm else "sequential"
+            kind = "stacked" if num_slots >= min_slots_cpu and not batch_norm else "sequential"
     return StackedBank(template, num_slots) if kind == "stacked" else SequentialBank(template, num_slots)

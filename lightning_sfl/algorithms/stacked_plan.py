@@ -28,7 +28,8 @@ class Plan:
     """A forward plan (:func:`build_plan`): per group its stacked-tensor rows and ``R``; per group the input rows to
     gather (``[R·G]``, ``[R, G]`` order) and which outputs are real (``None``: all); the permutation from the groups'
     order back to row order (``None``: already in order); whether padding is gathered; whether the rows run as
-    they are (one group, no padding); and how the stacked parameters split into the groups (:func:`param_cuts`)."""
+    they are (one group, no padding: then no gathers); and how the stacked parameters split into the groups
+    (:func:`param_cuts`)."""
 
     groups: list[tuple[list[int], int]]
     gathers: list[tuple[torch.Tensor, torch.Tensor | None]]
@@ -101,6 +102,8 @@ def build_plan(
     n = sum(sizes)
     groups = [([rows_of[k] for k in idx], r) for idx, r in positions]
     whole = len(positions) == 1 and len(positions[0][0]) == len(sizes) and all(b == positions[0][1] for b in sizes)
+    if whole:  # the rows run as they are: no gathers, no permutation, one group
+        return Plan(groups, [], None, False, True)
     offsets = torch.tensor([0, *sizes]).cumsum(0)
     gathers, order, padded = [], [], False
     for idx, r in positions:

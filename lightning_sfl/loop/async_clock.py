@@ -100,84 +100,108 @@ class AsyncClock:
         self.flush_every, self.aggregate_every, self.seed = int(flush_every), int(aggregate_every), seed
         self.draws = 0
         first = torch.randperm(k, generator=round_generator(seed, 0, stream=7))[: self.concurrency]
-        self.slot_client = first.sort().values.clone()  # [C]
-        self.clock = torch.zeros(self.concurrency, dtype=torch.float64)  # [C] time of each slot's next event
-        self.iteration = torch.zeros(self.concurrency, dtype=torch.long)  # [C] local iterations done
-        self.version = torch.zeros(self.concurrency, dtype=torch.long)  # [C] global iteration at the client's start
-        self.participations = torch.zeros(k, dtype=torch.long)  # [K] participations started
+        # the state as Python numbers (the same float64 arithmetic as tensors, without a tensor op per event);
+        # state_dict() gives it as tensors
+        self._slot_client: list[int] = first.sort().values.tolist()  # [C] client in each slot (-1: being replaced)
+        self._clock: list[float] = [0.0] * self.concurrency  # [C] time of each slot's next event
+        self._iteration: list[int] = [0] * self.concurrency  # [C] local iterations done
+        self._version: list[int] = [0] * self.concurrency  # [C] global iteration at the client's start
+        self._participations: list[int] = [0] * k  # [K] participations started
+        self._times = [t.tolist() if t is not None else None for t in (times.forward, times.backward)]
+        self._uploads = (times.activation_upload.tolist() if times.is_split else None, times.model_upload.tolist())
         self.activations_buffered = 0
         self.models_buffered = 0
         self.aggregations = 0
         for slot in range(self.concurrency):
-            self._start(slot, int(self.slot_client[slot]), 0.0)
+            self._start(slot, self._slot_client[slot], 0.0)
 
     def _start(self, slot: int, client: int, time: float) -> None:
         """``client`` takes ``slot`` at ``time``: its first event is its first arrival (split) or its upload (FL)."""
-        t = self.times
-        self.slot_client[slot] = client
-        self.iteration[slot] = 0
-        self.version[slot] = self.aggregations
-        self.participations[client] += 1
-        if t.is_split:
-            self.clock[slot] = time + t.forward[client] + t.activation_upload[client]
+        (forward, _), (activation_upload, model_upload) = self._times, self._uploads
+        self._slot_client[slot] = client
+        self._iteration[slot] = 0
+        self._version[slot] = self.aggregations
+        self._participations[client] += 1
+        if activation_upload is not None:
+            self._clock[slot] = time + forward[client] + activation_upload[client]
         else:
-            self.iteration[slot] = self.local_iters
-            self.clock[slot] = time + self.local_iters * t.forward[client] + t.model_upload[client]
+            self._iteration[slot] = self.local_iters
+            self._clock[slot] = time + self.local_iters * forward[client] + model_upload[client]
 
     def _draw(self, finished: int) -> int:
         """A client not in flight, uniformly, not ``finished`` (unless it is the only one left)."""
-        busy = torch.zeros(self.times.num_clients, dtype=torch.bool)
-        busy[self.slot_client[self.slot_client >= 0]] = True
-        busy[finished] = True
-        candidates = torch.nonzero(~busy).flatten()
+        busy = {c for c in self._slot_client if c >= 0}
+        busy.add(finished)
+        candidates = [c for c in range(self.times.num_clients) if c not in busy]
         g = round_generator(self.seed, self.draws, stream=8)
         self.draws += 1
-        if len(candidates) == 0:
+        if not candidates:
             return finished
-        return int(candidates[torch.randint(len(candidates), (1,), generator=g)])
+        return candidates[int(torch.randint(len(candidates), (1,), generator=g))]
 
     def next_event(self) -> Arrival | Upload:
         """The next event in time order; moves the state past it."""
-        slot = int(torch.argmin(self.clock))  # the first minimum: ties go to the lower slot
-        client, time, t = int(self.slot_client[slot]), float(self.clock[slot]), self.times
-        participation = int(self.participations[client]) - 1
-        if int(self.iteration[slot]) < self.local_iters:  # an activation arrival (split methods only)
-            self.iteration[slot] += 1
-            e = int(self.iteration[slot])
+        clock = self._clock
+        slot = min(range(self.concurrency), key=clock.__getitem__)  # the first minimum: ties go to the lower slot
+        client, time = self._slot_client[slot], clock[slot]
+        (forward, backward), (activation_upload, model_upload) = self._times, self._uploads
+        participation = self._participations[client] - 1
+        if self._iteration[slot] < self.local_iters:  # an activation arrival (split methods only)
+            self._iteration[slot] += 1
+            e = self._iteration[slot]
             self.activations_buffered += 1
             flush = self.activations_buffered == self.flush_every
             if flush:
                 self.activations_buffered = 0
-            progress = int(self.version[slot]) * self.local_iters + e
+            progress = self._version[slot] * self.local_iters + e
             if e < self.local_iters:
-                self.clock[slot] = time + t.backward[client] + t.forward[client] + t.activation_upload[client]
+                clock[slot] = time + backward[client] + forward[client] + activation_upload[client]
             else:
-                self.clock[slot] = time + t.backward[client] + t.model_upload[client]
+                clock[slot] = time + backward[client] + model_upload[client]
             return Arrival(slot, client, time, e, participation, progress, flush)
-        version = int(self.version[slot])
+        version = self._version[slot]
         self.models_buffered += 1
         aggregate = self.models_buffered == self.aggregate_every
         if aggregate:
             self.models_buffered = 0
             self.aggregations += 1
-        self.slot_client[slot] = -1  # not in flight while the next client is drawn
+        self._slot_client[slot] = -1  # not in flight while the next client is drawn
         nxt = self._draw(client)
         self._start(slot, nxt, time)
         return Upload(slot, client, time, participation, version, aggregate, nxt)
 
-    _STATE = ("slot_client", "clock", "iteration", "version", "participations")
+    #: The state's lists and their dtypes as tensors (the properties of the same names, ``state_dict()``).
+    _STATE = {
+        "slot_client": torch.long,
+        "clock": torch.float64,
+        "iteration": torch.long,
+        "version": torch.long,
+        "participations": torch.long,
+    }
     _COUNTS = ("draws", "activations_buffered", "models_buffered", "aggregations")
+
+    slot_client = property(lambda self: self._tensor("slot_client"), doc="``[C]`` the client in each slot.")
+    clock = property(lambda self: self._tensor("clock"), doc="``[C]`` the time of each slot's next event.")
+    iteration = property(lambda self: self._tensor("iteration"), doc="``[C]`` local iterations done in each slot.")
+    version = property(lambda self: self._tensor("version"), doc="``[C]`` global iteration at each client's start.")
+    participations = property(lambda self: self._tensor("participations"), doc="``[K]`` participations started.")
+
+    def _tensor(self, name: str) -> torch.Tensor:
+        return torch.tensor(getattr(self, f"_{name}"), dtype=self._STATE[name])
 
     @override
     def state_dict(self) -> dict:
         return {
-            **{name: getattr(self, name).clone() for name in self._STATE},
+            **{name: self._tensor(name) for name in self._STATE},
             **{name: getattr(self, name) for name in self._COUNTS},
         }
 
     @override
     def load_state_dict(self, state: dict) -> None:
-        for name in self._STATE:
-            getattr(self, name).copy_(state[name])
+        for name, dtype in self._STATE.items():
+            values, mine = torch.as_tensor(state[name]).to(dtype).tolist(), getattr(self, f"_{name}")
+            if len(values) != len(mine):
+                raise ValueError(f"clock state {name!r} has {len(values)} entries, expected {len(mine)}")
+            setattr(self, f"_{name}", values)
         for name in self._COUNTS:
             setattr(self, name, int(state[name]))

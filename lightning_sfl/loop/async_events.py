@@ -257,15 +257,28 @@ class AsyncEvents(Schedule):
         else:
             items = [[e] if isinstance(e, Arrival) else e for e in events]
         split = clock.times.is_split
+        minibatches: dict[tuple[int, int], torch.Tensor] = {}  # a participation's E minibatches, drawn once a round
         return [
             self._upload_step(round_idx, i, item, stats, split)
             if isinstance(item, Upload)
-            else self._arrival_step(round_idx, i, item, stats)
+            else self._arrival_step(round_idx, i, item, stats, minibatches)
             for i, item in enumerate(items)
         ]
 
-    def _arrival_step(self, round_idx: int, index: int, group: list[Arrival], stats: ClientStats) -> ArrivalStep:
-        rows = [self.participation_rows(a.client, a.participation, stats)[a.iteration - 1] for a in group]
+    def _arrival_step(
+        self,
+        round_idx: int,
+        index: int,
+        group: list[Arrival],
+        stats: ClientStats,
+        minibatches: dict[tuple[int, int], torch.Tensor],
+    ) -> ArrivalStep:
+        rows = []
+        for a in group:
+            key = (a.client, a.participation)
+            if key not in minibatches:
+                minibatches[key] = self.participation_rows(a.client, a.participation, stats)
+            rows.append(minibatches[key][a.iteration - 1])
         long = lambda values: torch.tensor(values, dtype=torch.long)  # noqa: E731
         return ArrivalStep(
             "arrivals",

@@ -290,3 +290,26 @@ def test_the_synchronous_baselines_of_a_gas_config_take_b_rows_a_client(dataset)
     assert clients == m["concurrency"]
     rows = client_batch_sizes(torch.full((clients,), 600), d["batch_size"])
     assert rows.tolist() == [m["client_batch_size"]] * clients
+
+
+@pytest.mark.parametrize(
+    ("cls", "concurrency", "batch_arrivals", "stacked"),
+    [
+        (AsyncSFL, 16, True, True),  # arrivals in waves, from AUTO_STACKED_MIN_SLOTS_ASYNC_CPU slots on
+        (AsyncSFL, 15, True, False),
+        (GAS, 16, False, False),  # one arrival a step: nothing to stack
+    ],
+)
+def test_auto_bank_stacks_the_arrivals_waves_from_sixteen_slots_on_a_cpu(cls, concurrency, batch_arrivals, stacked):
+    """``client_bank="auto"`` on a CPU: the stacked bank for the activation arrivals in waves from 16 slots on (what
+    ``benchmarks/async_arrivals.py`` measured faster), the sequential bank below and for arrivals one at a time."""
+    from lightning_sfl.algorithms.client_bank import SequentialBank
+    from lightning_sfl.algorithms.stacked_bank import AUTO_STACKED_MIN_SLOTS_ASYNC_CPU, StackedBank
+
+    assert AUTO_STACKED_MIN_SLOTS_ASYNC_CPU == 16
+    options = {**KW, "concurrency": concurrency, "batch_arrivals": batch_arrivals, "client_bank": "auto"}
+    model = cls(**{**options, "covariance": "diag"} if cls is GAS else options)
+    dm = FederatedDataModule(dataset="digits", num_clients=20, alpha=2, participation=0.5, batch_size=16, seed=1)
+    Federation.build(model, dm, system=WirelessCell(flops_high=1e10))
+    _trainer(1).fit(model, dm)
+    assert isinstance(model.bank, StackedBank if stacked else SequentialBank)

@@ -341,6 +341,37 @@ def test_a_step_of_some_slots_leaves_the_others_as_the_sequential_bank_does():
             adam.step()
 
 
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_a_step_that_leaves_slots_out_uses_the_gradients_the_optimiser_steps_with(nesterov):
+    """What runs between ``steps_only``'s entry and the optimiser's step (here what a precision plugin's unscaling
+    does: scaled gradients divided back) reaches the stacked bank's rows as it reaches the sequential bank's
+    optimiser; a step that does not happen (a scaler's skipped step) moves nothing."""
+    net, shape = _net("cnn_small:s2")
+    seq, stk = _banks(net, 4)
+    x = torch.randn(5, *shape, generator=torch.Generator().manual_seed(3))
+    opts = {
+        id(b): torch.optim.SGD(b.parameters(), lr=0.05, momentum=0.9, nesterov=nesterov, weight_decay=1e-3)
+        for b in (seq, stk)
+    }
+    for slots, sizes in (([1, 3], [2, 3]), ([2], [5]), ([0, 1], [4, 1])):
+        for bank in (seq, stk):
+            opt = opts[id(bank)]
+            opt.zero_grad(set_to_none=True)
+            (1024 * bank(x, torch.tensor(sizes), slots).square().mean()).backward()
+            with bank.steps_only(opt, slots):
+                for p in bank.parameters():
+                    if p.grad is not None:
+                        p.grad.div_(1024)  # unscaled after the context is entered, before the step
+                opt.step()
+        _assert_slots_equal(seq, stk)
+    before = [t.clone() for t in stk.parameters()]
+    stk(x, torch.tensor([5]), [1]).sum().backward()
+    with stk.steps_only(opts[id(stk)], [1]):
+        pass  # the step was skipped
+    assert all(torch.equal(a, b) for a, b in zip(before, stk.parameters()))
+    assert all(p.grad is not None for p in stk.parameters())  # the gradients stay for whoever reads them
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_matches_cpu():
     net, shape = _net("resnet18:s3")
