@@ -8,7 +8,8 @@ unsplit model (client half then server half) over client ``k``'s local data, one
 
     dissimilarity/client.<name>   Σ_k p_k ‖g_{k,n} − ∇_n F‖² of each parameter tensor n of the client half
     dissimilarity/server.<name>   the same for the server half (none for plain FL: there is no server half)
-    dissimilarity/client_half     sum over the client half's tensors
+    dissimilarity/tail.<name>     U-shaped (``--model.tail_point``): the same for the clients' tail after the body
+    dissimilarity/client_half     sum over the client half's tensors (and the tail's: what the clients hold)
     dissimilarity/server_half     sum over the server half's tensors (0 for plain FL)
     dissimilarity/total           sum over all tensors, ‖·‖² of the whole gradient
     dissimilarity/round           i, the round whose starting model was measured
@@ -170,6 +171,8 @@ class GradientDissimilarity(RoundCallback):
         for ``clients`` (``[S]`` ids) on the federation's data."""
         device = pl_module.device
         halves = {"client": pl_module.client.net, "server": pl_module.server.net}
+        if getattr(pl_module, "tail", None) is not None:  # U-shaped: the clients' tail after the server's body
+            halves["tail"] = pl_module.tail.net
         data, stats = federation.data, federation.stats
         ids = clients.tolist()
         rng_devices = []
@@ -185,7 +188,7 @@ class GradientDissimilarity(RoundCallback):
         sizes = stats.sizes[clients.cpu()].to(device)  # |D_k|, [S]
         per_layer = layer_dissimilarity(grads, sizes)
         partition = {
-            "client_half": [n for n in per_layer if n.startswith("client.")],
+            "client_half": [n for n in per_layer if n.startswith(("client.", "tail."))],  # what the clients hold
             "server_half": [n for n in per_layer if n.startswith("server.")],
         }
         totals = partition_totals(per_layer, partition)

@@ -4,8 +4,9 @@
 Per cut point: the client half's layers, parameters and size as sent, the activation's shape and bytes per sample,
 and the training FLOPs per sample (forward and backward) on each side — the client's half from
 :func:`~lightning_sfl.system.flops.cut_costs`, the server's as the whole model's minus the client's (the server also
-computes the gradient of the activations it sends back). With ``--samples N``, the traffic of one client in one
-round that trains on ``N`` samples: its half down and up, activations up and their gradients down.
+computes the gradient of the activations it sends back), and the cut points that can end the server's body when the
+cut is a U-shaped run's ``split_point`` (``--model.tail_point``). With ``--samples N``, the traffic of one client in
+one round that trains on ``N`` samples: its half down and up, activations up and their gradients down.
 
 Run::
 
@@ -23,7 +24,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class CutRow:
-    """One cut point of a model: the client half ``layers[:client_layers]`` and what it costs per sample."""
+    """One cut point of a model: the client half ``layers[:client_layers]`` and what it costs per sample; the cut points
+    that can end the server's body when it is the ``split_point`` of a U-shaped run (``--model.tail_point``)."""
 
     cut: str
     client_layers: int
@@ -33,6 +35,7 @@ class CutRow:
     activation_bytes: int
     client_flops: float
     server_flops: float
+    tail_points: tuple[str, ...] = ()
 
     def round_bytes(self, samples: int) -> int:
         """Traffic of one client in a round over ``samples`` samples: its half down and up, activations up,
@@ -51,6 +54,7 @@ def cut_table(arch: str, num_classes: int = 10, input_shape: Sequence[int] | Non
     import torch
 
     from lightning_sfl.models import activation_shape, build_model, split_model
+    from lightning_sfl.models.split import tail_points
     from lightning_sfl.models.zoo import EXAMPLE_SHAPES
     from lightning_sfl.system.flops import cut_costs, training_flops_per_sample
 
@@ -61,7 +65,7 @@ def cut_table(arch: str, num_classes: int = 10, input_shape: Sequence[int] | Non
     whole = training_flops_per_sample(model, model.input_shape)
     rows = []
     for cut, cost in cut_costs(model).items():
-        client, _ = split_model(model, cut)
+        client, server = split_model(model, cut)
         client_flops = cost.forward + cost.backward
         rows.append(
             CutRow(
@@ -73,6 +77,7 @@ def cut_table(arch: str, num_classes: int = 10, input_shape: Sequence[int] | Non
                 activation_bytes=cost.activation_bytes,
                 client_flops=client_flops,
                 server_flops=whole - client_flops,
+                tail_points=tuple(tail_points(model.cut_points, cut, server)),
             )
         )
     return rows
@@ -81,14 +86,14 @@ def cut_table(arch: str, num_classes: int = 10, input_shape: Sequence[int] | Non
 def format_table(rows: Sequence[CutRow], samples: int | None = None, fmt: str = "md") -> str:
     """``rows`` as a Markdown table (``fmt="md"``) or CSV; sizes in KB (10^3 B), FLOPs in MFLOP per sample."""
     head = ["cut", "client layers", "client params", "client half (KB)", "activation shape", "activation (KB/sample)"]
-    head += ["client train MFLOP/sample", "server train MFLOP/sample"]
+    head += ["client train MFLOP/sample", "server train MFLOP/sample", "tail points (U-shaped)"]
     if samples is not None:
         head.append(f"traffic per client and round, {samples} samples (KB)")
     lines = []
     for r in rows:
         cells = [r.cut, str(r.client_layers), f"{r.client_params:,}", f"{r.client_bytes / 1e3:.1f}"]
         cells += ["×".join(map(str, r.activation_shape)), f"{r.activation_bytes / 1e3:.2f}"]
-        cells += [f"{r.client_flops / 1e6:.3f}", f"{r.server_flops / 1e6:.3f}"]
+        cells += [f"{r.client_flops / 1e6:.3f}", f"{r.server_flops / 1e6:.3f}", " ".join(r.tail_points) or "-"]
         if samples is not None:
             cells.append(f"{r.round_bytes(samples) / 1e3:.1f}")
         lines.append(cells)

@@ -69,6 +69,8 @@ class FSHA(SplitMethod):
         **kwargs: the base's (``lr``: the clients' learning rate, under either optimiser).
     """
 
+    supports_tail = False  # the server answers with its own critic
+
     step_handlers = {"local": "local_iteration", "aggregate": None}
 
     def __init__(

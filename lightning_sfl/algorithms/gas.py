@@ -80,6 +80,8 @@ class AsyncSFL(SplitMethod):
             and the base's (``local_iters`` is ``E``).
     """
 
+    supports_tail = False  # asynchronous events: no U-shaped step
+
     step_handlers = {"arrivals": "arrivals", "upload": "upload"}
 
     def __init__(

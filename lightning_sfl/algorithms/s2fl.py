@@ -105,6 +105,8 @@ class S2FL(MiniBatchSFL):
         **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm`.
     """
 
+    supports_tail = False  # the cut slides per group
+
     def __init__(self, num_groups: int = 2, adaptive_split: bool = True, **kwargs) -> None:
         if int(num_groups) != num_groups or num_groups < 1:
             raise ConfigError(f"num_groups={num_groups!r} must be a whole number >= 1")

@@ -31,6 +31,7 @@ from typing_extensions import override
 from lightning_sfl.algorithms.losses import distribution_from_counts, row_label_distribution
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.split_method import SplitMethod
+from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 
 
@@ -46,6 +47,11 @@ class SCALA(SplitMethod):
             cross-entropy.
         missing_class_floor: ``0`` (default, the equations): a class with ``P = 0`` gets a ``−∞`` logit in both
             adjustments; ``> 0``: ``log(P + floor)`` (finite; the authors' GAS code adds ``1e-12``).
+        pooled_label_counts: U-shaped only (``tail_point``), with one server half and ``server_logit_adjustment``:
+            eq. 14 for the body, the clients sending their label counts every iteration so that the server can
+            return ``P_s`` (which reveals the batch's label counts to it) and a second gradient of their tails under
+            ``log P_s``; ``False`` (default): no ``P_s``, the body trains on the clients' eq.-15 losses
+            (:mod:`~lightning_sfl.algorithms.u_shape`).
         **kwargs: see :class:`~lightning_sfl.algorithms.split_method.SplitMethod`.
     """
 
@@ -55,10 +61,14 @@ class SCALA(SplitMethod):
         server_logit_adjustment: bool = True,
         client_logit_adjustment: bool = True,
         missing_class_floor: float = 0.0,
+        pooled_label_counts: bool = False,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
+        if pooled_label_counts and not self.u_shaped:
+            raise ConfigError("pooled_label_counts=true is an option of U-shaped SCALA: give tail_point too")
         self.missing_class_floor = missing_class_floor
+        self.pooled_label_counts = bool(pooled_label_counts)
         self.server_copies = not concat_activations
         self.concat_activations = concat_activations
         self.server_logit_adjustment = server_logit_adjustment
@@ -71,6 +81,13 @@ class SCALA(SplitMethod):
         if not self.concat_activations:  # each copy sees its own client's data: P_k
             return row_label_distribution(self.label_dist, step)
         return distribution_from_counts(step.label_counts)  # P_s of the whole concatenated batch, eq. (14)
+
+    @override
+    def body_prior(self, step: Step) -> torch.Tensor | None:
+        """U-shaped with ``pooled_label_counts``: ``P_s`` (eq. 14) for the body; else none."""
+        if self.pooled_label_counts and self.concat_activations and self.server_logit_adjustment:
+            return self.server_prior(step)
+        return None
 
     @override
     def client_prior(self, step: Step) -> torch.Tensor | None:

@@ -76,6 +76,8 @@ class SCALAPE(SCALA):
     bottleneck of 8 channels at the cut and the simulated-inversion regulariser (``γ = 0.3``, ``τ = 0.5``; at
     ``gamma=0`` the decoders are still simulated: SCALA with the bottleneck, in weights and traffic)."""
 
+    supports_tail = False  # its decoders invert the uploads of a two-part split
+
     @classmethod
     @override
     def default_defences(cls) -> list[Defence]:

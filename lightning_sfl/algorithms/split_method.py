@@ -11,16 +11,22 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
+from torch import nn
+from typing_extensions import override
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.guards import check_finite
+from lightning_sfl.algorithms.halves import ClientModule
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.algorithms.processes import world_size
+from lightning_sfl.algorithms.u_shape import u_shaped_iteration
 from lightning_sfl.defences import Defence, Defences, resolve_defences
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 from lightning_sfl.loop.step import PROBE_KIND
+from lightning_sfl.models import build_model
+from lightning_sfl.models.split import cut_tail
 
 __all__ = ["SplitMethod", "defend"]
 
@@ -44,6 +50,11 @@ class SplitMethod(SplitFedAlgorithm):
             ``Bottleneck``, ``InversionRegulariser``), e.g. ``--model.defences+=NoPeek --model.defences.weight=10``;
             ``None``: the method's own (:meth:`default_defences`: none; SCALA-PE a bottleneck and the regulariser), so
             that a config written for one method and run with another keeps each method's default; ``[]``: none.
+        tail_point: U-shaped split learning (:mod:`~lightning_sfl.algorithms.u_shape`): a second cut point, deeper
+            than ``split_point``; the layers from it on (the tail) stay with the clients, which compute the loss, so
+            that the labels never leave them; the server holds the layers between the cuts (the body). ``None``
+            (default): the server holds every layer from ``split_point`` on. Methods whose step is not the plain
+            split iteration refuse it (:attr:`supports_tail`).
         **kwargs: the options of :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm`.
     """
 
@@ -53,10 +64,51 @@ class SplitMethod(SplitFedAlgorithm):
     #: False if the server does not answer an upload of ``h(w_c; X)`` with the gradient of its loss, which SplitGuard
     #: probes: SFLLocalLoss (no gradient crosses the cut), the semi-supervised methods (two views uploaded).
     answers_with_gradients: ClassVar[bool] = True
+    #: False if the method cannot run U-shaped (``tail_point``): its step is not the split iteration of
+    #: :mod:`~lightning_sfl.algorithms.u_shape` (the asynchronous methods, FSHA, S²FL's sliding cut, SCALA-PE's
+    #: decoders, SFLLocalLoss's local loss) or its clients keep their own halves (SplitFedV3).
+    supports_tail: ClassVar[bool] = True
 
-    def __init__(self, defences: list[Defence] | None = None, **kwargs) -> None:
+    def __init__(self, defences: list[Defence] | None = None, tail_point: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.tail: ClientModule | None = None
+        if tail_point is not None:
+            if not self.supports_tail:
+                raise ConfigError(f"tail_point={tail_point!r}: {type(self).__name__} does not run U-shaped")
+            hp = self.hparams
+            cuts = build_model(hp.arch, self.num_classes, tuple(hp.input_shape)).cut_points
+            body, tail = cut_tail(self.server.net, cuts, hp.split_point, tail_point)
+            self.server.net, self.tail = body, ClientModule(tail)
         defend(self, defences, self.default_defences())
+
+    @property
+    def u_shaped(self) -> bool:
+        """Whether the clients keep the tail (``tail_point``)."""
+        return self.tail is not None
+
+    @override
+    def client_models(self) -> dict[str, nn.Module]:
+        """The client half and, U-shaped, the tail (averaged with it each round)."""
+        models = super().client_models()
+        return {**models, "tail": self.tail.net} if self.tail is not None else models
+
+    @override
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The global model: ``[w_c, w_s]``, U-shaped ``tail(body(head(x)))``; logits ``[B, N]``."""
+        out = super().forward(x)
+        return out if self.tail is None else self.tail(out)
+
+    def body_prior(self, step: Step) -> torch.Tensor | None:
+        """U-shaped: the label distribution of the body's own objective, which the clients then compute for it from
+        their tails (:mod:`~lightning_sfl.algorithms.u_shape`); ``None``: the body trains on the clients' losses."""
+        return None
+
+    def split_step(self, step: Step, count_step: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """One split iteration of ``step``'s clients: :func:`~lightning_sfl.algorithms.iteration.split_iteration`, or
+        U-shaped :func:`~lightning_sfl.algorithms.u_shape.u_shaped_iteration`."""
+        if self.tail is not None:
+            return u_shaped_iteration(self, step, count_step)
+        return split_iteration(self, step, count_step)
 
     @classmethod
     def default_defences(cls) -> list[Defence]:
@@ -103,7 +155,8 @@ class SplitMethod(SplitFedAlgorithm):
         labels) and a detached copy that requires a gradient, for the server (``∂/∂`` it gives ``G_k``)."""
         acts = self.defences.upload(self.client_forward(step), self.defences.training_noise(step))
         self.ledger.add_rows("up", "activations", acts, step.sizes, step.slots)
-        self.ledger.add_rows("up", "labels", step.y, step.sizes, step.slots)
+        if self.tail is None:  # U-shaped, the labels stay with the clients
+            self.ledger.add_rows("up", "labels", step.y, step.sizes, step.slots)
         return acts, acts.detach().requires_grad_(True)
 
     def split_losses(
@@ -118,6 +171,8 @@ class SplitMethod(SplitFedAlgorithm):
     def answer_loss(self, a: torch.Tensor, step: Step) -> torch.Tensor:
         """The loss whose gradient w.r.t. the activations ``a`` the server sends the clients (what SplitGuard probes):
         hook 4 on hook 2; FSHA answers with its critic instead."""
+        if self.tail is not None:
+            raise ConfigError(f"U-shaped {type(self).__name__}'s server computes no loss: SplitGuard cannot probe it")
         client_loss = self.client_loss(self.server_forward(a, step), step)
         if client_loss is None:
             name = type(self).__name__
@@ -126,5 +181,6 @@ class SplitMethod(SplitFedAlgorithm):
 
     def local_iteration(self, step: Step) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Handler of ``"local"`` steps: one split iteration (hooks 1-6,
-        :func:`~lightning_sfl.algorithms.iteration.split_iteration`)."""
-        return split_iteration(self, step)
+        :func:`~lightning_sfl.algorithms.iteration.split_iteration`, or U-shaped
+        :func:`~lightning_sfl.algorithms.u_shape.u_shaped_iteration`)."""
+        return self.split_step(step)

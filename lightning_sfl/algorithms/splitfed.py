@@ -27,7 +27,6 @@ from typing_extensions import override
 from lightning_sfl.algorithms.aggregate import flat_parameters
 from lightning_sfl.algorithms.base import ClientModule
 from lightning_sfl.algorithms.client_bank import SequentialBank
-from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import row_label_distribution, sum_of_client_means
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.split_method import SplitMethod
@@ -85,7 +84,7 @@ class SplitFedV2(SplitMethod):
                 y=ys[k],
                 owner=step.owner.new_zeros(len(ys[k])),
             )
-            server_loss, _ = split_iteration(self, one, count_step=k == len(sizes) - 1)
+            server_loss, _ = self.split_step(one, count_step=k == len(sizes) - 1)
             losses.append(server_loss.detach())
         mean = torch.stack(losses).mean()
         return mean, mean
@@ -103,6 +102,7 @@ class SplitFedV3(SplitMethod):
 
     server_copies = True
     keeps_client_halves = True
+    supports_tail = False  # the clients keep their halves across rounds
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -135,6 +135,7 @@ class SFLLocalLoss(SplitMethod):
     it belongs to the client model and is averaged with it each round."""
 
     answers_with_gradients = False  # no gradient crosses the cut: SplitGuard has nothing to probe
+    supports_tail = False  # the clients train on a local loss of their own
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)

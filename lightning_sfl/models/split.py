@@ -18,7 +18,7 @@ from torch import nn
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.models.zoo import SplittableModel, _dry_forward
 
-__all__ = ["activation_shape", "add_bottleneck", "split_model"]
+__all__ = ["activation_shape", "add_bottleneck", "cut_tail", "split_model", "tail_points"]
 
 
 def _cut_index(model: SplittableModel, split_point: str) -> int:
@@ -83,3 +83,42 @@ def add_bottleneck(
     client_items = [*client._modules.items(), ("bottleneck", down)]
     server_items = [("unbottleneck", up), *server._modules.items()]
     return nn.Sequential(OrderedDict(client_items)), nn.Sequential(OrderedDict(server_items))
+
+
+def tail_points(cut_points: dict[str, int], split_point: str, server: nn.Sequential) -> list[str]:
+    """The cut points that can end the body of a model cut at ``split_point`` (``cut_points``: name → layer index of
+    the whole model; ``server``: its layers from the cut on): deeper than ``split_point``, leaving weights on both
+    sides (the server trains the body; the tail holds the classifier)."""
+    start = cut_points[split_point]
+    layers = list(server.children())
+    out = []
+    for name, index in cut_points.items():
+        j = index - start
+        if j <= 0 or j >= len(layers):
+            continue
+        if _has_weights(layers[:j]) and _has_weights(layers[j:]):
+            out.append(name)
+    return out
+
+
+def _has_weights(layers: list[nn.Module]) -> bool:
+    return any(p.numel() for m in layers for p in m.parameters())
+
+
+def cut_tail(
+    server: nn.Sequential, cut_points: dict[str, int], split_point: str, tail_point: str
+) -> tuple[nn.Sequential, nn.Sequential]:
+    """``(body, tail)``: the server half ``server`` (the whole model's layers from ``split_point`` on, their names
+    kept) cut again at ``tail_point``; ``tail(body(a)) == server(a)``, the modules shared (no copy). A tail point that
+    is not deeper than ``split_point``, or leaves the body or the tail without weights, is one
+    :class:`~lightning_sfl.errors.ConfigError` naming the valid ones."""
+    valid = tail_points(cut_points, split_point, server)
+    if tail_point not in valid:
+        listed = ", ".join(valid) if valid else "none: cut the client half at a shallower split_point"
+        raise ConfigError(
+            f"tail_point={tail_point!r} must be a cut point deeper than split_point={split_point!r} that leaves "
+            f"weights in the server's body and in the clients' tail; valid: {listed}"
+        )
+    j = cut_points[tail_point] - cut_points[split_point]
+    items = list(server._modules.items())
+    return nn.Sequential(OrderedDict(items[:j])), nn.Sequential(OrderedDict(items[j:]))

@@ -30,6 +30,10 @@ KINDS: tuple[str, ...] = (
     "control_variates",  # SCAFFOLD
     "psi",  # FedMatch: a client's unsupervised parameters ψ
     "helpers",  # FedMatch: other clients' ψ, sent as helpers
+    "body_outputs",  # U-shaped split learning: the body's outputs H, down to the clients' tails
+    "body_gradients",  # U-shaped: ∂L_k/∂H_k, up to the body
+    "label_counts",  # U-shaped SCALA with pooled label counts: each client's counts, up
+    "label_prior",  # U-shaped SCALA with pooled label counts: P_s, down
 )
 
 

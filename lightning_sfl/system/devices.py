@@ -68,7 +68,10 @@ __all__ = ["DEVICE_GFLOPS", "EdgeDevices", "iteration_seconds", "link_rates"]
 #: Effective training throughput (GFLOP/s) of the paper's device types (module docstring: calibrated on Table III).
 DEVICE_GFLOPS = {"jetson_nx": 24.0, "jetson_agx": 40.0}
 BARRIERS = ("iteration", "round")
-PER_ITERATION_KINDS = {"up": ("activations", "labels"), "down": ("gradients",)}
+PER_ITERATION_KINDS = {
+    "up": ("activations", "labels", "body_gradients", "label_counts"),
+    "down": ("gradients", "body_outputs", "label_prior"),
+}
 
 
 def iteration_seconds(

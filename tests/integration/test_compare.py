@@ -251,12 +251,14 @@ def test_init_parameters_follow_kwargs_up_the_mro():
     assert {"arch", "lr", "local_iters", "split_point"} <= base
     assert compare.init_parameters(SCALA) == base | {
         "defences",
+        "tail_point",
         "concat_activations",
         "server_logit_adjustment",
         "client_logit_adjustment",
         "missing_class_floor",
+        "pooled_label_counts",
     }
-    assert compare.init_parameters(PlainSFL) == base | {"defences", "smoothing"}
+    assert compare.init_parameters(PlainSFL) == base | {"defences", "tail_point", "smoothing"}
 
 
 def test_method_config_is_what_the_cli_resolves_and_keeps_only_accepted_init_args():
@@ -265,7 +267,8 @@ def test_method_config_is_what_the_cli_resolves_and_keeps_only_accepted_init_arg
     scala_cfg, dropped = compare.method_config([CONFIG], base, SCALA, [])
     assert dropped == [] and scala_cfg["model"]["init_args"] == base["model"]["init_args"]
     plain_cfg, dropped = compare.method_config([CONFIG], base, PlainSFL, ["--model.lr=0.2", "--data.alpha=1"])
-    scala_only = ["client_logit_adjustment", "concat_activations", "missing_class_floor", "server_logit_adjustment"]
+    scala_only = ["client_logit_adjustment", "concat_activations", "missing_class_floor", "pooled_label_counts"]
+    scala_only += ["server_logit_adjustment"]
     assert sorted(dropped) == [f"model.init_args.{k}" for k in scala_only]
     init = plain_cfg["model"]["init_args"]
     assert plain_cfg["model"]["class_path"] == PLAIN and not set(scala_only) & set(init)

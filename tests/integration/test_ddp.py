@@ -90,6 +90,9 @@ FLOAT64 = ("--trainer.precision=64-true",)
         pytest.param(
             "minibatch_sfl", (*FLOAT64, "--model=toy_methods.ProximalSFL", "--model.mu=1.0"), marks=pytest.mark.extended
         ),
+        pytest.param(
+            "scala", ("--model.tail_point=s4", "--model.pooled_label_counts=true"), marks=pytest.mark.extended
+        ),
     ],
     ids=[
         "splitfedv2",
@@ -102,6 +105,7 @@ FLOAT64 = ("--trainer.precision=64-true",)
         "fedconcat-clusters-then-head-rounds",
         "s2fl-label-balanced-groups",
         "split-method-with-a-parameter-only-regulariser",
+        "scala-u-shaped-pooled-label-counts",
     ],
 )
 def test_two_processes_equal_one(method, extra, tmp_path):

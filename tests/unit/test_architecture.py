@@ -142,10 +142,11 @@ def test_methods_and_the_data_module_read_the_trainer_only_through_its_view():
 
 
 def test_the_clients_gradients_are_taken_in_one_place():
-    """``autograd.grad`` in one file of the methods (the split iteration); of the defences, only the inversion
-    regulariser's update of the clients' own simulated decoders (SCALA-PE's) takes one."""
+    """``autograd.grad`` in the methods' split iteration only (``iteration.py``, and its U-shaped form,
+    ``u_shape.py``); of the defences, only the inversion regulariser's update of the clients' own simulated decoders
+    (SCALA-PE's) takes one."""
     files = {p.name for p in _sources("lightning_sfl/algorithms") if "autograd.grad(" in p.read_text()}
-    assert files == {"iteration.py"}, files
+    assert files == {"iteration.py", "u_shape.py"}, files
     files = {p.name for p in _sources("lightning_sfl/defences") if "autograd.grad(" in p.read_text()}
     assert files == {"inversion.py"}, files
 

@@ -23,6 +23,8 @@ def test_cnn_fedlc_costs_by_hand():
     assert [rows[c].activation_bytes for c in ("s1", "s2", "s3")] == [4 * 1440, 4 * 320, 4 * 50]
     assert [rows[c].client_bytes for c in ("s1", "s2", "s3")] == [4 * 260, 4 * 5280, 4 * 21330]
     assert rows["s2"].round_bytes(100) == 2 * 4 * 5280 + 2 * 4 * 320 * 100
+    # U-shaped: the cuts that leave weights in the body (the layers between) and in the tail; none after s3's fc1
+    assert [rows[c].tail_points for c in ("s1", "s2", "s3")] == [("s2", "s3"), ("s3",), ()]
 
 
 @pytest.mark.parametrize("arch", ["alexnet_cifar", "cnn_svhn", "resnet18"])
@@ -46,7 +48,7 @@ def test_cli_prints_a_row_per_cut_and_csv_parses(capsys):
     assert "traffic per client and round, 160 samples (KB)" in out and "10×12×12" in out
     csv_text = format_table(cut_table("cnn_small"), fmt="csv")
     rows = [line.split(",") for line in csv_text.splitlines()]
-    assert len(rows) == 6 and all(len(r) == len(rows[0]) == 8 for r in rows)
+    assert len(rows) == 6 and all(len(r) == len(rows[0]) == 9 for r in rows)
 
 
 @pytest.mark.parametrize(
