@@ -22,6 +22,7 @@ iterate the test split (the papers report test accuracy after every round).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
@@ -125,6 +126,9 @@ class FederatedDataModule(L.LightningDataModule):
             tailed). Smaller keeps tens of thousands of clients in memory: ``0`` gives about 57 (see
             ``configs/leaf_synthetic/fedavg_10k.yaml``).
         leaf_size_log_std: ``s``, the standard deviation of their logarithm (FedProx's 2).
+        binary_class: ``None`` (default): the dataset's own labels. A class ``c``: the task becomes one class against
+            the rest, label 1 for ``c`` and 0 for every other class (2 classes, imbalanced: the binary tasks of Li et
+            al.'s label-leakage attacks, ICLR 2022); the partition is made on these labels.
     """
 
     def __init__(
@@ -147,6 +151,7 @@ class FederatedDataModule(L.LightningDataModule):
         leaf_mu: float = 0.0,
         leaf_size_log_mean: float = 4.0,
         leaf_size_log_std: float = 2.0,
+        binary_class: int | None = None,
     ) -> None:
         super().__init__()
         if dataset not in DATASETS:
@@ -188,6 +193,9 @@ class FederatedDataModule(L.LightningDataModule):
             raise ConfigError(f"leaf_size_log_std={leaf_size_log_std} must be >= 0 (a standard deviation)")
         if not -20 <= leaf_size_log_mean <= 20:
             raise ConfigError(f"leaf_size_log_mean={leaf_size_log_mean} must be in [-20, 20] (the log of a size)")
+        whole = not isinstance(binary_class, bool) and isinstance(binary_class, int) and binary_class >= 0
+        if binary_class is not None and not whole:
+            raise ConfigError(f"binary_class={binary_class!r} must be a class of the dataset (a number >= 0) or null")
         self.save_hyperparameters()
         self.dataset, self.root, self.download = dataset, Path(root), download
         self.num_clients, self.partition, self.alpha, self.beta = num_clients, partition, alpha, beta
@@ -196,11 +204,26 @@ class FederatedDataModule(L.LightningDataModule):
         self.labelled_per_class = int(labelled_per_class)
         self.leaf_lambda, self.leaf_mu = float(leaf_lambda), float(leaf_mu)
         self.leaf_size_log_mean, self.leaf_size_log_std = float(leaf_size_log_mean), float(leaf_size_log_std)
+        self.binary_class = None if binary_class is None else int(binary_class)
         self.federation = None  # handed over when a fit starts (federate)
 
     # ----------------------------------------------------------------- data and shards (loaded on first use)
     @cached_property
     def splits(self) -> DatasetSplits:
+        """The dataset's splits (loaded on first use); with ``binary_class``, one class against the rest."""
+        splits = self._dataset_splits()
+        if self.binary_class is None:
+            return splits
+        if self.binary_class >= splits.num_classes:
+            raise ConfigError(
+                f"binary_class={self.binary_class} is not a class of {self.dataset} (0 to {splits.num_classes - 1})"
+            )
+        c = self.binary_class
+        return dataclasses.replace(
+            splits, train_y=(splits.train_y == c).long(), test_y=(splits.test_y == c).long(), num_classes=2
+        )
+
+    def _dataset_splits(self) -> DatasetSplits:
         return load_dataset(
             self.dataset,
             root=self.root,
@@ -340,6 +363,8 @@ class FederatedDataModule(L.LightningDataModule):
         if self.partition == "shards":
             knob = f"{self.shards_per_client} shards/client"
         head = f"{self.dataset}: {self.partition}" + (f" ({knob})" if knob else "")
+        if self.binary_class is not None:
+            head = f"{self.dataset} (class {self.binary_class} against the rest): " + head.split(": ", 1)[1]
         return ", ".join([head, f"K={self.num_clients}", f"ρ={self.participation}", f"seed={self.seed}"])
 
     # ----------------------------------------------------------------- executing the federation's schedule

@@ -9,6 +9,7 @@ import torch
 from _helpers import round_steps
 
 from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.sampling import client_batch_sizes
 
 
@@ -160,3 +161,20 @@ def test_a_subclass_shards_drive_every_client_statistic():
     assert torch.equal(dm.label_counts, expected)
     assert torch.equal(dm.label_distribution, expected.double() / expected.sum(1, keepdim=True))
     assert torch.equal(dm.client_stats.label_counts, expected)
+
+
+def test_binary_class_makes_one_class_against_the_rest():
+    """``binary_class=c``: labels 1 for class ``c``, 0 for the others, 2 classes, partitioned on those labels."""
+    plain = FederatedDataModule(dataset="digits", num_clients=10, alpha=2)
+    dm = FederatedDataModule(dataset="digits", num_clients=10, alpha=2, binary_class=3)
+    assert dm.num_classes == 2
+    assert torch.equal(dm.splits.train_y, (plain.splits.train_y == 3).long())
+    assert torch.equal(dm.splits.test_y, (plain.splits.test_y == 3).long())
+    assert dm.label_counts.shape == (10, 2) and int(dm.label_counts[:, 1].sum()) == int(
+        (plain.splits.train_y == 3).sum()
+    )
+    assert "class 3 against the rest" in dm.describe()
+    with pytest.raises(ConfigError, match=r"binary_class=10 is not a class of digits \(0 to 9\)"):
+        _ = FederatedDataModule(dataset="digits", num_clients=10, binary_class=10).num_classes
+    with pytest.raises(ConfigError, match="binary_class=-1 must be a class of the dataset"):
+        FederatedDataModule(dataset="digits", binary_class=-1)
