@@ -15,8 +15,15 @@ client half's architecture but neither its weights nor any data) observes the ac
 images and optimises images and a clone of the client half together to explain them; it also reports the clone's
 test accuracy in front of the checkpoint's server half (``clone_accuracy``: model stealing).
 
-Either attacker sees what the clients upload: with the method's activation defences (``--model.activation_noise``,
-``--model.noise_bound``) the activations are bounded and noised as in training, the noise drawn from ``--seed``.
+``--attack labels`` (:mod:`lightning_sfl.privacy.label_attack`; what the server learns of the clients' labels: a
+plain split's server receives them, a U-shaped one, ``--model.tail_point``, the gradients of the clients' losses
+w.r.t. its body's outputs) scores the norm and direction attacks (AUC, binary tasks: ``--data.binary_class``), a
+clustering of the gradients, the known-tail attack, model completion and per-client histograms against the true
+labels of ``--rows_per_client`` rows of every client; ``metrics.json`` and ``metrics.md``, no picture.
+
+The inversion attackers see what the clients upload: with the method's activation defences
+(``--model.activation_noise``, ``--model.noise_bound``) the activations are bounded and noised as in training, the
+noise drawn from ``--seed``.
 
 Images are scored in ``[0, 1]`` (the stored pixels, before normalisation). Written to ``--out`` (default: the run's
 next ``<run folder>/attack-<n>`` for a checkpoint of a run folder, the fit's own files untouched; a folder ``attack``
@@ -32,6 +39,7 @@ cleared when done); the last line is the result's.
     lightning-sfl attack --config configs/digits/scala_pe.yaml --ckpt_path last   # the latest fit of that config
     lightning-sfl attack --ckpt_path runs/…/checkpoints/last.ckpt                   # any split method's checkpoint
     lightning-sfl attack --attack unsplit --ckpt_path runs/…/checkpoints/last.ckpt  # UnSplit (no data, no weights)
+    lightning-sfl attack --attack labels --ckpt_path runs/…/checkpoints/last.ckpt   # the labels' leakage
 
 ``--config`` (repeatable, merged as ``fit`` merges them) gives the data; without it the data module's arguments saved
 in the checkpoint are used. The method and its client half always come from the checkpoint.
@@ -48,7 +56,7 @@ from lightning_sfl.errors import OneLineArgumentParser
 __all__ = ["ATTACKS", "check_args", "grid_indices", "main", "parse_args", "run_attack", "save_grid", "train_attacker"]
 
 #: ``--attack`` choices.
-ATTACKS = ("inversion", "unsplit")
+ATTACKS = ("inversion", "unsplit", "labels")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -56,7 +64,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog="lightning-sfl attack",
         description="Attack what a split checkpoint's client half uploads: --attack inversion (a decoder trained on "
         "(activation, image) pairs of the training split) or unsplit (images and a clone of the client half from the "
-        "activations alone); scores the test images' reconstructions (MSE, SSIM, PSNR).",
+        "activations alone), scoring the test images' reconstructions (MSE, SSIM, PSNR); --attack labels scores what "
+        "the server learns of the clients' labels.",
     )
     parser.add_argument(
         "--ckpt_path", help="checkpoint of a split method (required); last: the latest fit of the same --config files"
@@ -64,7 +73,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--attack",
         default="inversion",
-        help="inversion (a decoder trained on (activation, image) pairs; default) or unsplit (no data, no weights)",
+        help="inversion (a decoder trained on (activation, image) pairs; default), unsplit (no data, no weights) or "
+        "labels (what the server learns of the labels)",
     )
     parser.add_argument("--config", action="append", default=[], help="config(s) giving the data (as for fit)")
     parser.add_argument(
@@ -79,6 +89,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--inner", type=int, default=50, help="unsplit: Adam steps a phase (default 50; authors 100)")
     parser.add_argument("--tv_weight", type=float, default=0.1, help="unsplit: total variation weight (default 0.1)")
     parser.add_argument("--l2_weight", type=float, default=0.0, help="unsplit: the code's mean(x^2) weight (0; code 1)")
+    parser.add_argument("--rows_per_client", type=int, default=64, help="labels: rows of each client (default 64)")
+    parser.add_argument("--known_per_class", type=int, default=4, help="labels: rows the attacker knows (default 4)")
+    parser.add_argument("--completion_epochs", type=int, default=200, help="labels: model completion steps (200)")
     parser.add_argument("--val_fraction", type=float, default=0.1, help="training-split share for model selection")
     parser.add_argument("--train_size", type=int, default=None, help="use at most this many training images")
     parser.add_argument("--grid", type=int, default=16, help="test images in reconstructions.png, classes in turn")
@@ -103,6 +116,7 @@ def check_args(args: argparse.Namespace) -> None:
     for name, low in (
         *(("epochs", 1), ("width", 1), ("batch_size", 2), ("grid", 1), ("threads", 0)),
         *(("targets", 1), ("outer", 1), ("inner", 1)),
+        *(("rows_per_client", 1), ("known_per_class", 1), ("completion_epochs", 1)),
     ):
         if getattr(args, name) < low:
             raise ConfigError(f"--{name}={getattr(args, name)} must be >= {low}")
@@ -161,7 +175,9 @@ def _trained_method(ckpt: dict, path: str):
     hparams = {k: v for k, v in (ckpt.get("hyper_parameters") or {}).items() if not k.startswith("_")}
     hparams = legacy_hyperparameters(cls, hparams)  # checkpoints of earlier versions
     model = cls(**hparams)
-    for half in ("client", "server"):
+    for half in ("client", "server", "tail"):
+        if getattr(model, half, None) is None:  # the clients' tail: U-shaped runs only
+            continue
         prefix = f"{half}.net."
         state = {k.removeprefix(prefix): v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
         try:
@@ -266,9 +282,12 @@ def run_attack(args: argparse.Namespace) -> dict:
     ckpt = check_checkpoint(args.ckpt_path)
     check_output_folder("--out", output_folder(args.ckpt_path, args.out))  # before the minutes of work, not after
     model, method, input_shape = _trained_method(ckpt, args.ckpt_path)
-    splits = _data_module(args, ckpt).splits
+    data = _data_module(args, ckpt)
+    splits = data.splits
     if input_shape and tuple(splits.input_shape) != input_shape:
         raise ConfigError(f"the data's images are {list(splits.input_shape)}; the model takes {input_shape}")
+    if args.attack == "labels":
+        return _labels(args, ckpt, model, method, data, evaluated)
     with torch.no_grad():
         act_dims = model.client.net(torch.zeros(1, *splits.input_shape)).dim()
     if act_dims != 4:
@@ -306,6 +325,36 @@ def run_attack(args: argparse.Namespace) -> dict:
 
 
 ATTACK_TITLES = {"inversion": "model inversion", "unsplit": "UnSplit"}
+
+
+def _labels(args, ckpt, model, method, data, evaluated) -> dict:
+    """``--attack labels`` (:mod:`~lightning_sfl.privacy.label_attack`): what the server learns of the labels."""
+    from lightning_sfl.attack_io import claim_output_folder, log_to_wandb, write_label_scores
+    from lightning_sfl.privacy.label_attack import label_attacks
+    from lightning_sfl.wandb.online import announce_offline
+
+    offline = None if args.no_wandb else announce_offline()
+    print(evaluated.line("attacking"), flush=True)  # every check has passed
+    options = {k: getattr(args, k) for k in ("rows_per_client", "known_per_class", "completion_epochs", "seed")}
+    scores = label_attacks(model.cpu(), data.client_stats, data.splits, **options)
+    metrics = {
+        "attack": "labels",
+        "method": method,
+        "checkpoint": str(args.ckpt_path),
+        "rounds": int(ckpt.get("epoch", -1)) + 1,
+        "dataset": data.splits.name,
+        "tail_point": model.hparams.get("tail_point"),
+        "defences": {type(d).__name__: d.config()["init_args"] for d in model.defences.values()},
+        **scores,
+        **options,
+    }
+    out = args.written_to = claim_output_folder(args.ckpt_path, args.out)
+    write_label_scores(out, metrics)
+    if not args.no_wandb:
+        trained_by = (ckpt.get("lightning_sfl") or {}).get("wandb_id")
+        summary = out / "metrics.md"  # where the W&B run's files go beside (no picture for this attack)
+        args.wandb_saved = log_to_wandb(args.wandb_project, metrics, [], summary, trained_by, offline=offline)
+    return metrics
 
 
 def _inversion(args, model, splits, device, noise):
@@ -386,6 +435,16 @@ def main(argv: list[str]) -> None:
         raise SystemExit(2) from None
     stolen = f", clone accuracy {m['clone_accuracy']:.4f}" if "clone_accuracy" in m else ""
     rounds = f"{m['rounds']} round{'s' * (m['rounds'] != 1)}"
+    wandb = f"; {args.wandb_saved}" if getattr(args, "wandb_saved", None) else ""
+    if m["attack"] == "labels":
+        binary = f"norm AUC {m['norm_auc']:.4f}, direction AUC {m['direction_auc']:.4f}, " if "norm_auc" in m else ""
+        print(
+            f"labels attack on {m['method']} after {rounds} ({m['dataset']}, the server receives {m['sent']}): "
+            f"{binary}clusters {m['cluster_accuracy']:.4f}, known tail {m['known_tail_accuracy']:.4f}, completion "
+            f"{m['completion_accuracy']:.4f}, histogram L1 {m['histogram_l1']:.4f} over {m['rows']} rows; wrote "
+            f"{args.written_to}{wandb}"
+        )
+        return
     print(
         f"{m['attack']} attack on {m['method']} after {rounds} ({m['dataset']}, activations "
         f"{m['activation_shape']}){stolen}: MSE {m['mse']:.4f}, SSIM {m['ssim']:.4f}, PSNR {m['psnr']:.2f} dB over "

@@ -63,14 +63,39 @@ def write_scores(out: Path, metrics: dict) -> None:
     )
 
 
+#: ``--attack labels``: the scores of :mod:`~lightning_sfl.privacy.label_attack`, in the order of ``metrics.md``.
+LABEL_SCORES = (
+    "norm_auc",
+    "norm_auc_per_batch",
+    "direction_auc",
+    "cluster_accuracy",
+    "known_tail_accuracy",
+    "completion_accuracy",
+    "histogram_l1",
+)
+
+
+def write_label_scores(out: Path, metrics: dict) -> None:
+    """``metrics.json`` and ``metrics.md`` (a table row of the label attacks' scores; ``-`` where a score does not
+    apply: the AUCs need a binary task) in ``out``."""
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    cells = [f"{metrics[k]:.4f}" if k in metrics else "-" for k in LABEL_SCORES]
+    (out / "metrics.md").write_text(
+        "| method | the server receives | " + " | ".join(LABEL_SCORES) + " | rows |\n"
+        + "|---" * (len(LABEL_SCORES) + 3) + "|\n"
+        + f"| {metrics['method']} | {metrics['sent']} | " + " | ".join(cells) + f" | {metrics['rows']} |\n"
+    )  # fmt: skip
+
+
 def log_to_wandb(
     project: str, metrics: dict, history: list[dict], grid: Path, trained_by: str | None, offline: str | None = None
 ) -> str:
-    """One W&B run (``job_type=attack``; files under the output folder): the attacker's curves per epoch, then the
-    scores and the picture of reconstructions; the summary holds the scores. Offline unless W&B's own switches (as
-    for ``fit``: ``WANDB_MODE``, ``wandb online``) say otherwise, or ``offline`` says why it cannot be online. W&B's
-    own messages go to ``wandb/messages.log`` there, not the terminal. Returns where the run is, for the result line
-    (``W&B offline run … (upload: wandb sync …)``)."""
+    """One W&B run (``job_type=attack``; files under the output folder, ``grid``'s): the attacker's curves per epoch,
+    then the scores and the picture of reconstructions (``grid``, a PNG; the label attacks pass their
+    ``metrics.md``); the summary holds the scores. Offline unless W&B's own switches (as for ``fit``: ``WANDB_MODE``,
+    ``wandb online``) say otherwise, or ``offline`` says why it cannot be online. W&B's own messages go to
+    ``wandb/messages.log`` there, not the terminal. Returns where the run is, for the result line (``W&B offline run
+    … (upload: wandb sync …)``)."""
     import wandb
 
     from lightning_sfl.process.streams import output_to
@@ -91,6 +116,7 @@ def _log_run(wandb, project, metrics, history, grid, trained_by, mode: str) -> t
     from lightning_sfl.wandb.online import where_logged
 
     scores = ("mse", "ssim", "psnr", "best_val_mse", "best_epoch", "clone_accuracy", "final_activation_mse")
+    scores += LABEL_SCORES
     config = {k: v for k, v in metrics.items() if k not in scores}
     run = wandb.init(
         project=project,
@@ -102,17 +128,19 @@ def _log_run(wandb, project, metrics, history, grid, trained_by, mode: str) -> t
         config={**config, "trained_by_run": trained_by},
     )
     try:
-        step, *curves = history[0]  # attack/epoch (inversion) or attack/outer (unsplit), then the curves
-        run.define_metric(step)
-        for key in curves:
-            run.define_metric(key, step_metric=step)
+        if history:
+            step, *curves = history[0]  # attack/epoch (inversion) or attack/outer (unsplit), then the curves
+            run.define_metric(step)
+            for key in curves:
+                run.define_metric(key, step_metric=step)
         for row in history:
             run.log(row)
-        scores = {
-            f"attack/{k}": metrics[k] for k in ("mse", "ssim", "psnr", "best_epoch", "clone_accuracy") if k in metrics
-        }
-        caption = f"{metrics['method']}: test images (top) and the attacker's reconstructions (bottom)"
-        run.log({**scores, "attack/reconstructions": wandb.Image(str(grid), caption=caption)})
+        logged = ("mse", "ssim", "psnr", "best_epoch", "clone_accuracy", *LABEL_SCORES)
+        scores = {f"attack/{k}": metrics[k] for k in logged if k in metrics}
+        if grid.suffix == ".png":  # the inversion attacks' picture; the label attacks have none
+            caption = f"{metrics['method']}: test images (top) and the attacker's reconstructions (bottom)"
+            scores["attack/reconstructions"] = wandb.Image(str(grid), caption=caption)
+        run.log(scores)
         run.summary.update(scores)
         where = where_logged(run)
     finally:

@@ -1,0 +1,83 @@
+"""``lightning-sfl attack --attack labels`` (:mod:`lightning_sfl.privacy.label_attack`): what a split run's server
+learns of the labels, from a U-shaped run's gradients against the plain run's labels (the reference arm), its files
+and the W&B run read back from W&B's own offline files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from lightning_sfl.algorithms import SCALA
+from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.privacy.label_attack import tail_labels
+from lightning_sfl.wandb.offline import read_offline_run
+
+
+def _checkpoint(folder, binary_class=None, **kwargs):
+    """SCALA trained 3 rounds on digits (20 clients, 5 a round; ``binary_class``: one class against the rest)."""
+    torch.manual_seed(0)
+    dm = FederatedDataModule(dataset="digits", num_clients=20, alpha=2, participation=0.25, batch_size=64, seed=0,
+                             binary_class=binary_class)  # fmt: skip
+    model = SCALA(local_iters=5, lr=0.05, num_classes=dm.num_classes, **kwargs)
+    trainer = L.Trainer(
+        max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
+        callbacks=[ModelCheckpoint(dirpath=folder, save_last=True)],
+    )  # fmt: skip
+    trainer.fit(model, dm)
+    return folder / "last.ckpt"
+
+
+def _attack(ckpt, cwd, *args):
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", "attack", "--attack", "labels", "--ckpt_path", str(ckpt), *args]
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SILENT"}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out, json.loads((ckpt.parent / "attack-1" / "metrics.json").read_text())
+
+
+def test_a_u_shaped_servers_gradients_give_the_labels_away_on_a_binary_task(tmp_path):
+    """Undefended U-shaped SCALA on digits' class 3 against the rest (about 10 % positives), at a fixed seed: every
+    attack beats chance (measured: norm and direction AUC 1.0, clusters, known tail 1.0); the scores reach W&B."""
+    ckpt = _checkpoint(tmp_path / "u", binary_class=3, tail_point="s4")
+    out, m = _attack(ckpt, tmp_path)
+    assert m["sent"] == "body_gradients" and m["classes"] == 2 and m["tail_point"] == "s4"
+    assert 0.05 < m["positive_share"] < 0.2
+    assert m["norm_auc"] > 0.8 and m["direction_auc"] > 0.8 and 0.5 < m["norm_auc_per_batch"] <= 1
+    assert m["cluster_accuracy"] > 0.9 and m["known_tail_accuracy"] > 0.9
+    assert m["histogram_l1"] < 0.5
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("labels attack on SCALA after 3 rounds") and "norm AUC" in last
+    run = read_offline_run(tmp_path / "u" / "attack-1")
+    assert run.summary["attack/norm_auc"] == pytest.approx(m["norm_auc"]) and run.config["method"] == "SCALA"
+
+
+@pytest.mark.extended  # ~12 s on two cores; in CI: the binary task's attacks (above)
+def test_the_plain_split_is_the_reference_arm_and_ten_classes_leak_through_clusters(tmp_path):
+    """The plain split's server holds the labels (every attack exact); U-shaped on ten classes, the clusters named by
+    four known rows a class and the known tail recover most labels, far above chance (0.1)."""
+    _, plain = _attack(_checkpoint(tmp_path / "plain"), tmp_path, "--no_wandb")
+    assert plain["sent"] == "labels" and plain["cluster_accuracy"] == plain["known_tail_accuracy"] == 1.0
+    _, u = _attack(_checkpoint(tmp_path / "u", tail_point="s5"), tmp_path, "--no_wandb")
+    assert u["sent"] == "body_gradients" and "norm_auc" not in u
+    assert u["cluster_accuracy"] > 0.5 and u["known_tail_accuracy"] > 0.9 and u["completion_accuracy"] > 0.2
+
+
+def test_a_known_tail_gives_the_labels_through_its_jacobian():
+    """An MLP tail (Flatten, Linear, ReLU, Linear): per row, least squares on the tail's Jacobian recovers every label
+    from the gradient of the mean cross-entropy w.r.t. its input; the linear path agrees on a linear tail."""
+    torch.manual_seed(0)
+    tail = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    h = torch.randn(40, 4, 2, 2, requires_grad=True)
+    y = torch.randint(0, 10, (40,))
+    (g,) = torch.autograd.grad(torch.nn.functional.cross_entropy(tail(h), y), h)
+    assert torch.equal(tail_labels(tail, h.detach(), g), y)
+    linear = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 10))
+    (g,) = torch.autograd.grad(torch.nn.functional.cross_entropy(linear(h), y), h)
+    assert torch.equal(tail_labels(linear, h.detach(), g), y)
