@@ -80,6 +80,9 @@ class SplitMethod(SplitFedAlgorithm):
             body, tail = cut_tail(self.server.net, cuts, hp.split_point, tail_point)
             self.server.net, self.tail = body, ClientModule(tail)
         defend(self, defences, self.default_defences())
+        needing = [type(d).__name__ for d in self.defences.values() if d.needs_tail]
+        if needing and self.tail is None:
+            raise ConfigError(f"defences: {needing[0]} defends what U-shaped clients send up: give tail_point too")
 
     @property
     def u_shaped(self) -> bool:

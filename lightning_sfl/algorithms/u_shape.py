@@ -10,7 +10,8 @@ the server on the concatenation:
 1. client: ``A_k = head(X_k)`` ``[B_k, *act]``, uploaded (as in every split method; no labels with it);
 2. server: ``H = body(A)`` ``[B, *h]`` (one body, or each client's copy of it), sent down (a new crossing);
 3. client: its loss ``L_k = mean_{i∈k} ℓ(tail(H_k)_i, y_i)`` (the method's client loss, eq. 8 or SCALA's eq. 15 with
-   ``log P_k``), and ``g_k = ∂L_k/∂H_k`` ``[B_k, *h]``, uploaded (a new crossing);
+   ``log P_k``), and ``g_k = ∂L_k/∂H_k`` ``[B_k, *h]``, uploaded (a new crossing; through the label defences'
+   ``gradient_upload``, :mod:`~lightning_sfl.defences.gradients`: the server receives, and trains on, what they send);
 4. server: the body's weights step on the gradient of its objective (:func:`body_row_weights`): with one body
    ``Σ_k (B_k/B)·L_k``, the mean over the concatenated batch that eq. 7 trains a server half on; with a copy per
    client (SplitFedV1) each copy its own ``L_k``. The gradient of ``Σ_k L_k`` w.r.t. ``A``, ``G_k``, is sent down
@@ -77,6 +78,7 @@ def u_shaped_iteration(method: SplitMethod, step: Step, count_step: bool = True)
     client_loss = method.client_loss(logits, step)
     body_loss, body_grad = _body_objective(method, step, logits, h_client, client_loss)
     (g,) = torch.autograd.grad(client_loss, h_client, retain_graph=True)  # the tails keep their graph
+    g = method.defences.gradient_upload(g, step)  # what the clients send (the label defences' noise)
     method.ledger.add_rows("up", "body_gradients", g, step.sizes, step.slots)
 
     # --- the server: G_k = ∂(Σ_k L_k)/∂A sent down, the body's weights on its objective
@@ -131,5 +133,6 @@ def _body_objective(method: SplitMethod, step: Step, logits, h_client, client_lo
         sizes = step.sizes.to(rows.dtype).index_select(0, step.owner)
         loss = (rows / sizes).sum()
     (grad,) = torch.autograd.grad(loss, h_client, retain_graph=True)
+    grad = method.defences.gradient_upload(grad, step)
     method.ledger.add_rows("up", "body_gradients", grad, step.sizes, step.slots)
     return loss.detach(), grad

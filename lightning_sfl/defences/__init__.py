@@ -25,6 +25,10 @@ defence                        hook                              what it does
 :class:`NoPeek`                ``client_terms`` (whole)          ``α · Σ_k DCOR(X_k, Z̃_k)`` (Vepakomma et al., 2020)
 :class:`InversionRegulariser`  ``client_terms`` (rows), a        ``γ·Σ_k R_k`` of per-client simulated decoders
                                warm-up step, ``start_round``     (SCALA-PE, eq. 17; ResSFL)
+:class:`GradientNoise`         ``gradient_upload`` (U-shaped)    Gaussian noise on the gradients sent up, scaled by
+                                                                 the batch's largest norm (Li et al., 2022)
+:class:`MaxNorm`               ``gradient_upload`` (U-shaped)    every row's expected norm raised to the batch's
+                                                                 largest (Li et al., 2022)
 =============================  ================================  ====================================================
 
 Each is an ``nn.Module``: what it holds is saved under ``defences.<key>.`` in the method's checkpoints. Checkpoints
@@ -40,6 +44,7 @@ import re
 from lightning_sfl.defences.activations import ActivationNoise, NoPeek
 from lightning_sfl.defences.base import Defence, Defences, resolve_defences
 from lightning_sfl.defences.bottleneck import Bottleneck
+from lightning_sfl.defences.gradients import GradientNoise, MaxNorm
 from lightning_sfl.defences.inversion import InversionRegulariser
 
 __all__ = [
@@ -48,7 +53,9 @@ __all__ = [
     "Bottleneck",
     "Defence",
     "Defences",
+    "GradientNoise",
     "InversionRegulariser",
+    "MaxNorm",
     "NoPeek",
     "from_legacy_options",
     "moved_option_hint",
@@ -58,7 +65,7 @@ __all__ = [
 
 #: Short name -> class of every defence of the library.
 DEFENCES: dict[str, type[Defence]] = {
-    cls.__name__: cls for cls in (NoPeek, ActivationNoise, Bottleneck, InversionRegulariser)
+    cls.__name__: cls for cls in (NoPeek, ActivationNoise, Bottleneck, InversionRegulariser, GradientNoise, MaxNorm)
 }
 
 #: The options every method had before defences were parts -> (defence, its option).
@@ -101,7 +108,7 @@ def from_legacy_options(options: dict, default: list[Defence]) -> dict:
     kept = {k: v for k, v in options.items() if k not in LEGACY_OPTIONS}
     defaults = {type(d): d for d in default}
     chosen: dict[type[Defence], dict] = {}
-    for cls in DEFENCES.values():
+    for cls in (NoPeek, ActivationNoise, Bottleneck, InversionRegulariser):  # the defences that had options
         values = {option: legacy[name] for name, (c, option) in LEGACY_OPTIONS.items() if c is cls and name in legacy}
         values = {k: v for k, v in values.items() if v is not None}
         own = defaults.get(cls)

@@ -84,6 +84,15 @@ class Defence(nn.Module):
         noise's (``None``: the evaluation's)."""
         return z
 
+    #: True for a defence of what U-shaped clients send up (``gradient_upload``): the method refuses it without a
+    #: ``tail_point``.
+    needs_tail: ClassVar[bool] = False
+
+    def gradient_upload(self, g: torch.Tensor, step: Step) -> torch.Tensor:
+        """U-shaped split learning: what leaves the clients instead of ``g`` ``[B, *h]``, the gradients of their
+        losses w.r.t. the body's outputs (:mod:`~lightning_sfl.algorithms.u_shape`), in training step ``step``."""
+        return g
+
     def client_terms(self, step: Step, sent: torch.Tensor, log: Log) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The terms the clients add to their loss for the activations ``sent`` ``[B, *act]`` (as uploaded):
         ``(over rows, whole)`` — a sum over this process's rows normalised by global counts, and a term every process
@@ -153,6 +162,12 @@ class Defences(nn.ModuleDict):
         for defence in self.values():
             z = defence.upload(z, generator)
         return z
+
+    def gradient_upload(self, g: torch.Tensor, step: Step) -> torch.Tensor:
+        """What U-shaped clients send for the gradients ``g`` ``[B, *h]`` (``g`` itself without defences)."""
+        for defence in self.values():
+            g = defence.gradient_upload(g, step)
+        return g
 
     def client_terms(self, step: Step, sent: torch.Tensor, log: Log):
         """Every defence's ``(over rows, whole)`` terms, each kind summed in order (``None`` where there is none)."""

@@ -54,7 +54,7 @@ def _client_step(client: int, x: torch.Tensor, y: torch.Tensor):
     n = len(y)
     size = torch.tensor([n])
     return Step(
-        "local", 0, 0, False, torch.tensor([client]), size, torch.arange(n), x=x, y=y,
+        "local", 0, client, False, torch.tensor([client]), size, torch.arange(n), x=x, y=y,
         owner=torch.zeros(n, dtype=torch.long), local_sizes=size,
     )  # fmt: skip
 
@@ -62,14 +62,15 @@ def _client_step(client: int, x: torch.Tensor, y: torch.Tensor):
 def received_gradients(model, client: int, x: torch.Tensor, y: torch.Tensor, noise=None):
     """What U-shaped ``model``'s client ``client`` sends for rows ``x`` ``[B_k, C, H, W]`` with labels ``y``, the
     global model at every slot: the body's outputs ``h`` ``[B_k, *h]`` (computed by the server) and
-    ``g = ∂L_k/∂h`` (the method's client loss on the tail's logits), both detached."""
+    ``g = ∂L_k/∂h`` (the method's client loss on the tail's logits) as the client's label defences send it (step
+    ``client`` of round 0: its own draws), both detached."""
     step = _client_step(client, x, y)
     with torch.no_grad():
         h = model.server.net(model.defences.upload(model.client.net(x), noise))
     h = h.detach().requires_grad_(True)
     loss = model.client_loss(model.tail.net(h), step)
     (g,) = torch.autograd.grad(loss, h)
-    return h.detach(), g.detach()
+    return h.detach(), model.defences.gradient_upload(g, step).detach()  # as the client's label defences send it
 
 
 def tail_labels(tail: torch.nn.Module, h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -138,6 +139,9 @@ def label_attacks(
         return {**out, "sent": "labels", **exact, "cluster_accuracy": 1.0, "known_tail_accuracy": 1.0,
                 "completion_accuracy": 1.0, "histogram_l1": 0.0}  # fmt: skip
     noise = torch.Generator().manual_seed(seed)
+    for defence in model.defences.values():  # the label defences draw from the attack's seed
+        if hasattr(defence, "seed_draws"):
+            defence.seed_draws(seed)
     model.register_buffer("label_dist", stats.label_distribution.to(torch.float32), persistent=False)
     model.register_buffer("client_sizes", stats.sizes.clone(), persistent=False)
     hs, gs, predicted = [], [], []
