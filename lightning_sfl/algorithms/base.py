@@ -260,7 +260,8 @@ class SplitFedAlgorithm(L.LightningModule):
         self.defences.setup(self._federation(), self.global_rank)
         stats = self._federation().stats
         self.register_buffer("client_sizes", stats.sizes.clone(), persistent=False)
-        self.register_buffer("label_dist", stats.label_distribution.to(torch.float32), persistent=False)
+        label_dist = self.defences.label_distribution(stats)  # of the labels the clients train on
+        self.register_buffer("label_dist", label_dist.to(torch.float32), persistent=False)
         banks.build_banks(self, self.schedule.num_slots(stats), self.schedule.persistent_slots)
         self._states.build(self)
         folder = trainer_view.checkpoint_folder(self._trainer)
@@ -306,6 +307,7 @@ class SplitFedAlgorithm(L.LightningModule):
             self.start_round(step)
             self.defences.start_round(step)
         self._round_tracker.count(step)
+        step = self.defences.training_labels(step)  # the labels the clients train on (label DP)
         result = federated.step_handler(self, step.kind)(step)
         outputs = result if isinstance(result, dict) else None
         losses = result if outputs is None else (outputs.pop("server_loss", None), outputs.pop("client_loss", None))
@@ -313,7 +315,7 @@ class SplitFedAlgorithm(L.LightningModule):
             self._round_tracker.log_losses(self.log, step, *losses)
         if step.round_end:
             self.aggregate(step)
-            halves = ((n, p) for n, p in self.named_parameters() if n.startswith(("client.", "server.")))
+            halves = ((n, p) for n, p in self.named_parameters() if n.startswith(("client.", "server.", "tail.")))
             check_global_weights(halves, step)
             self._round_tracker.end(step, metrics=self.round_metrics())
         return outputs

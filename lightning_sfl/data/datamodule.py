@@ -50,7 +50,7 @@ def shard_step(step: Step, rank: int, world: int) -> Step:
     owner = None if step.owner is None else step.owner[keep]
     local = None if owner is None else torch.bincount(owner, minlength=len(step.sizes))
     y = None if step.y is None else step.y[keep]  # unlabelled steps carry no labels
-    return step.replace(x=step.x[keep], y=y, owner=owner, local_sizes=local)
+    return step.replace(x=step.x[keep], y=y, owner=owner, local_sizes=local, local_rows=step.rows[keep])
 
 
 class _RoundStream:

@@ -29,6 +29,8 @@ defence                        hook                              what it does
                                                                  the batch's largest norm (Li et al., 2022)
 :class:`MaxNorm`               ``gradient_upload`` (U-shaped)    every row's expected norm raised to the batch's
                                                                  largest (Li et al., 2022)
+:class:`RandomisedLabels`      ``training_labels``               each label randomised once, RR_ε (label DP; Ghazi
+                                                                 et al., 2021)
 =============================  ================================  ====================================================
 
 Each is an ``nn.Module``: what it holds is saved under ``defences.<key>.`` in the method's checkpoints. Checkpoints
@@ -46,6 +48,7 @@ from lightning_sfl.defences.base import Defence, Defences, resolve_defences
 from lightning_sfl.defences.bottleneck import Bottleneck
 from lightning_sfl.defences.gradients import GradientNoise, MaxNorm
 from lightning_sfl.defences.inversion import InversionRegulariser
+from lightning_sfl.defences.labels import RandomisedLabels
 
 __all__ = [
     "DEFENCES",
@@ -57,6 +60,7 @@ __all__ = [
     "InversionRegulariser",
     "MaxNorm",
     "NoPeek",
+    "RandomisedLabels",
     "from_legacy_options",
     "moved_option_hint",
     "renamed_legacy_state",
@@ -65,7 +69,8 @@ __all__ = [
 
 #: Short name -> class of every defence of the library.
 DEFENCES: dict[str, type[Defence]] = {
-    cls.__name__: cls for cls in (NoPeek, ActivationNoise, Bottleneck, InversionRegulariser, GradientNoise, MaxNorm)
+    cls.__name__: cls
+    for cls in (NoPeek, ActivationNoise, Bottleneck, InversionRegulariser, GradientNoise, MaxNorm, RandomisedLabels)
 }
 
 #: The options every method had before defences were parts -> (defence, its option).

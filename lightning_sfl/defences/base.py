@@ -84,6 +84,12 @@ class Defence(nn.Module):
         noise's (``None``: the evaluation's)."""
         return z
 
+    def training_labels(self, step: Step) -> torch.Tensor | None:
+        """The labels the clients train on in ``step`` instead of ``step.y`` ``[B_local]`` (label differential privacy:
+        :class:`~lightning_sfl.defences.labels.RandomisedLabels`); ``None``: their own. A defence that returns labels
+        also gives ``label_counts(step)``, the counts of the labels of all the step's rows."""
+        return None
+
     #: True for a defence of what U-shaped clients send up (``gradient_upload``): the method refuses it without a
     #: ``tail_point``.
     needs_tail: ClassVar[bool] = False
@@ -162,6 +168,23 @@ class Defences(nn.ModuleDict):
         for defence in self.values():
             z = defence.upload(z, generator)
         return z
+
+    def training_labels(self, step: Step) -> Step:
+        """``step`` with the labels its clients train on (:meth:`Defence.training_labels`; ``step`` itself without
+        such a defence)."""
+        for defence in self.values():
+            labels = defence.training_labels(step)
+            if labels is not None:
+                step = step.replace(y=labels, label_counts=defence.label_counts(step))
+        return step
+
+    def label_distribution(self, stats) -> torch.Tensor:
+        """``P_k(y)`` ``[K, N]`` of the labels the clients train on (what their priors, SCALA's eq. 15, are made of):
+        :class:`~lightning_sfl.loop.ClientStats`' own, or a label defence's."""
+        for defence in self.values():
+            if hasattr(defence, "label_distribution"):
+                return defence.label_distribution(stats)
+        return stats.label_distribution
 
     def gradient_upload(self, g: torch.Tensor, step: Step) -> torch.Tensor:
         """What U-shaped clients send for the gradients ``g`` ``[B, *h]`` (``g`` itself without defences)."""

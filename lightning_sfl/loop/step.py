@@ -106,6 +106,8 @@ class Step:
     owner: torch.Tensor | None = None
     local_sizes: torch.Tensor | None = None
     label_counts: torch.Tensor | None = None
+    #: ``[B_local]`` training-split indices of this process's rows (``None``: all of ``rows``, one process).
+    local_rows: torch.Tensor | None = None
 
     @property
     def round_start(self) -> bool:

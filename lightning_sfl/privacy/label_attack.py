@@ -5,7 +5,8 @@ Every client sends, for ``--rows_per_client`` rows of its shard drawn with ``--s
 the first iteration of the next round would send, every client starting from the checkpoint's global model:
 
 * a plain split method: its labels (the server computes the loss). Every attack is exact by construction: the
-  reference arm (AUC 1, accuracy 1, histogram error 0);
+  reference arm (AUC 1, accuracy 1, histogram error 0), unless the labels were randomised
+  (:class:`~lightning_sfl.defences.labels.RandomisedLabels`): then each score is that of the labels received;
 * U-shaped (``--model.tail_point``, :mod:`~lightning_sfl.algorithms.u_shape`): ``g_i = ∂L_k/∂h_i``, ``L_k`` the
   method's client loss on its ``B_k`` rows (with SCALA's ``log P_k``), ``h = body(head(x))`` (through the clients'
   activation defences).
@@ -48,23 +49,23 @@ from lightning_sfl.privacy.label_leakage import (
 __all__ = ["label_attacks", "received_gradients", "tail_labels"]
 
 
-def _client_step(client: int, x: torch.Tensor, y: torch.Tensor):
+def _client_step(client: int, rows: torch.Tensor, x: torch.Tensor, y: torch.Tensor, num_classes: int):
     from lightning_sfl.loop import Step
 
     n = len(y)
     size = torch.tensor([n])
     return Step(
-        "local", 0, client, False, torch.tensor([client]), size, torch.arange(n), x=x, y=y,
-        owner=torch.zeros(n, dtype=torch.long), local_sizes=size,
+        "local", 0, client, False, torch.tensor([client]), size, rows, x=x, y=y,
+        owner=torch.zeros(n, dtype=torch.long), local_sizes=size, label_counts=torch.bincount(y, minlength=num_classes),
     )  # fmt: skip
 
 
-def received_gradients(model, client: int, x: torch.Tensor, y: torch.Tensor, noise=None):
-    """What U-shaped ``model``'s client ``client`` sends for rows ``x`` ``[B_k, C, H, W]`` with labels ``y``, the
-    global model at every slot: the body's outputs ``h`` ``[B_k, *h]`` (computed by the server) and
-    ``g = ∂L_k/∂h`` (the method's client loss on the tail's logits) as the client's label defences send it (step
-    ``client`` of round 0: its own draws), both detached."""
-    step = _client_step(client, x, y)
+def received_gradients(model, client: int, rows: torch.Tensor, x: torch.Tensor, y: torch.Tensor, noise=None):
+    """What U-shaped ``model``'s client ``client`` sends for its training rows ``rows`` (inputs ``x``
+    ``[B_k, C, H, W]``, labels ``y``), the global model at every slot: the body's outputs ``h`` ``[B_k, *h]``
+    (computed by the server) and ``g = ∂L_k/∂h`` (the method's client loss on the tail's logits, with the labels its
+    defences train on) as its label defences send it (step ``client`` of round 0: its own draws), both detached."""
+    step = model.defences.training_labels(_client_step(client, rows, x, y, model.num_classes))
     with torch.no_grad():
         h = model.server.net(model.defences.upload(model.client.net(x), noise))
     h = h.detach().requires_grad_(True)
@@ -134,20 +135,23 @@ def label_attacks(
     y = torch.cat([splits.train_y[r] for r in rows])
     out["rows"] = len(y)
     binary = num_classes == 2
-    if not getattr(model, "u_shaped", False):  # the server holds the labels: every attack exact
-        exact = {"norm_auc": 1.0, "direction_auc": 1.0} if binary else {}
-        return {**out, "sent": "labels", **exact, "cluster_accuracy": 1.0, "known_tail_accuracy": 1.0,
-                "completion_accuracy": 1.0, "histogram_l1": 0.0}  # fmt: skip
-    noise = torch.Generator().manual_seed(seed)
-    for defence in model.defences.values():  # the label defences draw from the attack's seed
+    every_row = torch.cat(list(stats.shards))
+    trained_on = y  # the labels the clients train on: their own, or randomised once (as in the fit: its data seed)
+    for defence in model.defences.values():  # the gradients' draws from the attack's seed
         if hasattr(defence, "seed_draws"):
             defence.seed_draws(seed)
-    model.register_buffer("label_dist", stats.label_distribution.to(torch.float32), persistent=False)
+        if hasattr(defence, "randomise"):
+            defence.randomise(splits.train_y[every_row], every_row, num_classes, int(stats.seed))
+            trained_on = defence.noisy[torch.cat(rows)]
+    if not getattr(model, "u_shaped", False):  # the server receives the labels the clients train on
+        return {**out, "sent": "labels", **_labels_sent(trained_on, y, [len(r) for r in rows], num_classes)}
+    noise = torch.Generator().manual_seed(seed)
+    model.register_buffer("label_dist", model.defences.label_distribution(stats).float(), persistent=False)
     model.register_buffer("client_sizes", stats.sizes.clone(), persistent=False)
     hs, gs, predicted = [], [], []
     for k, r in enumerate(rows):
         x = splits.to_float(splits.train_x[r])
-        h, grad = received_gradients(model, k, x, splits.train_y[r], noise)
+        h, grad = received_gradients(model, k, r, x, splits.train_y[r], noise)
         hs.append(h)
         gs.append(grad)
         predicted.append(tail_labels(model.tail.net, h, grad))
@@ -176,6 +180,21 @@ def label_attacks(
         errors.append(histogram_l1(counts, torch.bincount(truth, minlength=num_classes)))
     out["histogram_l1"] = sum(errors) / len(errors)
     out["histogram_from"] = "label_counts" if pooled else "clusters"
+    return out
+
+
+def _labels_sent(sent: torch.Tensor, y: torch.Tensor, sizes: list[int], num_classes: int) -> dict:
+    """The scores of a server that receives labels ``sent`` ``[n]`` for true labels ``y``: every attack reads them
+    (exact without label randomisation)."""
+    agree = float((sent == y).double().mean())
+    out = {"cluster_accuracy": agree, "known_tail_accuracy": agree, "completion_accuracy": agree}
+    if num_classes == 2:
+        out["norm_auc"] = out["direction_auc"] = roc_auc(sent.double(), y == 1)
+    errors = [
+        histogram_l1(torch.bincount(s, minlength=num_classes), torch.bincount(t, minlength=num_classes))
+        for s, t in zip(sent.split(sizes), y.split(sizes))
+    ]
+    out["histogram_l1"] = sum(errors) / len(errors)
     return out
 
 

@@ -93,6 +93,9 @@ FLOAT64 = ("--trainer.precision=64-true",)
         pytest.param(
             "scala", ("--model.tail_point=s4", "--model.pooled_label_counts=true"), marks=pytest.mark.extended
         ),
+        pytest.param(
+            "scala", ("--model.defences+=RandomisedLabels", "--model.defences.epsilon=2"), marks=pytest.mark.extended
+        ),
     ],
     ids=[
         "splitfedv2",
@@ -106,6 +109,7 @@ FLOAT64 = ("--trainer.precision=64-true",)
         "s2fl-label-balanced-groups",
         "split-method-with-a-parameter-only-regulariser",
         "scala-u-shaped-pooled-label-counts",
+        "scala-randomised-labels-each-process-its-rows",
     ],
 )
 def test_two_processes_equal_one(method, extra, tmp_path):

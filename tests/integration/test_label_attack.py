@@ -109,3 +109,29 @@ def test_the_gradient_attacks_do_worse_under_a_strong_defence():
         assert abs(defended["direction_auc"] - 0.5) < abs(plain["direction_auc"] - 0.5)
         assert defended["cluster_accuracy"] < plain["cluster_accuracy"]
         assert defended["known_tail_accuracy"] < plain["known_tail_accuracy"] - 0.2
+
+
+def test_randomised_labels_are_what_a_plain_server_receives_and_what_u_shaped_gradients_give_away():
+    """RR_ε with ε = 1 over ten classes keeps about 23 % of the labels (e/(e + 9)), drawn once in the fit: a plain
+    split's server receives those (its attacks agree with the truth about that often), and a U-shaped server's
+    gradients give those away, not the true labels."""
+    from lightning_sfl.defences import RandomisedLabels
+    from lightning_sfl.defences.labels import keep_probability
+    from lightning_sfl.privacy.label_attack import label_attacks
+
+    def attacked(**kwargs):
+        torch.manual_seed(0)
+        dm = FederatedDataModule(dataset="digits", num_clients=20, alpha=2, participation=0.25, batch_size=64, seed=0)
+        model = SCALA(local_iters=5, lr=0.05, defences=[RandomisedLabels(epsilon=1.0)], **kwargs)
+        trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False)  # fmt: skip
+        trainer.fit(model, dm)
+        options = {"rows_per_client": 64, "known_per_class": 4, "completion_epochs": 50, "seed": 0}
+        return model, label_attacks(model.eval(), dm.client_stats, dm.splits, **options)
+
+    model, plain = attacked()
+    keep = keep_probability(1.0, 10)
+    assert plain["sent"] == "labels" and plain["cluster_accuracy"] == pytest.approx(keep, abs=0.05)
+    assert model.defences["randomised_labels"].noisy is not None
+    _, u = attacked(tail_point="s5")
+    assert u["sent"] == "body_gradients" and u["known_tail_accuracy"] == pytest.approx(keep, abs=0.05)
