@@ -330,13 +330,14 @@ ATTACK_TITLES = {"inversion": "model inversion", "unsplit": "UnSplit"}
 def _labels(args, ckpt, model, method, data, evaluated) -> dict:
     """``--attack labels`` (:mod:`~lightning_sfl.privacy.label_attack`): what the server learns of the labels."""
     from lightning_sfl.attack_io import claim_output_folder, log_to_wandb, write_label_scores
-    from lightning_sfl.privacy.label_attack import label_attacks
+    from lightning_sfl.privacy.label_attack import client_tails, label_attacks
     from lightning_sfl.wandb.online import announce_offline
 
     offline = None if args.no_wandb else announce_offline()
     print(evaluated.line("attacking"), flush=True)  # every check has passed
     options = {k: getattr(args, k) for k in ("rows_per_client", "known_per_class", "completion_epochs", "seed")}
-    scores = label_attacks(model.cpu(), data.client_stats, data.splits, **options)
+    tails = client_tails(ckpt, args.ckpt_path)  # each client's own, where the clients kept their tails
+    scores = label_attacks(model.cpu(), data.client_stats, data.splits, tails=tails, **options)
     metrics = {
         "attack": "labels",
         "method": method,
@@ -440,7 +441,9 @@ def main(argv: list[str]) -> None:
         binary = f"norm AUC {m['norm_auc']:.4f}, direction AUC {m['direction_auc']:.4f}, " if "norm_auc" in m else ""
         print(
             f"labels attack on {m['method']} after {rounds} ({m['dataset']}, the server receives {m['sent']}): "
-            f"{binary}clusters {m['cluster_accuracy']:.4f}, known tail {m['known_tail_accuracy']:.4f}, completion "
+            f"{binary}clusters {m['cluster_accuracy']:.4f}, known tail "
+            + (f"{m['known_tail_accuracy']:.4f}" if "known_tail_accuracy" in m else "(unknown to the server)")
+            + ", completion "
             f"{m['completion_accuracy']:.4f}, histogram L1 {m['histogram_l1']:.4f} over {m['rows']} rows; wrote "
             f"{args.written_to}{wandb}"
         )

@@ -14,13 +14,20 @@ import torch
 from torch import nn
 from typing_extensions import override
 
+from lightning_sfl.algorithms.aggregate import flat_parameters
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.guards import check_finite
 from lightning_sfl.algorithms.halves import ClientModule
 from lightning_sfl.algorithms.iteration import split_iteration
 from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.algorithms.processes import world_size
-from lightning_sfl.algorithms.u_shape import u_shaped_iteration
+from lightning_sfl.algorithms.u_shape import (
+    TAIL_AGGREGATIONS,
+    keep_tails,
+    load_tails,
+    shared_models,
+    u_shaped_iteration,
+)
 from lightning_sfl.defences import Defence, Defences, resolve_defences
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
@@ -50,6 +57,11 @@ class SplitMethod(SplitFedAlgorithm):
             ``Bottleneck``, ``InversionRegulariser``), e.g. ``--model.defences+=NoPeek --model.defences.weight=10``;
             ``None``: the method's own (:meth:`default_defences`: none; SCALA-PE a bottleneck and the regulariser), so
             that a config written for one method and run with another keeps each method's default; ``[]``: none.
+        tail_aggregation: U-shaped: who averages the clients' tails after each round. ``server`` (default): the same
+            server that holds the body, which therefore knows the tail (the known-tail attack); ``separate``: an
+            aggregator of their own, the same average, which the body's server never sees (in the simulation the
+            server-side code is never handed a tail); ``none``: each client keeps its own tail across rounds (a
+            per-client store; the evaluated tail is their ``|D_k|``-weighted mean, as SplitFedV3's client halves).
         tail_point: U-shaped split learning (:mod:`~lightning_sfl.algorithms.u_shape`): a second cut point, deeper
             than ``split_point``; the layers from it on (the tail) stay with the clients, which compute the loss, so
             that the labels never leave them; the server holds the layers between the cuts (the body). ``None``
@@ -69,9 +81,21 @@ class SplitMethod(SplitFedAlgorithm):
     #: decoders, SFLLocalLoss's local loss) or its clients keep their own halves (SplitFedV3).
     supports_tail: ClassVar[bool] = True
 
-    def __init__(self, defences: list[Defence] | None = None, tail_point: str | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        defences: list[Defence] | None = None,
+        tail_point: str | None = None,
+        tail_aggregation: str = "server",
+        **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
         self.tail: ClientModule | None = None
+        if tail_aggregation not in TAIL_AGGREGATIONS:
+            allowed = ", ".join(TAIL_AGGREGATIONS)
+            raise ConfigError(f"tail_aggregation={tail_aggregation!r} must be one of: {allowed}")
+        if tail_aggregation != "server" and tail_point is None:
+            raise ConfigError(f"tail_aggregation={tail_aggregation!r} is an option of U-shaped runs: give tail_point")
+        self.tail_aggregation = tail_aggregation
         if tail_point is not None:
             if not self.supports_tail:
                 raise ConfigError(f"tail_point={tail_point!r}: {type(self).__name__} does not run U-shaped")
@@ -79,6 +103,8 @@ class SplitMethod(SplitFedAlgorithm):
             cuts = build_model(hp.arch, self.num_classes, tuple(hp.input_shape)).cut_points
             body, tail = cut_tail(self.server.net, cuts, hp.split_point, tail_point)
             self.server.net, self.tail = body, ClientModule(tail)
+            if tail_aggregation == "none":  # every client's own tail, [K, P] (a per-client store)
+                self.add_client_state("client_tails", lambda: flat_parameters(self.tail.net).detach())
         defend(self, defences, self.default_defences())
         needing = [type(d).__name__ for d in self.defences.values() if d.needs_tail]
         if needing and self.tail is None:
@@ -100,6 +126,30 @@ class SplitMethod(SplitFedAlgorithm):
         """The global model: ``[w_c, w_s]``, U-shaped ``tail(body(head(x)))``; logits ``[B, N]``."""
         out = super().forward(x)
         return out if self.tail is None else self.tail(out)
+
+    @override
+    def reset_slots(self, slots=None, models: dict[str, nn.Module] | None = None) -> None:
+        """The base's, without the tail when the clients keep their own (``tail_aggregation="none"``)."""
+        super().reset_slots(slots, shared_models(self) if models is None else models)
+
+    @override
+    def start_round(self, step: Step) -> None:
+        """The base's; with tails kept per client, each client's slot takes its own tail."""
+        super().start_round(step)
+        if self.tail_aggregation == "none":
+            load_tails(self, step)
+
+    @override
+    def aggregate_slots(self, weights: torch.Tensor, slots, models: dict[str, nn.Module] | None = None) -> None:
+        """The base's, without the tail when the clients keep their own: their tails are kept, and the evaluated
+        tail is their ``|D_k|``-weighted mean (:func:`~lightning_sfl.algorithms.u_shape.keep_tails`)."""
+        super().aggregate_slots(weights, slots, shared_models(self) if models is None else models)
+
+    @override
+    def aggregate(self, step: Step) -> None:
+        super().aggregate(step)
+        if self.tail_aggregation == "none":
+            keep_tails(self, step)
 
     def body_prior(self, step: Step) -> torch.Tensor | None:
         """U-shaped: the label distribution of the body's own objective, which the clients then compute for it from

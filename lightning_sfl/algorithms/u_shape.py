@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
 from lightning_sfl.algorithms.guards import check_finite
 from lightning_sfl.algorithms.iteration import client_side_terms
@@ -41,7 +42,45 @@ if TYPE_CHECKING:
     from lightning_sfl.algorithms.split_method import SplitMethod
     from lightning_sfl.loop import Step
 
-__all__ = ["body_row_weights", "server_view", "u_shaped_iteration"]
+__all__ = [
+    "TAIL_AGGREGATIONS",
+    "body_row_weights",
+    "keep_tails",
+    "load_tails",
+    "server_view",
+    "shared_models",
+    "u_shaped_iteration",
+]
+
+#: Who averages the clients' tails (``tail_aggregation``): the body's server, an aggregator of their own, nobody.
+TAIL_AGGREGATIONS = ("server", "separate", "none")
+
+
+def shared_models(method: SplitMethod) -> dict[str, nn.Module]:
+    """The client models the clients download and upload each round: all of them, less the tail when each client keeps
+    its own (``tail_aggregation="none"``)."""
+    models = method.client_models()
+    return {n: m for n, m in models.items() if n != "tail"} if method.tail_aggregation == "none" else models
+
+
+def load_tails(method: SplitMethod, step: Step) -> None:
+    """Round start with tails kept per client: each slot of the tail takes its client's own (``client_tails``) and a
+    fresh optimiser state."""
+    tails = method.client_banks["tail"]
+    opt = method.optimizers()
+    tails.reset_optimizer_state(getattr(opt, "optimizer", opt))
+    for slot, k in zip(tails.slots, step.clients.tolist()):
+        torch.nn.utils.vector_to_parameters(method.client_tails[k].clone(), slot.parameters())
+
+
+@torch.no_grad()
+def keep_tails(method: SplitMethod, step: Step) -> None:
+    """Round end with tails kept per client: each client's tail back into ``client_tails``; the evaluated tail is the
+    ``|D_k|``-weighted mean of all ``K`` clients' (theirs since they last trained, the initial one for the others)."""
+    for slot, k in zip(method.client_banks["tail"].slots, step.clients.tolist()):
+        method.client_tails[k] = torch.nn.utils.parameters_to_vector(slot.parameters())
+    w = method.client_sizes.to(method.client_tails.dtype)
+    torch.nn.utils.vector_to_parameters(method.client_tails.weighted_sum(w) / w.sum(), method.tail.net.parameters())
 
 
 def server_view(step: Step) -> Step:

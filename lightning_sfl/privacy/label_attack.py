@@ -19,8 +19,8 @@ The attacks on ``g`` (and ``h``), scored against the true labels:
     over the clients' batches that hold both classes.
 ``cluster_accuracy`` (our extension of the direction attack to ``N`` classes)
     :func:`~lightning_sfl.privacy.label_leakage.cluster_labels` with ``--known_per_class`` known rows per class.
-``known_tail_accuracy``
-    the server knows the global tail (it averages the tails): per row, ``u_i`` solving ``J_iᵀ·u_i = g_i`` (``J_i``
+``known_tail_accuracy`` (only where the body's server averages the tails, ``tail_aggregation="server"``)
+    the server knows the global tail: per row, ``u_i`` solving ``J_iᵀ·u_i = g_i`` (``J_i``
     the tail's Jacobian at ``h_i``; ``W`` for a linear tail) by least squares, the label its smallest entry: exact when
     the tail is the one the client used and ``N ≤ dim h``.
 ``completion_accuracy`` (model completion, Fu et al., USENIX Security 2022, passive; supervised here, where the paper
@@ -34,9 +34,11 @@ The attacks on ``g`` (and ``h``), scored against the true labels:
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
 
+from lightning_sfl.client_store import ClientStore
 from lightning_sfl.privacy.label_leakage import (
     cluster_labels,
     direction_scores,
@@ -46,7 +48,7 @@ from lightning_sfl.privacy.label_leakage import (
     roc_auc,
 )
 
-__all__ = ["label_attacks", "received_gradients", "tail_labels"]
+__all__ = ["client_tails", "label_attacks", "received_gradients", "tail_labels"]
 
 
 def _client_step(client: int, rows: torch.Tensor, x: torch.Tensor, y: torch.Tensor, num_classes: int):
@@ -60,16 +62,28 @@ def _client_step(client: int, rows: torch.Tensor, x: torch.Tensor, y: torch.Tens
     )  # fmt: skip
 
 
-def received_gradients(model, client: int, rows: torch.Tensor, x: torch.Tensor, y: torch.Tensor, noise=None):
+def client_tails(ckpt: dict, ckpt_path: str) -> ClientStore | None:
+    """Every client's own tail from a checkpoint of a run with ``tail_aggregation="none"`` (its per-client store, read
+    from the files beside the checkpoint); ``None`` for another run."""
+    record = ((ckpt.get("lightning_sfl") or {}).get("client_state") or {}).get("client_tails")
+    if record is None:
+        return None
+    store = ClientStore("client_tails", record["num_clients"], record["default"])
+    store.load(record, [Path(ckpt_path).parent / "client_state"])
+    return store
+
+
+def received_gradients(model, client: int, rows: torch.Tensor, x: torch.Tensor, y: torch.Tensor, noise=None, tail=None):
     """What U-shaped ``model``'s client ``client`` sends for its training rows ``rows`` (inputs ``x``
     ``[B_k, C, H, W]``, labels ``y``), the global model at every slot: the body's outputs ``h`` ``[B_k, *h]``
     (computed by the server) and ``g = ∂L_k/∂h`` (the method's client loss on the tail's logits, with the labels its
-    defences train on) as its label defences send it (step ``client`` of round 0: its own draws), both detached."""
+    defences train on) as its label defences send it (step ``client`` of round 0: its own draws), both detached.
+    ``tail``: the client's own (default: the global tail)."""
     step = model.defences.training_labels(_client_step(client, rows, x, y, model.num_classes))
     with torch.no_grad():
         h = model.server.net(model.defences.upload(model.client.net(x), noise))
     h = h.detach().requires_grad_(True)
-    loss = model.client_loss(model.tail.net(h), step)
+    loss = model.client_loss((model.tail.net if tail is None else tail)(h), step)
     (g,) = torch.autograd.grad(loss, h)
     return h.detach(), model.defences.gradient_upload(g, step).detach()  # as the client's label defences send it
 
@@ -124,10 +138,19 @@ def _known_rows(y: torch.Tensor, per_class: int, seed: int) -> torch.Tensor:
 
 
 def label_attacks(
-    model, stats, splits, *, rows_per_client: int, known_per_class: int, completion_epochs: int, seed: int
+    model,
+    stats,
+    splits,
+    *,
+    rows_per_client: int,
+    known_per_class: int,
+    completion_epochs: int,
+    seed: int,
+    tails: ClientStore | None = None,
 ) -> dict:
     """Every attack of the module docstring on ``model`` (a split method with its checkpoint's global model, in eval
-    mode) for the clients of ``stats`` (:class:`~lightning_sfl.loop.ClientStats`) on ``splits``; a dict of metrics."""
+    mode) for the clients of ``stats`` (:class:`~lightning_sfl.loop.ClientStats`) on ``splits``; a dict of metrics.
+    ``tails``: every client's own tail (``tail_aggregation="none"``, :func:`client_tails`)."""
     g = torch.Generator().manual_seed(seed)
     num_classes = stats.num_classes
     out = {"clients": stats.num_clients, "classes": num_classes}
@@ -148,13 +171,19 @@ def label_attacks(
     noise = torch.Generator().manual_seed(seed)
     model.register_buffer("label_dist", model.defences.label_distribution(stats).float(), persistent=False)
     model.register_buffer("client_sizes", stats.sizes.clone(), persistent=False)
+    known_tail = model.tail_aggregation == "server"  # the body's server averages the tails: it knows the tail
     hs, gs, predicted = [], [], []
     for k, r in enumerate(rows):
         x = splits.to_float(splits.train_x[r])
-        h, grad = received_gradients(model, k, r, x, splits.train_y[r], noise)
+        own = None
+        if tails is not None:  # the client's own tail, as it trained it
+            own = copy.deepcopy(model.tail.net)
+            torch.nn.utils.vector_to_parameters(tails[k].to(next(own.parameters())), own.parameters())
+        h, grad = received_gradients(model, k, r, x, splits.train_y[r], noise, own)
         hs.append(h)
         gs.append(grad)
-        predicted.append(tail_labels(model.tail.net, h, grad))
+        if known_tail:
+            predicted.append(tail_labels(model.tail.net, h, grad))
     h, grad = torch.cat(hs), torch.cat(gs)
     sizes = [len(r) for r in rows]
     known = _known_rows(y, known_per_class, seed)
@@ -170,7 +199,9 @@ def label_attacks(
         out["direction_auc"] = roc_auc(direction_scores(grad, grad[reference])[others], positives[others])
     clusters = cluster_labels(grad, known, y[known], num_classes, seed=seed)
     out["cluster_accuracy"] = float((clusters == y).double().mean())
-    out["known_tail_accuracy"] = float((torch.cat(predicted) == y).double().mean())
+    out["tail_aggregation"] = model.tail_aggregation
+    if known_tail:  # else the server has no tail to solve with
+        out["known_tail_accuracy"] = float((torch.cat(predicted) == y).double().mean())
     out["completion_accuracy"] = _completion(h, y, known, num_classes, completion_epochs, seed)
     pooled = bool(getattr(model, "pooled_label_counts", False))
     errors = []

@@ -252,13 +252,14 @@ def test_init_parameters_follow_kwargs_up_the_mro():
     assert compare.init_parameters(SCALA) == base | {
         "defences",
         "tail_point",
+        "tail_aggregation",
         "concat_activations",
         "server_logit_adjustment",
         "client_logit_adjustment",
         "missing_class_floor",
         "pooled_label_counts",
     }
-    assert compare.init_parameters(PlainSFL) == base | {"defences", "tail_point", "smoothing"}
+    assert compare.init_parameters(PlainSFL) == base | {"defences", "tail_point", "tail_aggregation", "smoothing"}
 
 
 def test_method_config_is_what_the_cli_resolves_and_keeps_only_accepted_init_args():

@@ -135,3 +135,14 @@ def test_randomised_labels_are_what_a_plain_server_receives_and_what_u_shaped_gr
     assert model.defences["randomised_labels"].noisy is not None
     _, u = attacked(tail_point="s5")
     assert u["sent"] == "body_gradients" and u["known_tail_accuracy"] == pytest.approx(keep, abs=0.05)
+
+
+def test_tails_kept_from_the_server_take_the_known_tail_attack_away_not_the_gradients_leak(tmp_path):
+    """``tail_aggregation="none"``: every client keeps its own tail (read back from the checkpoint's per-client
+    store for what each one sends); the server knows no tail, so the known-tail attack is gone, while the gradients'
+    clusters still give most labels away."""
+    ckpt = _checkpoint(tmp_path / "none", tail_point="s5", tail_aggregation="none")
+    out, m = _attack(ckpt, tmp_path, "--no_wandb")
+    assert m["tail_aggregation"] == "none" and "known_tail_accuracy" not in m
+    assert m["cluster_accuracy"] > 0.5
+    assert "known tail (unknown to the server)" in out.stdout.strip().splitlines()[-1]

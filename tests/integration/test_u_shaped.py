@@ -10,6 +10,7 @@ from _helpers import extended_params, quiet_trainer
 from test_algorithms import _dm, train
 
 from lightning_sfl.algorithms import ALGORITHMS, SCALA, MiniBatchSFL, SplitFedV1
+from lightning_sfl.algorithms.aggregate import flat_parameters
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.models import build_model, split_model
 from lightning_sfl.models.split import tail_points
@@ -155,15 +156,25 @@ def test_bad_tail_options_are_one_line(build, message):
         build()
 
 
-def test_resume_at_a_round_boundary_is_exact(tmp_path):
-    """U-shaped SCALA with momentum (the tails' optimiser state too): 2 rounds, then 2 more from the checkpoint, equal
-    to 4 uninterrupted rounds, bitwise."""
+@pytest.mark.parametrize("aggregation", ["server", "none"])
+def test_resume_at_a_round_boundary_is_exact(aggregation, tmp_path):
+    """U-shaped SCALA with momentum (the tails' optimiser state too; ``none``: every client's own tail in its store):
+    2 rounds, then 2 more from the checkpoint, equal to 4 uninterrupted rounds, bitwise."""
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
+    from lightning_sfl.algorithms.state import dense_client_states
+
     def fit(rounds: int, folder, ckpt_path=None):
         torch.manual_seed(0)
-        model = SCALA(local_iters=2, lr=0.05, momentum=0.5, tail_point="s4", pooled_label_counts=True)
+        model = SCALA(
+            local_iters=2,
+            lr=0.05,
+            momentum=0.5,
+            tail_point="s4",
+            pooled_label_counts=True,
+            tail_aggregation=aggregation,
+        )
         trainer = L.Trainer(
             max_epochs=rounds,
             logger=False,
@@ -181,6 +192,10 @@ def test_resume_at_a_round_boundary_is_exact(tmp_path):
     assert want.keys() == got.keys() and any(k.startswith("tail.") for k in want)
     for key, value in want.items():
         assert torch.equal(value, got[key]), key
+    stores, resumed_stores = dense_client_states(full), dense_client_states(resumed)
+    assert ("client_tails" in stores) == (aggregation == "none")
+    for key, value in stores.items():
+        assert torch.equal(value, resumed_stores[key]), key
 
 
 def test_scala_runs_u_shaped_from_the_command_line(tmp_path, monkeypatch):
@@ -212,3 +227,41 @@ def test_scala_runs_u_shaped_from_the_command_line(tmp_path, monkeypatch):
         True,
     ]
     assert "comm/up/labels_bytes" not in rows[0]
+
+
+def test_who_averages_the_tails():
+    """``separate``: the same averages as ``server`` (only who computes them differs), bitwise; ``none``: with one
+    client the same run, with several the tails stay each client's own (a row per trained client), the evaluated tail
+    their ``|D_k|`` mean, and no tail crosses the network."""
+    kw = {"rounds": 2, "precision": "64-true", "tail_point": "s4"}
+    server, t_server = train("splitfedv1", **kw)
+    separate, _ = train("splitfedv1", tail_aggregation="separate", **kw)
+    assert torch.equal(_weights(server), _weights(separate))
+    one = {"num_clients": 1, "participation": 1.0, "batch_size": 16}
+    a, _ = train("splitfedv1", dm=_dm(**one), **kw)
+    b, _ = train("splitfedv1", dm=_dm(**one), tail_aggregation="none", **kw)
+    torch.testing.assert_close(_weights(a), _weights(b), rtol=0, atol=1e-12)
+    kept, t_kept = train("splitfedv1", tail_aggregation="none", **kw)
+    tails = kept.client_tails.dense()
+    assert tails.shape[0] == 8 and len({tuple(t[:4].tolist()) for t in tails}) > 2
+    w = kept.client_sizes.double()
+    torch.testing.assert_close(flat_parameters(kept.tail.net).detach(), (w @ tails) / w.sum())
+    head = sum(v.numel() * 8 for v in kept.client.net.state_dict().values())  # float64 bytes of a head
+    down = "comm/down/client_half_bytes"  # the last round's: 4 clients
+    assert float(t_kept.callback_metrics[down]) == 4 * head  # their heads only
+    assert float(t_server.callback_metrics[down]) > 4 * head
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"tail_point": "s4", "tail_aggregation": "nobody"},
+            "tail_aggregation='nobody' must be one of: server, separate, none",
+        ),
+        ({"tail_aggregation": "none"}, "tail_aggregation='none' is an option of U-shaped runs: give tail_point"),
+    ],
+)
+def test_bad_tail_aggregation_is_one_line(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        SplitFedV1(**kwargs)
