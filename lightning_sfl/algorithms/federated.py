@@ -18,6 +18,7 @@ from lightning_sfl.system.timing import ClientCosts
 __all__ = [
     "activation_shape",
     "batches_partial_steps",
+    "body_output_shape",
     "checked_federation",
     "checked_schedule",
     "client_costs",
@@ -65,7 +66,20 @@ def client_costs(method) -> ClientCosts:
         cut_model=functools.partial(build_model, hp.arch, method.num_classes, shape),  # picklable (ddp_spawn)
         cut_options=method.split_options() or [hp.split_point],
         nominal_cut=hp.split_point,
+        tail=None if getattr(method, "tail", None) is None else method.tail.net,
+        tail_input_shape=functools.partial(body_output_shape, method),
     )
+
+
+@torch.no_grad()
+def body_output_shape(method) -> tuple[int, ...]:
+    """Shape of one sample's output of ``method``'s global body (U-shaped: the tail's input), in eval mode."""
+    was_training = method.training
+    method.eval()
+    param = next(method.client.parameters())
+    out = method.server(method.client(method.example_input_array.to(param.device, param.dtype)))
+    method.train(was_training)
+    return tuple(out.shape[1:])
 
 
 @torch.no_grad()

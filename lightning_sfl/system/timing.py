@@ -105,6 +105,9 @@ class ClientCosts:
         cut_options: the cut points a client may be charged: the method's ``split_point``, or several for a sliding
             split (S²FL).
         nominal_cut: the method's ``split_point`` (where every client starts), one of ``cut_options``.
+        tail: U-shaped split learning: the clients' tail (they also run it, and send the gradient of its input up
+            instead of their labels); ``None``: none.
+        tail_input_shape: a function giving one sample's input shape of ``tail`` (the body's output).
     """
 
     def __init__(
@@ -116,21 +119,41 @@ class ClientCosts:
         cut_model: Callable[[], nn.Module] | None = None,
         cut_options: Sequence[str] = (),
         nominal_cut: str | None = None,
+        tail: nn.Module | None = None,
+        tail_input_shape: Callable[[], tuple[int, ...]] | None = None,
     ) -> None:
         self.client, self.input_shape = client, tuple(input_shape)
+        self.tail, self._tail_input_shape = tail, tail_input_shape
         self.sends_activations = bool(sends_activations)
         self._activation_shape, self._cut_model = activation_shape, cut_model
         self.cut_options, self.nominal_cut = list(cut_options), nominal_cut
 
     @cached_property
     def training_flops(self) -> float:
-        """FLOPs of one forward and backward pass per sample."""
-        return training_flops_per_sample(self.client, self.input_shape)
+        """FLOPs of one forward and backward pass per sample (U-shaped: the head's and the tail's)."""
+        return training_flops_per_sample(self.client, self.input_shape) + self.tail_training_flops
 
     @cached_property
     def forward_flops(self) -> float:
-        """FLOPs of one forward pass per sample."""
-        return forward_flops_per_sample(self.client, self.input_shape)
+        """FLOPs of one forward pass per sample (U-shaped: the head's and the tail's)."""
+        return forward_flops_per_sample(self.client, self.input_shape) + self.tail_forward_flops
+
+    @cached_property
+    def tail_training_flops(self) -> float:
+        """U-shaped: FLOPs of the tail's forward and backward pass per sample (0 without a tail)."""
+        return 0.0 if self.tail is None else training_flops_per_sample(self.tail, self._tail_input_shape())
+
+    @cached_property
+    def tail_forward_flops(self) -> float:
+        """U-shaped: FLOPs of the tail's forward pass per sample (0 without a tail)."""
+        return 0.0 if self.tail is None else forward_flops_per_sample(self.tail, self._tail_input_shape())
+
+    @cached_property
+    def tail_row_bytes(self) -> int:
+        """U-shaped: bytes of one row of the body's output, down, and of its gradient, up (0 without a tail)."""
+        if self.tail is None:
+            return 0
+        return math.prod(self._tail_input_shape()) * next(self.tail.parameters()).element_size()
 
     @cached_property
     def backward_flops(self) -> float:
@@ -152,10 +175,12 @@ class ClientCosts:
 
     @cached_property
     def activation_row_bits(self) -> float:
-        """Bits of one row sent up in a split iteration: its activations and its int64 label."""
+        """Bits of one row sent up in a split iteration: its activations and its int64 label (U-shaped: the gradient
+        of the body's output instead of the label)."""
         first = next(self.client.parameters(), None)  # a client half without weights sends the inputs' dtype
         value_bytes = torch.empty((), dtype=torch.get_default_dtype() if first is None else first.dtype).element_size()
-        return 8.0 * (math.prod(self._activation_shape()) * value_bytes + LABEL_BYTES)
+        per_row = self.tail_row_bytes if self.tail is not None else LABEL_BYTES
+        return 8.0 * (math.prod(self._activation_shape()) * value_bytes + per_row)
 
     @cached_property
     def cuts(self) -> dict[str, CutCost]:

@@ -166,12 +166,19 @@ class WirelessCell(SystemModel):
         cuts = self.costs.cuts
         names = list(cuts)
         per_cut = []  # per cut: (forward + upload, backward, model upload) seconds of each client, [S] each
+        tail = self.costs.tail_row_bytes  # U-shaped: the body's output down, its gradient up, no label; and the tail
+        tail_forward = self.costs.tail_forward_flops
+        tail_backward = self.costs.tail_training_flops - tail_forward
         for cost in cuts.values():
-            up = 8.0 * rows * (cost.activation_bytes + LABEL_BYTES) / rates
+            up = 8.0 * rows * (cost.activation_bytes + (tail if tail else LABEL_BYTES)) / rates
             if self.include_downlink:
-                up = up + 8.0 * rows * cost.activation_bytes / rates
+                up = up + 8.0 * rows * (cost.activation_bytes + tail) / rates
             model = 8.0 * cost.model_bytes / rates * (2 if self.include_downlink else 1)
-            per_cut.append((rows * cost.forward / caps + up, rows * cost.backward / caps, model))
+            forward, backward = (
+                rows * (cost.forward + tail_forward) / caps,
+                rows * (cost.backward + tail_backward) / caps,
+            )
+            per_cut.append((forward + up, backward, model))
         arrive, backward, model = (torch.stack(parts) for parts in zip(*per_cut))  # [cuts, S] each
         columns = torch.arange(len(clients))
 

@@ -143,9 +143,10 @@ def test_barrier_clock_by_hand_and_the_sliding_split():
         model_up = [8 * c.model_bytes / rates[k] for k in (0, 1)]
         return float(3 * (max(arrive) + max(backward)) + max(model_up))
 
-    clock.costs = SimpleNamespace(cuts={"s2": costs["s2"]}, nominal_cut="s2", sends_activations=True)
+    plain = {"sends_activations": True, "tail_row_bytes": 0, "tail_forward_flops": 0.0, "tail_training_flops": 0.0}
+    clock.costs = SimpleNamespace(cuts={"s2": costs["s2"]}, nominal_cut="s2", **plain)
     assert clock.barrier_seconds(clients, samples, iters) == pytest.approx(float(by_hand("s2")), rel=1e-12)
-    clock.costs = SimpleNamespace(cuts=costs, nominal_cut="s2", sends_activations=True)  # every cut: each its fastest
+    clock.costs = SimpleNamespace(cuts=costs, nominal_cut="s2", **plain)  # every cut: each its fastest
     sliding = clock.barrier_seconds(clients, samples, iters)
     assert sliding < by_hand("s2")  # the slow, distant client sends smaller activations from a deeper cut
     assert clock.last_cuts != ["s2", "s2"]

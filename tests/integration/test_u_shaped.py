@@ -265,3 +265,27 @@ def test_who_averages_the_tails():
 def test_bad_tail_aggregation_is_one_line(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         SplitFedV1(**kwargs)
+
+
+def test_the_system_model_charges_the_tail_and_the_two_crossings():
+    """The clients' costs of a U-shaped method: the tail's FLOPs with the head's, the body's output (down) and its
+    gradient (up, instead of a label) in each row's bits; the wireless cell's per-iteration barrier then takes longer
+    than the plain split's."""
+    from lightning_sfl.system.flops import training_flops_per_sample
+    from lightning_sfl.system.timing import LABEL_BYTES
+    from lightning_sfl.system.wireless import WirelessCell
+
+    plain, u = SCALA(), SCALA(tail_point="s4")  # cnn_small cut at s2; the body's output at s4: 64x2x2
+    a, b = plain.client_costs(), u.client_costs()
+    tail = training_flops_per_sample(u.tail.net, (64, 2, 2))
+    assert b.tail_training_flops == tail > 0 and a.tail_training_flops == 0
+    assert b.training_flops == pytest.approx(training_flops_per_sample(u.client.net, (1, 8, 8)) + tail)
+    assert b.tail_row_bytes == 256 * 4
+    assert b.activation_row_bits - a.activation_row_bits == 8 * (256 * 4 - LABEL_BYTES)
+    seconds = []
+    for costs in (a, b):
+        cell = WirelessCell(barrier="iteration", include_downlink=True)
+        cell.bind(10, 0, costs)
+        clients, samples, iterations = torch.arange(4), torch.full((4,), 80), torch.full((4,), 5)
+        seconds.append(cell.barrier_seconds(clients, samples, iterations))
+    assert seconds[1] > seconds[0]
