@@ -624,3 +624,51 @@ def test_fashion_mnist_numbers_are_reproduced_by_their_command(study, setting, m
     want = [rec["test/acc"] for rec in committed.acc_records[: len(got)]]
     assert len(got) == (rounds if study == "gas" else rounds // 5)
     assert_same_trajectory(got, want, 10_000)
+
+
+#: The label frontier (docs/results/run_label_frontier.sh, issue 58): the datasets committed -> their rounds.
+LABEL_FRONTIER = {"digits": 50}
+LABEL_METHODS = ["splitfedv1", "scala", "minibatch_sfl"]
+LABEL_ARMS = ["plain", "plain_rr2", "plain_rr0.5", "u", "u_noise1", "u_noise4", "u_maxnorm", "u_rr2", "u_rr0.5"]
+LABEL_CASES = [(d, t, a) for d in LABEL_FRONTIER for t in ("ten", "binary") for a in LABEL_ARMS]
+#: Runs that stopped on non-finite values (the page says so: max-norm, and noise of 4 times the largest gradient,
+#: make the body's updates as large as the batch's largest row for every row): (dataset, task, arm) -> (method, seed).
+LABEL_STOPPED = {
+    ("digits", "ten", "u_noise4"): {("splitfedv1", 0)},
+    ("digits", "ten", "u_maxnorm"): {(m, s) for m in LABEL_METHODS for s in (0, 1, 2)} - {("minibatch_sfl", 1)},
+    ("digits", "binary", "u_noise4"): {("minibatch_sfl", 1), ("minibatch_sfl", 2), ("scala", 1), ("scala", 2),
+                                       ("splitfedv1", 0), ("splitfedv1", 1), ("splitfedv1", 2)},
+    ("digits", "binary", "u_maxnorm"): {(m, s) for m in LABEL_METHODS for s in (0, 1, 2)} - {("scala", 0)},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("dataset,task,arm", LABEL_CASES, ids=[f"{d}/{t}/{a}" for d, t, a in LABEL_CASES])
+def test_label_frontier_covers_every_method_seed_and_attack(dataset, task, arm):
+    folder = RESULTS / "label_frontier" / dataset / task / arm
+    for name in ("results.md", "accuracy.png", "metrics.csv", "labels.csv"):
+        assert (folder / name).exists(), f"label_frontier/{dataset}/{task}/{arm}/{name} missing"
+    expected = {(m, s) for m in LABEL_METHODS for s in (0, 1, 2)} - LABEL_STOPPED.get((dataset, task, arm), set())
+    runs = [r for r in read_metrics_csv(folder / "metrics.csv") if r.status == "ok"]
+    assert {(r.method, r.seed) for r in runs} == expected
+    assert all(r.acc_records[-1]["round"] == LABEL_FRONTIER[dataset] for r in runs)
+    with open(folder / "labels.csv", newline="") as f:
+        scores = {(r["method"], int(r["seed"])): r for r in csv.DictReader(f)}
+    assert set(scores) >= expected  # and the last good checkpoint of a run that stopped after its first round
+    for row in scores.values():
+        assert row["sent"] == ("labels" if arm.startswith("plain") else "body_gradients")
+        keys = ["cluster_accuracy", "completion_accuracy"] + (["norm_auc", "direction_auc"] if task == "binary" else [])
+        assert all(0.0 <= float(row[k]) <= 1.0 for k in keys), row
+    readme = (RESULTS / "label_frontier" / "README.md").read_text()
+    assert "bash docs/results/run_label_frontier.sh" in readme and f"{dataset}_{task}.png" in readme
+    assert (RESULTS / "label_frontier" / f"{dataset}_{task}.png").exists()
+
+
+def test_the_label_frontiers_readings_are_its_numbers():
+    """Every reading the page states is recomputed from the committed runs by the summary script's own rule."""
+    sys.path.insert(0, str(RESULTS))
+    import summarize_label_frontier as summary
+
+    readme = (RESULTS / "label_frontier" / "README.md").read_text()
+    for dataset in LABEL_FRONTIER:
+        lines = summary.readings(dataset, summary.collect(dataset, "ten"), summary.collect(dataset, "binary"))
+        assert lines and all(f"- {dataset}: {line}" in readme for line in lines), lines
