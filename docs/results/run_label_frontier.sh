@@ -12,6 +12,8 @@
 #   u                    U-shaped at s4 (the tail: Flatten, Linear, ReLU, Linear of cnn_small; FedLC's CNN at s3)
 #   u_noise<t>           U-shaped, GradientNoise (noise of t times the batch's largest norm): t = 1, 4
 #   u_maxnorm            U-shaped, MaxNorm (Li et al.'s heuristic; no strength)
+#   u_pooled             U-shaped SCALA with eq. 14's pooled prior P_s (--model.pooled_label_counts: the clients send
+#                        their batches' label counts); SCALA only
 #   u_rr<e>              U-shaped, RandomisedLabels:                                          e = 2, 0.5
 # Every run's final checkpoint is attacked: `lightning-sfl attack --attack labels` (64 rows a client, 4 known labels
 # a class), into <run>/labels/.
@@ -32,9 +34,11 @@ ARMS=(
   "u_noise1|--model.tail_point=TAIL --model.defences+=GradientNoise --model.defences.scale=1"
   "u_noise4|--model.tail_point=TAIL --model.defences+=GradientNoise --model.defences.scale=4"
   "u_maxnorm|--model.tail_point=TAIL --model.defences+=MaxNorm"
+  "u_pooled|--model.tail_point=TAIL --model.pooled_label_counts=true"
   "u_rr2|--model.tail_point=TAIL --model.defences+=RandomisedLabels --model.defences.epsilon=2"
   "u_rr0.5|--model.tail_point=TAIL --model.defences+=RandomisedLabels --model.defences.epsilon=0.5"
 )
+declare -A ARM_METHODS=([u_pooled]="scala")  # the arms that run fewer methods than METHODS
 TASKS=("ten|" "binary|--data.binary_class=0")
 attack_all() {  # FOLDER
   find "$1/runs" -path '*/logs/checkpoints/last.ckpt' | sort | xargs -P "${ATTACK_JOBS:-2}" -I{} sh -c '
@@ -48,8 +52,9 @@ dataset() {  # NAME CONFIG TAIL OVERRIDES...
     for entry in "${ARMS[@]}"; do
       out=$name/${task%%|*}/${entry%%|*} arm=${entry#*|} task_options=${task#*|}
       if [ -n "${ONLY:-}" ] && [[ "$out" != "$ONLY"* ]]; then continue; fi
+      read -r -a methods <<< "${ARM_METHODS[${entry%%|*}]:-${METHODS[*]}}"
       # shellcheck disable=SC2086  # the arm's and the task's overrides are lists
-      lightning-sfl compare --config "$config" --methods "${METHODS[@]}" --seeds "${SEED_LIST[@]}" \
+      lightning-sfl compare --config "$config" --methods "${methods[@]}" --seeds "${SEED_LIST[@]}" \
         --jobs "${JOBS:-2}" --keep_checkpoints --out "$OUT/$out" "${EXTRA[@]}" --overrides "$@" \
         --trainer.max_epochs="${ROUNDS:-$ROUNDS_DEFAULT}" ${arm//TAIL/$tail} $task_options
       attack_all "$OUT/$out"
