@@ -87,7 +87,17 @@ class Defence(nn.Module):
     def training_labels(self, step: Step) -> torch.Tensor | None:
         """The labels the clients train on in ``step`` instead of ``step.y`` ``[B_local]`` (label differential privacy:
         :class:`~lightning_sfl.defences.labels.RandomisedLabels`); ``None``: their own. A defence that returns labels
-        also gives ``label_counts(step)``, the counts of the labels of all the step's rows."""
+        also gives :meth:`label_counts` and :meth:`label_distribution`."""
+        return None
+
+    def label_counts(self, step: Step) -> torch.Tensor | None:
+        """The counts ``[C]`` of the labels all of ``step``'s rows train on, where :meth:`training_labels` changes
+        them; ``None``: the step's own."""
+        return None
+
+    def label_distribution(self, stats) -> torch.Tensor | None:
+        """``P_k(y)`` ``[K, N]`` of the labels the clients train on, where :meth:`training_labels` changes them;
+        ``None``: :class:`~lightning_sfl.loop.ClientStats`' own."""
         return None
 
     #: True for a defence of what U-shaped clients send up (``gradient_upload``): the method refuses it without a
@@ -175,16 +185,15 @@ class Defences(nn.ModuleDict):
         for defence in self.values():
             labels = defence.training_labels(step)
             if labels is not None:
-                step = step.replace(y=labels, label_counts=defence.label_counts(step))
+                counts = defence.label_counts(step)
+                step = step.replace(y=labels, label_counts=step.label_counts if counts is None else counts)
         return step
 
     def label_distribution(self, stats) -> torch.Tensor:
         """``P_k(y)`` ``[K, N]`` of the labels the clients train on (what their priors, SCALA's eq. 15, are made of):
         :class:`~lightning_sfl.loop.ClientStats`' own, or a label defence's."""
-        for defence in self.values():
-            if hasattr(defence, "label_distribution"):
-                return defence.label_distribution(stats)
-        return stats.label_distribution
+        own = (d.label_distribution(stats) for d in self.values())
+        return next((p for p in own if p is not None), stats.label_distribution)
 
     def gradient_upload(self, g: torch.Tensor, step: Step) -> torch.Tensor:
         """What U-shaped clients send for the gradients ``g`` ``[B, *h]`` (``g`` itself without defences)."""
