@@ -42,7 +42,9 @@ cleared when done); the last line is the result's.
     lightning-sfl attack --attack labels --ckpt_path runs/…/checkpoints/last.ckpt   # the labels' leakage
 
 ``--config`` (repeatable, merged as ``fit`` merges them) gives the data; without it the data module's arguments saved
-in the checkpoint are used. The method and its client half always come from the checkpoint.
+in the checkpoint are used. The fit's own options go after ``--`` (``... --config c.yaml -- --model.tail_point s4``):
+with ``--ckpt_path last`` they name the fit's run folder, as the configs do, and they change the data as they did in
+the fit. The method and its client half always come from the checkpoint.
 """
 
 from __future__ import annotations
@@ -53,7 +55,17 @@ import sys
 from lightning_sfl.attack_io import grid_indices, save_grid
 from lightning_sfl.errors import OneLineArgumentParser
 
-__all__ = ["ATTACKS", "check_args", "grid_indices", "main", "parse_args", "run_attack", "save_grid", "train_attacker"]
+__all__ = [
+    "ATTACKS",
+    "check_args",
+    "grid_indices",
+    "fit_arguments",
+    "main",
+    "parse_args",
+    "run_attack",
+    "save_grid",
+    "train_attacker",
+]
 
 #: ``--attack`` choices.
 ATTACKS = ("inversion", "unsplit", "labels")
@@ -76,7 +88,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="inversion (a decoder trained on (activation, image) pairs; default), unsplit (no data, no weights) or "
         "labels (what the server learns of the labels)",
     )
-    parser.add_argument("--config", action="append", default=[], help="config(s) giving the data (as for fit)")
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        help="config(s) giving the data (as fit merges them); the fit's options go after --",
+    )
     parser.add_argument(
         "--out", help="output folder (default: <run folder>/attack-<n>; 'attack' next to a checkpoint kept elsewhere)"
     )
@@ -100,7 +117,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--device", default="auto", help="where the decoder trains: auto (cuda if available), cpu, …")
     parser.add_argument("--wandb_project", default="lightning-sfl", help="W&B project (default lightning-sfl)")
     parser.add_argument("--no_wandb", action="store_true", help="do not log to W&B")
-    return parser.parse_args(argv)
+    argv = list(argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    args.fit_options = argv[split + 1 :]
+    return args
+
+
+def fit_arguments(args: argparse.Namespace) -> list[str]:
+    """The fit's arguments that ``args`` repeat: its ``--config`` files, then its options (after ``--``)."""
+    return [a for c in args.config for a in ("--config", c)] + list(args.fit_options)
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -113,6 +139,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError("attack needs --ckpt_path: a checkpoint of a split method (e.g. runs/.../last.ckpt, or last)")
     if args.ckpt_path == "last" and not args.config:
         raise ConfigError("--ckpt_path last needs the --config the fit ran with (its run folder is named by it)")
+    if getattr(args, "fit_options", None) and not args.config:
+        raise ConfigError(f"the fit's options after -- ({' '.join(args.fit_options)}) need the --config it ran with")
     for name, low in (
         *(("epochs", 1), ("width", 1), ("batch_size", 2), ("grid", 1), ("threads", 0)),
         *(("targets", 1), ("outer", 1), ("inner", 1)),
@@ -149,7 +177,7 @@ def _data_module(args: argparse.Namespace, ckpt: dict):
 
         with warnings.catch_warnings():  # LightningCLI warns that sys.argv (this command's) is not what it parses
             warnings.filterwarnings("ignore", message=".*args parameter is intended")
-            data = resolved_config([a for c in args.config for a in ("--config", c)]).get("data") or {}
+            data = resolved_config(fit_arguments(args)).get("data") or {}
         data = data.get("init_args", data)
     else:
         data = ckpt.get("datamodule_hyper_parameters")
@@ -272,7 +300,7 @@ def run_attack(args: argparse.Namespace) -> dict:
     if args.ckpt_path == "last":
         from lightning_sfl.lightning_cli import evaluated_of_fit
 
-        evaluated = evaluated_of_fit([a for c in args.config for a in ("--config", c)])
+        evaluated = evaluated_of_fit(fit_arguments(args))
         args.ckpt_path = str(evaluated.checkpoint)
     else:
         evaluated = Evaluated.of(args.ckpt_path, None)

@@ -12,6 +12,8 @@ import sys
 import lightning as L
 import pytest
 import torch
+from _helpers import REPO
+from cli_in_one_process import run_in_one_process
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl.algorithms import SCALA
@@ -146,3 +148,25 @@ def test_tails_kept_from_the_server_take_the_known_tail_attack_away_not_the_grad
     assert m["tail_aggregation"] == "none" and "known_tail_accuracy" not in m
     assert m["cluster_accuracy"] > 0.5
     assert "known tail (unknown to the server)" in out.stdout.strip().splitlines()[-1]
+
+
+def test_attack_last_takes_the_fits_options_after_a_double_dash(tmp_path):
+    """``attack --config C --ckpt_path last -- OPTIONS`` finds the latest ``fit --config C OPTIONS`` (the options name
+    its run folder, as the configs do) and builds the data with them; without them there is no such fit (one line),
+    and options without a config are refused in one line."""
+    config = str(REPO / "configs/digits/scala.yaml")
+    options = ["--model.tail_point=s4", "--data.binary_class=3"]
+    fit = ["fit", "--config", config, "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false",
+           "--trainer.logger=false", *options]  # fmt: skip
+    attack = ["attack", "--attack", "labels", "--config", config, "--ckpt_path", "last", "--no_wandb"]
+    commands = [fit, [*attack, "--", *options], attack, ["attack", "--ckpt_path", "x.ckpt", "--", *options]]
+    fitted, found, missing, no_config = run_in_one_process([(tmp_path, argv) for argv in commands])
+    assert fitted.code == 0, fitted.stderr[-2000:]
+    assert found.code == 0, found.stderr[-2000:]
+    (run_folder,) = (tmp_path / "runs").iterdir()
+    m = json.loads((run_folder / "attack-1" / "metrics.json").read_text())
+    assert m["tail_point"] == "s4" and m["classes"] == 2 and m["sent"] == "body_gradients" and m["rounds"] == 1
+    assert missing.code == 2 and missing.stderr.startswith("error: ckpt_path='last': no "), missing.stderr[-2000:]
+    assert no_config.code == 2 and no_config.stderr.strip().splitlines() == [
+        "error: the fit's options after -- (--model.tail_point=s4 --data.binary_class=3) need the --config it ran with"
+    ]
