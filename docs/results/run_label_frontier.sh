@@ -12,6 +12,7 @@
 #   u                    U-shaped at s4 (the tail: Flatten, Linear, ReLU, Linear of cnn_small; FedLC's CNN at s3)
 #   u_noise<t>           U-shaped, GradientNoise (noise of t times the batch's largest norm): t = 1, 4
 #   u_maxnorm            U-shaped, MaxNorm (Li et al.'s heuristic; no strength)
+#   u_maxnorm_lr         U-shaped, MaxNorm at a fifth of the dataset's learning rate (its noise makes steps larger)
 #   u_pooled             U-shaped SCALA with eq. 14's pooled prior P_s (--model.pooled_label_counts: the clients send
 #                        their batches' label counts); SCALA only
 #   u_rr<e>              U-shaped, RandomisedLabels:                                          e = 2, 0.5
@@ -34,6 +35,7 @@ ARMS=(
   "u_noise1|--model.tail_point=TAIL --model.defences+=GradientNoise --model.defences.scale=1"
   "u_noise4|--model.tail_point=TAIL --model.defences+=GradientNoise --model.defences.scale=4"
   "u_maxnorm|--model.tail_point=TAIL --model.defences+=MaxNorm"
+  "u_maxnorm_lr|--model.tail_point=TAIL --model.defences+=MaxNorm --model.lr=SLOW"
   "u_pooled|--model.tail_point=TAIL --model.pooled_label_counts=true"
   "u_rr2|--model.tail_point=TAIL --model.defences+=RandomisedLabels --model.defences.epsilon=2"
   "u_rr0.5|--model.tail_point=TAIL --model.defences+=RandomisedLabels --model.defences.epsilon=0.5"
@@ -46,22 +48,24 @@ attack_all() {  # FOLDER
     [ "$run/labels/metrics.json" -nt "$ckpt" ] || lightning-sfl attack --attack labels --ckpt_path "$ckpt" \
       --seed "$seed" --no_wandb --out "$run/labels" | tail -n 1' _ {}
 }
-dataset() {  # NAME CONFIG TAIL OVERRIDES...
-  name=$1 config=$2 tail=$3; shift 3
+dataset() {  # NAME CONFIG TAIL LR OVERRIDES...
+  name=$1 config=$2 tail=$3 lr=$4; shift 4
+  slow=$(awk "BEGIN { print $lr / 5 }")
   for task in "${TASKS[@]}"; do
     for entry in "${ARMS[@]}"; do
       out=$name/${task%%|*}/${entry%%|*} arm=${entry#*|} task_options=${task#*|}
+      arm=${arm//TAIL/$tail} arm=${arm//SLOW/$slow}
       if [ -n "${ONLY:-}" ] && [[ "$out" != "$ONLY"* ]]; then continue; fi
       read -r -a methods <<< "${ARM_METHODS[${entry%%|*}]:-${METHODS[*]}}"
       # shellcheck disable=SC2086  # the arm's and the task's overrides are lists
       lightning-sfl compare --config "$config" --methods "${methods[@]}" --seeds "${SEED_LIST[@]}" \
         --jobs "${JOBS:-2}" --keep_checkpoints --out "$OUT/$out" "${EXTRA[@]}" --overrides "$@" \
-        --trainer.max_epochs="${ROUNDS:-$ROUNDS_DEFAULT}" ${arm//TAIL/$tail} $task_options
+        --model.lr="$lr" --trainer.max_epochs="${ROUNDS:-$ROUNDS_DEFAULT}" $arm $task_options
       attack_all "$OUT/$out"
     done
   done
 }
 EXTRA=("$@")
-ROUNDS_DEFAULT=50 dataset digits configs/digits/scala.yaml s4 --model.lr=0.05
-ROUNDS_DEFAULT=50 dataset fashion_mnist configs/fashion_mnist/scala.yaml s3 --model.arch=cnn_fedlc --model.split_point=s2 \
-  --model.lr=0.03 --trainer.check_val_every_n_epoch=5
+ROUNDS_DEFAULT=50 dataset digits configs/digits/scala.yaml s4 0.05
+ROUNDS_DEFAULT=50 dataset fashion_mnist configs/fashion_mnist/scala.yaml s3 0.03 --model.arch=cnn_fedlc \
+  --model.split_point=s2 --trainer.check_val_every_n_epoch=5
