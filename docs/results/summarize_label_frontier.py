@@ -28,9 +28,13 @@ ARMS = {
     "u_noise1": "U-shaped, noise t = 1",
     "u_noise4": "U-shaped, noise t = 4",
     "u_maxnorm": "U-shaped, max-norm",
+    "u_maxnorm_lr": "U-shaped, max-norm, lr ÷ 5",
+    "u_pooled": "U-shaped, pooled P_s (eq. 14)",
     "u_rr2": "U-shaped, RR ε = 2",
     "u_rr0.5": "U-shaped, RR ε = 0.5",
 }
+#: The arms that run fewer methods: eq. 14's pooled prior is SCALA's.
+ARM_METHODS = {"u_pooled": ("scala",)}
 SCORES = {
     "ten": ["cluster_accuracy", "known_tail_accuracy", "completion_accuracy", "histogram_l1"],
     "binary": ["norm_auc", "direction_auc", "cluster_accuracy", "known_tail_accuracy", "completion_accuracy"],
@@ -140,20 +144,29 @@ def plot(dataset: str, task: str, data, path: Path) -> None:
     accuracy = "balanced" if task == "binary" else "acc"
     fig, ax = plt.subplots(figsize=(7, 4.5))
     markers = {"splitfedv1": "o", "scala": "s", "minibatch_sfl": "^"}
-    colours = plt.get_cmap("tab10")
+    palette = [*plt.get_cmap("tab10").colors, "black"]  # one colour an arm
+
+    def colours(i):
+        return palette[i % len(palette)]
+
+    from matplotlib.patches import Patch
+
+    legend = []  # an arm a colour, a method a marker
     for i, (arm, arm_name) in enumerate(ARMS.items()):
         for method, marker in markers.items():
             values = data.get((method, arm))
             if not values or not values.get(score) or not values.get(accuracy):
                 continue
             x, y = statistics.fmean(values[accuracy]) * 100, statistics.fmean(values[score])
-            ax.scatter(x, y, marker=marker, color=colours(i), label=arm_name if method == "splitfedv1" else None)
+            ax.scatter(x, y, marker=marker, color=colours(i))
+            if not legend or legend[-1].get_label() != arm_name:
+                legend.append(Patch(color=colours(i), label=arm_name))
     for method, marker in markers.items():
-        ax.scatter([], [], marker=marker, color="grey", label=METHODS[method])
+        legend.append(ax.scatter([], [], marker=marker, facecolors="none", edgecolors="black", label=METHODS[method]))
     ax.set_xlabel(("balanced " if task == "binary" else "") + "test accuracy (%)")
     ax.set_ylabel(HEADERS[score] + (" (0.5: chance)" if task == "binary" else ""))
     ax.set_title(f"Label frontier, {dataset}, {'class 0 against the rest' if task == 'binary' else 'ten classes'}")
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(handles=legend, fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -164,8 +177,9 @@ INTRO = """# The label frontier: what the server learns of the labels, against a
 SplitFedV1, SCALA and MiniBatch-SFL, plain (the server receives the labels) and U-shaped (`--model.tail_point`: the
 clients keep the tail and compute the loss; [the guide](../../guide/label-privacy.md)), undefended and under each
 label defence at two strengths (`GradientNoise` t = 1, 4; `MaxNorm`; `RandomisedLabels` ε = 2, 0.5 on either
-configuration), 3 seeds (identical client shards and draws per seed), on the dataset's ten classes and on class 0
-against the rest (`--data.binary_class 0`, about 10 % positives). Every run's final checkpoint is attacked by
+configuration), and U-shaped SCALA with eq. 14's pooled prior (`--model.pooled_label_counts`: the clients send their
+batches' label counts), 3 seeds (identical client shards and draws per seed), on the dataset's ten classes and on
+class 0 against the rest (`--data.binary_class 0`, about 10 % positives). Every run's final checkpoint is attacked by
 `lightning-sfl attack --attack labels` (64 rows a client, 4 known labels a class): the norm and direction AUCs
 (binary task), the gradients' clusters, the known-tail attack (the body's server averages the tails: it knows the
 tail), supervised model completion and per-client histograms. Accuracy is the final test accuracy (binary: also the
@@ -188,6 +202,10 @@ def readings(dataset: str, data_ten, data_binary) -> list[str]:
         values = task_data.get((method, arm), {}).get(key)
         return statistics.fmean(values) if values else None
 
+    def finished(task_data, method, arm):
+        runs = len(task_data.get((method, arm), {}).get("acc", []))
+        return "" if runs == len(SEEDS) else f"; over {runs} of {len(SEEDS)} runs, the others stopped"
+
     out = []
     for method, name in METHODS.items():
         plain, u = mean(data_ten, method, "plain", "acc"), mean(data_ten, method, "u", "acc")
@@ -197,10 +215,27 @@ def readings(dataset: str, data_ten, data_binary) -> list[str]:
     for method, name in METHODS.items():
         auc, cluster = mean(data_binary, method, "u", "norm_auc"), mean(data_ten, method, "u", "cluster_accuracy")
         maxnorm = mean(data_binary, method, "u_maxnorm", "norm_auc")
-        if auc is not None and cluster is not None and maxnorm is not None:
+        balanced, balanced_maxnorm = (mean(data_binary, method, arm, "balanced") for arm in ("u", "u_maxnorm"))
+        if None not in (auc, cluster, maxnorm, balanced, balanced_maxnorm):
             out.append(f"{name}, U-shaped and undefended: norm scoring reaches AUC {auc:.3f} on the binary task and "
                        f"the clusters {100 * cluster:.1f} % of the ten labels; under max-norm the norm AUC is "
-                       f"{maxnorm:.3f}.")  # fmt: skip
+                       f"{maxnorm:.3f}, at a balanced accuracy of {100 * balanced_maxnorm:.2f} % "
+                       f"({100 * balanced:.2f} % undefended){finished(data_binary, method, 'u_maxnorm')}.")  # fmt: skip
+    for method, name in METHODS.items():
+        ten, ten_u = mean(data_ten, method, "u_maxnorm_lr", "acc"), mean(data_ten, method, "u", "acc")
+        auc, balanced = (mean(data_binary, method, "u_maxnorm_lr", k) for k in ("norm_auc", "balanced"))
+        if None not in (ten, ten_u, auc, balanced):
+            out.append(f"{name}, U-shaped, max-norm at a fifth of the learning rate: {100 * ten:.2f} % on ten classes "
+                       f"({100 * ten_u:.2f} % undefended, full rate){finished(data_ten, method, 'u_maxnorm_lr')}; "
+                       f"on the binary task norm AUC {auc:.3f} at a balanced accuracy of {100 * balanced:.2f} %"
+                       f"{finished(data_binary, method, 'u_maxnorm_lr')}.")  # fmt: skip
+    plain, u, pooled = (mean(data_ten, "scala", arm, "acc") for arm in ("plain", "u", "u_pooled"))
+    l1_u, l1_pooled = (mean(data_ten, "scala", arm, "histogram_l1") for arm in ("u", "u_pooled"))
+    if None not in (plain, u, pooled, l1_u, l1_pooled):
+        out.append(f"SCALA, U-shaped with eq. 14's pooled prior P_s (the clients send their batches' label counts): "
+                   f"{100 * pooled:.2f} % on ten classes, against {100 * u:.2f} % without it and {100 * plain:.2f} % "
+                   f"plain; the clients' histograms reach the server with L1 error {l1_pooled:.3f} "
+                   f"({l1_u:.3f} from the clusters without it).")  # fmt: skip
     return out
 
 
@@ -214,7 +249,7 @@ def stopped(dataset: str) -> list[str]:
                 continue
             with open(path) as f:
                 runs = {(r["method"], r["seed"]): r["status"] for r in csv.DictReader(f)}
-            for method in METHODS:  # a run that stopped before its first round has no row at all
+            for method in ARM_METHODS.get(arm, METHODS):  # a run that stopped before its first round has no row at all
                 for seed in SEEDS:
                     runs.setdefault((method, str(seed)), "stopped")
             failed = sorted(f"{METHODS[m]} seed {seed}" for (m, seed), status in runs.items() if status != "ok")

@@ -627,9 +627,12 @@ def test_fashion_mnist_numbers_are_reproduced_by_their_command(study, setting, m
 
 
 #: The label frontier (docs/results/run_label_frontier.sh, issue 58): the datasets committed -> their rounds.
-LABEL_FRONTIER = {"digits": 50}
+LABEL_FRONTIER = {"digits": 50, "fashion_mnist": 50}
 LABEL_METHODS = ["splitfedv1", "scala", "minibatch_sfl"]
-LABEL_ARMS = ["plain", "plain_rr2", "plain_rr0.5", "u", "u_noise1", "u_noise4", "u_maxnorm", "u_rr2", "u_rr0.5"]
+LABEL_ARMS = ["plain", "plain_rr2", "plain_rr0.5", "u", "u_noise1", "u_noise4", "u_maxnorm", "u_maxnorm_lr", "u_pooled",
+              "u_rr2", "u_rr0.5"]  # fmt: skip
+#: The arms that run fewer methods (eq. 14's pooled prior is SCALA's).
+LABEL_ARM_METHODS = {"u_pooled": ["scala"]}
 LABEL_CASES = [(d, t, a) for d in LABEL_FRONTIER for t in ("ten", "binary") for a in LABEL_ARMS]
 #: Runs that stopped on non-finite values (the page says so: max-norm, and noise of 4 times the largest gradient,
 #: make the body's updates as large as the batch's largest row for every row): (dataset, task, arm) -> (method, seed).
@@ -647,7 +650,8 @@ def test_label_frontier_covers_every_method_seed_and_attack(dataset, task, arm):
     folder = RESULTS / "label_frontier" / dataset / task / arm
     for name in ("results.md", "accuracy.png", "metrics.csv", "labels.csv"):
         assert (folder / name).exists(), f"label_frontier/{dataset}/{task}/{arm}/{name} missing"
-    expected = {(m, s) for m in LABEL_METHODS for s in (0, 1, 2)} - LABEL_STOPPED.get((dataset, task, arm), set())
+    methods = LABEL_ARM_METHODS.get(arm, LABEL_METHODS)
+    expected = {(m, s) for m in methods for s in (0, 1, 2)} - LABEL_STOPPED.get((dataset, task, arm), set())
     runs = [r for r in read_metrics_csv(folder / "metrics.csv") if r.status == "ok"]
     assert {(r.method, r.seed) for r in runs} == expected
     assert all(r.acc_records[-1]["round"] == LABEL_FRONTIER[dataset] for r in runs)
@@ -672,3 +676,5 @@ def test_the_label_frontiers_readings_are_its_numbers():
     for dataset in LABEL_FRONTIER:
         lines = summary.readings(dataset, summary.collect(dataset, "ten"), summary.collect(dataset, "binary"))
         assert lines and all(f"- {dataset}: {line}" in readme for line in lines), lines
+        assert any("eq. 14's pooled prior" in line for line in lines), lines
+        assert any("max-norm at a fifth of the learning rate" in line for line in lines), lines
