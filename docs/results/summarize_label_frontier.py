@@ -277,7 +277,8 @@ def main(root: Path = ROOT, commit: str = "", machine: str = "") -> None:
             parts.append(
                 f"### {dataset}, {task}\n\n![{dataset}, {task}]({picture.name})\n\n{table(dataset, task, data)}\n"
             )
-    where = f"Measured on {machine}" + (f", commit `{commit}`" if commit else "") + ".\n\n" if machine else ""
+    made = (f", commit `{commit}`" if " " not in commit else f"; {commit}") if commit else ""  # a hash, or words
+    where = f"Measured on {machine}{made}.\n\n" if machine else ""
     page = INTRO + where + "## Readings\n\n" + "\n".join(stated) + "\n\n## Tables\n\n" + "\n".join(parts)
     (ROOT / "README.md").write_text(page)
     print(f"wrote {ROOT / 'README.md'} and {len(parts)} plot(s)")
@@ -288,7 +289,7 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=ROOT, help="the study's folder (default: the committed one)")
-    parser.add_argument("--commit", default="", help="the commit the runs were made with")
+    parser.add_argument("--commit", default="", help="the runs' commit (a hash, or words naming several)")
     parser.add_argument("--machine", default="", help="the machine, in words, with the date")
     args = parser.parse_args()
     main(args.root, args.commit, args.machine)
