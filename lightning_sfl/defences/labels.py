@@ -83,12 +83,14 @@ class RandomisedLabels(Defence):
         rows = step.local_rows if step.local_rows is not None else step.rows
         return self.noisy.to(step.y.device)[rows.to(step.y.device)]
 
+    @override
     def label_distribution(self, stats) -> torch.Tensor:
         """``P_k(y)`` ``[K, N]`` float64 of the randomised labels each client holds (the clients' priors)."""
         counts = torch.stack([torch.bincount(self.noisy[s], minlength=stats.num_classes) for s in stats.shards])
         return counts.double() / counts.sum(dim=1, keepdim=True).clamp_min(1)
 
-    def label_counts(self, step) -> torch.Tensor:
+    @override
+    def label_counts(self, step) -> torch.Tensor | None:
         """The counts of the randomised labels of all of ``step``'s rows (every process's): ``P_s`` of eq. 14."""
         if step.label_counts is None:
             return None
