@@ -1,7 +1,8 @@
 """Server optimisers on FedAvg's pseudo-gradient: FedAvgM, FedAdagrad, FedAdam, FedYogi.
 
 Each round the clients train as in FedAvg and the server forms the pseudo-gradient ``Δ_t = Σ_k p_k (x_k − x_t)``
-(``p_k = |D_k| / Σ_j |D_j|`` over the round's clients: FedAvg's average minus the global model). FedAvg sets
+(``p_k = |D_k| / Σ_j |D_j|`` over the round's clients: FedAvg's average minus the global model, as Flower's
+strategies form it; ``average="uniform"``: ``p_k = 1/|S|``, Reddi et al.'s Algorithm 2). FedAvg sets
 ``x_{t+1} = x_t + Δ_t``; these methods feed ``Δ_t`` to a server optimiser instead (Reddi et al., ICLR 2021,
 Algorithm 2; Hsu et al., 2019, for FedAvgM). The optimisers act on the parameters; buffers (e.g. BatchNorm
 statistics) take FedAvg's average. Their moments ``m`` and ``v`` are checkpointed states (flattened parameters,
@@ -24,6 +25,7 @@ from typing_extensions import override
 from lightning_sfl.algorithms.aggregate import flat_parameters, load_flat_parameters, parameter_zeros
 from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.registry import register
+from lightning_sfl.algorithms.scaffold import AVERAGES
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 
@@ -100,6 +102,9 @@ class FedOpt(FedAvg):
             ``|Δ| ≲ 10⁻²`` for Adam and Yogi, which an independent check found for most coordinates on digits.
         bias_correction: FedAdam only: Flower's bias-corrected server rate (:func:`flower_bias_corrected_lr`);
             ``False`` (default): Algorithm 2's constant ``η``.
+        average: how ``Δ_t`` averages the clients: ``size`` (default: ``|D_k|``-weighted, FedAvg's average, as
+            Flower and our committed results) or ``uniform`` (Algorithm 2's ``(1/|S|) Σ_{i∈S} Δ_i``). They differ
+            where the round's clients hold different amounts of data (quantity skew).
         **kwargs: see :class:`~lightning_sfl.algorithms.fedavg.FedAvg`.
 
     Where we follow Reddi et al.'s Algorithm 2 and where Flower (``flwr.server.strategy``) differs, per setting:
@@ -110,6 +115,7 @@ class FedOpt(FedAvg):
     * ``τ``: ours 10⁻³; Flower's FedAdam and FedAdagrad 10⁻⁹, FedYogi 10⁻³.
     * ``β1``: ours 0.9; Flower's FedAdam and FedYogi 0.9, FedAdagrad 0 (fixed).
     * ``η``: FedAdam and FedAdagrad 0.1, FedYogi 0.01, in both.
+    * ``Δ_t``: ours and Flower's ``|D_k|``-weighted; Algorithm 2's uniform (``average="uniform"``).
 
     ``FedAdam(tau=1e-9, initial_second_moment=0, bias_correction=True)``, ``FedYogi(initial_second_moment=0)`` and
     ``FedAdagrad(beta1=0, tau=1e-9, initial_second_moment=0)`` take Flower's steps (tested against a reference
@@ -126,6 +132,7 @@ class FedOpt(FedAvg):
         tau: float = 1e-3,
         initial_second_moment: float | None = None,
         bias_correction: bool = False,
+        average: str = "size",
         **kwargs,
     ) -> None:
         if not server_lr > 0:
@@ -138,15 +145,21 @@ class FedOpt(FedAvg):
             raise ConfigError(f"tau={tau} must be > 0")
         if initial_second_moment is not None and not initial_second_moment >= 0:
             raise ConfigError(f"initial_second_moment={initial_second_moment} must be >= 0 (or null for tau²)")
+        if average not in AVERAGES:
+            raise ConfigError(f"average={average!r} is not one of: {', '.join(AVERAGES)}")
         if bias_correction and self.server_optimizer != "adam":
             raise ConfigError("bias_correction=True is Flower's FedAdam's: it applies to FedAdam only")
         super().__init__(**kwargs)
         self.server_lr, self.beta1, self.beta2, self.tau = server_lr, beta1, beta2, tau
-        self.bias_correction = bias_correction
+        self.bias_correction, self.average = bias_correction, average
         self.initial_second_moment = self.tau**2 if initial_second_moment is None else float(initial_second_moment)
         self.add_state("server_m", lambda: parameter_zeros(self.client.net))
         self.add_state("server_v", lambda: parameter_zeros(self.client.net) + self.initial_second_moment)
         self.add_state("server_steps", lambda: torch.zeros((), dtype=torch.long))  # t: server steps taken
+
+    @override
+    def aggregation_weights(self, step: Step) -> torch.Tensor:
+        return torch.ones(len(step.clients)) if self.average == "uniform" else super().aggregation_weights(step)
 
     @torch.no_grad()
     @override

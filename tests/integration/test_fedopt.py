@@ -107,6 +107,25 @@ def test_one_round_is_the_server_step_on_fedavgs_pseudo_gradient(cls, kind, kwar
     assert {"server_m", "server_v", "server_steps"} <= set(model.state_dict()) and int(model.server_steps) == 1
 
 
+def test_the_uniform_average_is_algorithm_2s_pseudo_gradient():
+    """``average="uniform"``: ``Δ`` of round 1 is the unweighted mean of the clients' models minus the initial model,
+    which SCAFFOLD's uniform average (its control variates are 0 in round 1) computes independently; on these
+    quantity-skewed shards it differs from the ``|D_k|``-weighted ``Δ``."""
+    from lightning_sfl.algorithms.scaffold import Scaffold
+
+    x0, uniform = (_flat(m).double() for m in _fit(Scaffold, 1, average="uniform"))
+    _, sized = (_flat(m).double() for m in _fit(Scaffold, 1, average="size"))
+    delta = uniform - x0
+    assert (delta - (sized - x0)).abs().max() > 1e-4  # the two averages differ here
+    _, model = _fit(FedAvgM, 1, server_momentum=0.5, server_lr=0.7, average="uniform")
+    torch.testing.assert_close(_flat(model).double(), x0 + 0.7 * delta, rtol=0, atol=2e-6)
+    torch.testing.assert_close(model.server_m.double(), delta, rtol=0, atol=1e-7)
+    _, model = _fit(FedAdam, 1, average="uniform")
+    m, v = 0.1 * delta, 0.99 * model.tau**2 + 0.01 * delta**2
+    torch.testing.assert_close(_flat(model).double(), x0 + model.server_lr * m / (v.sqrt() + model.tau), rtol=0,
+                               atol=2e-6)  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "cls,kwargs,text",
     [
@@ -117,6 +136,7 @@ def test_one_round_is_the_server_step_on_fedavgs_pseudo_gradient(cls, kind, kwar
         (FedAvgM, {"server_momentum": 1.5}, "server_momentum=1.5 must be in [0, 1)"),
         (FedYogi, {"bias_correction": True}, "bias_correction=True is Flower's FedAdam's: it applies to FedAdam only"),
         (FedAdam, {"initial_second_moment": -1.0}, "initial_second_moment=-1.0 must be >= 0"),
+        (FedYogi, {"average": "mean"}, "average='mean' is not one of: uniform, size"),
     ],
 )
 def test_bad_settings_are_one_line(cls, kwargs, text):
