@@ -58,8 +58,8 @@ from lightning_sfl.errors import OneLineArgumentParser
 __all__ = [
     "ATTACKS",
     "check_args",
-    "grid_indices",
     "fit_arguments",
+    "grid_indices",
     "main",
     "parse_args",
     "run_attack",

@@ -14,6 +14,27 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from lightning_sfl.errors import ConfigError
+
+#: How a server averages the round's clients: ``uniform`` (``1/|S|``) or ``size`` (``|D_k|``-weighted, FedAvg's).
+AVERAGES = ("uniform", "size")
+
+
+def check_average(average: str) -> str:
+    """``average`` if it is one of :data:`AVERAGES`; else a one-line :class:`~lightning_sfl.errors.ConfigError`."""
+    if average not in AVERAGES:
+        raise ConfigError(f"average={average!r} is not one of: {', '.join(AVERAGES)}")
+    return average
+
+
+def averaging_weights(average: str, sizes: torch.Tensor) -> torch.Tensor:
+    """The round's clients' weights ``[S]``: their ``sizes`` (``|D_k|``) for ``size``, ones for ``uniform``.
+
+    >>> averaging_weights("uniform", torch.tensor([3.0, 5.0])).tolist()
+    [1.0, 1.0]
+    """
+    return torch.ones(len(sizes)) if average == "uniform" else sizes
+
 
 def normalized_weights(weights: torch.Tensor) -> torch.Tensor:
     """``|D_k| / Σ_j |D_j|`` as float64 ``[S]``."""

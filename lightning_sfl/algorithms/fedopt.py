@@ -22,10 +22,15 @@ from typing import ClassVar
 import torch
 from typing_extensions import override
 
-from lightning_sfl.algorithms.aggregate import flat_parameters, load_flat_parameters, parameter_zeros
+from lightning_sfl.algorithms.aggregate import (
+    averaging_weights,
+    check_average,
+    flat_parameters,
+    load_flat_parameters,
+    parameter_zeros,
+)
 from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.registry import register
-from lightning_sfl.algorithms.scaffold import AVERAGES
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 
@@ -145,8 +150,7 @@ class FedOpt(FedAvg):
             raise ConfigError(f"tau={tau} must be > 0")
         if initial_second_moment is not None and not initial_second_moment >= 0:
             raise ConfigError(f"initial_second_moment={initial_second_moment} must be >= 0 (or null for tau²)")
-        if average not in AVERAGES:
-            raise ConfigError(f"average={average!r} is not one of: {', '.join(AVERAGES)}")
+        check_average(average)
         if bias_correction and self.server_optimizer != "adam":
             raise ConfigError("bias_correction=True is Flower's FedAdam's: it applies to FedAdam only")
         super().__init__(**kwargs)
@@ -159,7 +163,7 @@ class FedOpt(FedAvg):
 
     @override
     def aggregation_weights(self, step: Step) -> torch.Tensor:
-        return torch.ones(len(step.clients)) if self.average == "uniform" else super().aggregation_weights(step)
+        return averaging_weights(self.average, super().aggregation_weights(step))
 
     @torch.no_grad()
     @override

@@ -23,17 +23,20 @@ from __future__ import annotations
 import torch
 from typing_extensions import override
 
-from lightning_sfl.algorithms.aggregate import flat_parameters, parameter_zeros, slot_flat_parameters
+from lightning_sfl.algorithms.aggregate import (
+    AVERAGES,
+    averaging_weights,
+    check_average,
+    flat_parameters,
+    parameter_zeros,
+    slot_flat_parameters,
+)
 from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.registry import register
-from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 from lightning_sfl.system.comm import tensor_bytes
 
 __all__ = ["AVERAGES", "Scaffold", "control_variate_update"]
-
-#: How the server averages the clients' models: ``uniform`` (the paper's mean over ``S``) or ``size`` (``|D_k|``).
-AVERAGES = ("uniform", "size")
 
 
 def control_variate_update(
@@ -58,8 +61,7 @@ class Scaffold(FedAvg):
     """
 
     def __init__(self, average: str = "uniform", **kwargs) -> None:
-        if average not in AVERAGES:
-            raise ConfigError(f"average={average!r} is not one of: {', '.join(AVERAGES)}")
+        check_average(average)
         super().__init__(**kwargs)
         self.average = average
         self.add_state("scaffold_c", lambda: parameter_zeros(self.client.net))
@@ -82,7 +84,7 @@ class Scaffold(FedAvg):
 
     @override
     def aggregation_weights(self, step: Step) -> torch.Tensor:
-        return torch.ones(len(step.clients)) if self.average == "uniform" else super().aggregation_weights(step)
+        return averaging_weights(self.average, super().aggregation_weights(step))
 
     @torch.no_grad()
     @override
