@@ -189,15 +189,16 @@ def _data_module(args: argparse.Namespace, ckpt: dict):
 def _trained_method(ckpt: dict, path: str):
     """The checkpoint's method rebuilt from its hyperparameters, with the saved global halves loaded (the client half
     ``[B, C, H, W] -> [B, *act]`` and the server half), in eval mode; its name and input shape."""
-    from lightning_sfl.algorithms import ALGORITHMS
-    from lightning_sfl.checkpoint import legacy_hyperparameters
+    from lightning_sfl.checkpoint import checkpoint_method, legacy_hyperparameters
     from lightning_sfl.errors import ConfigError
 
     recorded = (ckpt.get("lightning_sfl") or {}).get("algorithm", "")
-    classes = {cls.__name__: cls for cls in ALGORITHMS.values()}
-    cls = classes.get(recorded.rpartition(".")[2])
+    cls = checkpoint_method(ckpt)  # (a name the library knows: never imported on the checkpoint's word)
     if cls is None:
-        raise ConfigError(f"ckpt_path={path!r} was written by {recorded or 'an unknown method'}, not a library method")
+        raise ConfigError(
+            f"ckpt_path={path!r} was written by {recorded or 'an unknown method'}, a method the library does not know "
+            "(a file names no code to import)"
+        )
     if not cls.has_server_half:
         raise ConfigError(f"{cls.__name__} is not a split method (nothing crosses a cut): no activations to invert")
     hparams = {k: v for k, v in (ckpt.get("hyper_parameters") or {}).items() if not k.startswith("_")}

@@ -1,5 +1,7 @@
 """Safe checkpoint checks: a checkpoint is read with ``torch.load(weights_only=True)`` (no code runs while
-loading) and must hold a lightning_sfl model; anything else is a one-line ``ConfigError``."""
+loading) and must hold a lightning_sfl model, and every class path its hyperparameters hold must be one the library
+knows (:mod:`lightning_sfl.known`: never imported on the checkpoint's word); anything else is a one-line
+``ConfigError``."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 import torch
 
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.known import known_class, safe_hyperparameters
 
 #: ``ckpt_path`` values that Lightning resolves itself.
 SPECIAL = ("last", "best", "hpc", "registry")
@@ -35,13 +38,27 @@ def check_checkpoint(path: str | os.PathLike, expected_class: str | None = None)
     state = ckpt.get("state_dict") if isinstance(ckpt, dict) else None
     if not isinstance(state, dict) or not any(k.startswith("client.net.") for k in state):
         raise ConfigError(f"ckpt_path={str(path)!r} is not a lightning_sfl checkpoint (no client/server halves)")
-    written_by = (ckpt.get("lightning_sfl") or {}).get("algorithm") or (ckpt.get("hyper_parameters") or {}).get(
-        "_class_path"
-    )
+    hparams = ckpt.get("hyper_parameters") or {}
+    written_by = (ckpt.get("lightning_sfl") or {}).get("algorithm") or hparams.get("_class_path")
     expected = _algorithm_name(expected_class) if expected_class else None
     if expected and written_by and _algorithm_name(written_by, trusted=False) != expected:
         raise ConfigError(f"ckpt_path={str(path)!r} was written by {written_by}, not {expected}")
+    # every class path it holds is one the library knows (never imported on its word: known.py)
+    where = f"ckpt_path={str(path)!r}"
+    options = {k: v for k, v in hparams.items() if not k.startswith("_")}
+    ckpt["hyper_parameters"] = {**hparams, **safe_hyperparameters(options, where)}
     return ckpt
+
+
+def checkpoint_method(ckpt: dict):
+    """The library's class of the method that wrote ``ckpt`` (a registered method, or one the command line imported;
+    :func:`~lightning_sfl.known.known_class`: never imported on the checkpoint's word), or ``None``."""
+    from lightning_sfl.algorithms import ALGORITHMS, SplitFedAlgorithm
+
+    recorded = (ckpt.get("lightning_sfl") or {}).get("algorithm") or (ckpt.get("hyper_parameters") or {}).get(
+        "_class_path"
+    )
+    return known_class(str(recorded), SplitFedAlgorithm, {cls.__name__: cls for cls in ALGORITHMS.values()})
 
 
 def checkpoints_in(folder: Path) -> list[str]:
@@ -92,7 +109,7 @@ def _algorithm_name(path: str, trusted: bool = True) -> str:
     library = {cls.__name__: cls for cls in ALGORITHMS.values()}
     if module.startswith("lightning_sfl") and name in library:
         return algorithm_path(library[name])
-    if trusted:
+    if trusted:  # (the command line's own --model: imported by its parsing already)
         try:
             return algorithm_path(getattr(importlib.import_module(module), name))
         except (ImportError, AttributeError, ValueError):

@@ -95,5 +95,17 @@ def console_main() -> None:
     exit_without_teardown(0)
 
 
+def without_working_folder() -> None:
+    """``python -m lightning_sfl.cli`` (and ``python -m lightning_sfl``) as the console script: Python puts the working
+    folder first on ``sys.path`` for ``-m``, where a module of a run folder or a downloaded checkpoint's folder would
+    be found by a class path; it is taken off. A module of your own is importable as for the console script: installed,
+    or on ``PYTHONPATH`` (``PYTHONPATH=. lightning-sfl fit --model my_methods.Prox``)."""
+    import os
+
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]
+
+
 if __name__ == "__main__":
+    without_working_folder()
     console_main()

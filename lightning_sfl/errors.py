@@ -113,6 +113,29 @@ def check_output_folder(name: str, folder: str | os.PathLike | None) -> None:
                 parent.rmdir()
 
 
+def name_inside(parent: str | os.PathLike, name: str, what: str) -> Path:
+    """``parent / name`` for a ``name`` read from a file (a sweep's ``name``, a method's folder): a one-line
+    :class:`ConfigError` naming ``what`` when it is absolute, has a ``..`` part, or leads (symlinks followed) outside
+    ``parent``: a file from someone else never makes the tool write outside the folder the user chose.
+
+    >>> name_inside("runs/sweeps", "lr", "name"), name_inside("runs/sweeps", "a/b", "name")
+    (PosixPath('runs/sweeps/lr'), PosixPath('runs/sweeps/a/b'))
+    >>> name_inside("runs/sweeps", "../../x", "sweep name")
+    Traceback (most recent call last):
+    ...
+    lightning_sfl.errors.ConfigError: sweep name='../../x' must be a name inside runs/sweeps (not absolute, no '..')
+    """
+    text = str(name)
+    inside = Path(parent) / text
+    escapes = not text or Path(text).is_absolute() or ".." in Path(text).parts or text.startswith("~")
+    if not escapes:
+        base = Path(parent).resolve()
+        escapes = not inside.resolve().is_relative_to(base)
+    if escapes:
+        raise ConfigError(f"{what}={text!r} must be a name inside {parent} (not absolute, no '..')")
+    return inside
+
+
 def yaml_problem(err: Exception) -> str:
     """What is wrong in a YAML text, in one line, with its place.
 

@@ -26,7 +26,8 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from lightning_sfl.algorithms import ALGORITHMS, SplitFedAlgorithm
+from lightning_sfl.algorithms import SplitFedAlgorithm
+from lightning_sfl.algorithms.state import algorithm_path
 from lightning_sfl.callbacks import (
     CommunicationBytes,
     GradientDissimilarity,
@@ -38,7 +39,7 @@ from lightning_sfl.callbacks import (
     SplitGuard,
     WandbRoundAxis,
 )
-from lightning_sfl.checkpoint import SPECIAL, check_checkpoint, legacy_hyperparameters
+from lightning_sfl.checkpoint import SPECIAL, check_checkpoint, checkpoint_method, legacy_hyperparameters
 from lightning_sfl.client_store import DEFAULT_MEMORY_BUDGET, set_memory_budget
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.defences import moved_option_hint
@@ -363,24 +364,26 @@ class SFLCLI(LightningCLI):
 
     @override
     def _parse_ckpt_path(self) -> None:
-        """Check a given checkpoint safely before Lightning reads its hyperparameters (one-line errors for
-        missing, truncated, foreign or other-algorithm checkpoints)."""
+        """Check a given checkpoint safely before its hyperparameters are read (one-line errors for missing,
+        truncated, foreign or other-algorithm checkpoints, and for class paths the library does not know:
+        :func:`~lightning_sfl.checkpoint.check_checkpoint`), then take its hyperparameters over the config, as
+        Lightning does, with every class path one of the library's (nothing is imported on the checkpoint's word).
+        ``last`` is found and checked when the run is placed (:class:`~lightning_sfl.run_placement.RunPlacement`);
+        Lightning's own reading (which would load a file named ``last`` in the working folder) never runs."""
         sub = self.config.get("subcommand")
         ckpt = self.config[sub].get("ckpt_path") if sub else None
         if ckpt is None or str(ckpt) in SPECIAL:
-            return super()._parse_ckpt_path()
+            return None
         model = self.config[sub].get("model")
         expected = getattr(model, "class_path", None) if model is not None else None
-        hparams = dict(check_checkpoint(ckpt, expected_class=expected).get("hyper_parameters") or {})
-        hparams.pop("_instantiator", None)
+        loaded = check_checkpoint(ckpt, expected_class=expected)
+        hparams = {k: v for k, v in (loaded.get("hyper_parameters") or {}).items() if not k.startswith("_")}
         if not hparams:
             return None
-        # as Lightning's: the checkpoint's hyperparameters over the config, those of earlier versions as they are now
-        class_path = hparams.pop("_class_path", None)
-        cls = next((c for c in ALGORITHMS.values() if str(class_path).endswith(f".{c.__name__}")), None)
+        cls = checkpoint_method(loaded)
         hparams = legacy_hyperparameters(cls, hparams) if cls is not None else hparams
-        model = hparams if class_path is None else {"class_path": class_path, "dict_kwargs": hparams}
-        self.config = self.parser.parse_object({sub: {"model": model}}, self.config)
+        written = {"class_path": algorithm_path(cls), "dict_kwargs": hparams} if cls is not None else hparams
+        self.config = self.parser.parse_object({sub: {"model": written}}, self.config)
         return None
 
     @override

@@ -13,7 +13,7 @@ from pathlib import Path
 from lightning_sfl.trials import TrialPool, one_thread_before_fork
 from lightning_sfl.wandb.online import announce_offline
 
-from .config import plan_runs
+from .config import known_method, plan_runs
 from .options import command_line, methods_of, parse_args, without_methods
 from .records import RunResult, read_metrics_csv, write_metrics_csv
 from .report import write_report
@@ -36,6 +36,12 @@ def kept_runs(args: argparse.Namespace) -> tuple[list[str], list[RunResult]]:
     if not found or without_methods(previous) != without_methods(command_line(args)):
         raise ValueError(f"--add: {md_path} was produced by another command than this one: {previous}")
     methods = [m for m in methods_of(previous) if m not in args.methods]
+    for method in methods:  # names read from a file: the library's, or imported by this command line, never imported
+        if known_method(method) is None:
+            raise ValueError(
+                f"--add: {md_path} names the method {method!r}, which the library does not know (a file names no code "
+                "to import): name it in --methods to run it"
+            )
     kept = [r for r in read_metrics_csv(csv_path) if r.method in methods]
     missing = sorted({(m, s) for m in methods for s in args.seeds} - {(r.method, r.seed) for r in kept})
     if missing:

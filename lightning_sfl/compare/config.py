@@ -47,6 +47,16 @@ def resolve_method(name: str) -> type:
     return cls
 
 
+def known_method(name: str) -> type | None:
+    """The method ``name`` names if the library knows it without importing anything on its word (a registered name,
+    a library class path, or a class the command line imported: :func:`~lightning_sfl.known.known_class`); for names
+    read from a file (a comparison's ``results.md``)."""
+    from lightning_sfl.algorithms import ALGORITHMS, SplitFedAlgorithm
+    from lightning_sfl.known import known_class
+
+    return known_class(name, SplitFedAlgorithm, ALGORITHMS)
+
+
 def class_path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -179,7 +189,13 @@ class Plan:
 
 
 def _dir_name(method: str) -> str:
-    return re.sub(r"[^\w.-]", "_", method)
+    """One folder name of ``method`` (never ``.``, ``..`` or a path).
+
+    >>> _dir_name("scala"), _dir_name("../x"), _dir_name("..")
+    ('scala', '.._x', '_.')
+    """
+    name = re.sub(r"[^\w.-]", "_", method)
+    return "_" + name[1:] if name in (".", "..") else name
 
 
 def fit_args(run_config: Path, seed: int, run_dir: Path, wandb: bool = True) -> list[str]:

@@ -49,6 +49,7 @@ from lightning_sfl.defences.bottleneck import Bottleneck
 from lightning_sfl.defences.gradients import GradientNoise, MaxNorm
 from lightning_sfl.defences.inversion import InversionRegulariser
 from lightning_sfl.defences.labels import RandomisedLabels
+from lightning_sfl.known import register_component_kind
 
 __all__ = [
     "DEFENCES",
@@ -72,6 +73,7 @@ DEFENCES: dict[str, type[Defence]] = {
     cls.__name__: cls
     for cls in (NoPeek, ActivationNoise, Bottleneck, InversionRegulariser, GradientNoise, MaxNorm, RandomisedLabels)
 }
+register_component_kind("defences", Defence, DEFENCES)  # what a checkpoint may name
 
 #: The options every method had before defences were parts -> (defence, its option).
 LEGACY_OPTIONS = {

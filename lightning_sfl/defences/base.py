@@ -10,7 +10,6 @@ under the same names, so :meth:`Defence.config` records it as a config (the chec
 from __future__ import annotations
 
 import copy
-import importlib
 import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar
@@ -19,6 +18,7 @@ import torch
 from torch import nn
 
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.known import known_class
 
 if TYPE_CHECKING:
     from lightning_sfl.loop import Federation, Schedule, Step
@@ -229,14 +229,10 @@ def resolve_defences(value) -> list[Defence]:
 def _resolve_one(value) -> Defence:
     if isinstance(value, Defence):
         return copy.deepcopy(value)  # a method's own: one object given to two methods would share its state
-    if isinstance(value, dict) and "class_path" in value:
-        module, _, name = str(value["class_path"]).rpartition(".")
-        try:
-            cls = getattr(importlib.import_module(module or "lightning_sfl.defences"), name, None)
-        except ImportError:
-            cls = None
-        if isinstance(cls, type) and issubclass(cls, Defence):
-            return cls(**(value.get("init_args") or {}))
     from lightning_sfl.defences import DEFENCES
 
+    if isinstance(value, dict) and "class_path" in value:  # (a checkpoint's: never imported on its word)
+        cls = known_class(str(value["class_path"]), Defence, names=DEFENCES)
+        if cls is not None:
+            return cls(**(value.get("init_args") or {}))
     raise ConfigError(f"defences: {value!r} is not a defence; one of: {', '.join(DEFENCES)}")

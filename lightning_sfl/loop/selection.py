@@ -17,7 +17,6 @@ Policies (short names of ``SELECTIONS``):
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ import torch
 from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.known import known_class, register_component_kind
 
 
 class ClientSelection:
@@ -343,7 +343,8 @@ SELECTIONS: dict[str, type[ClientSelection]] = {
 
 
 #: Where the policies were defined before (checkpoints record a policy's class path).
-_MOVED = {"lightning_sfl.data.selection": __name__}
+MOVED = {"lightning_sfl.data.selection": __name__}
+register_component_kind("client_selection", ClientSelection, SELECTIONS, MOVED)  # what a checkpoint may name
 
 
 def resolve_selection(value, default: type[ClientSelection] = UniformSelection) -> ClientSelection:
@@ -359,14 +360,9 @@ def resolve_selection(value, default: type[ClientSelection] = UniformSelection) 
         return value
     if isinstance(value, str) and value in SELECTIONS:
         return SELECTIONS[value]()
-    if isinstance(value, dict) and "class_path" in value:
-        module, _, name = str(value["class_path"]).rpartition(".")
-        module = _MOVED.get(module, module)
-        try:
-            cls = getattr(importlib.import_module(module or __name__), name, None)
-        except ImportError:
-            cls = None
-        if isinstance(cls, type) and issubclass(cls, ClientSelection):
+    if isinstance(value, dict) and "class_path" in value:  # (a checkpoint's: never imported on its word)
+        cls = known_class(str(value["class_path"]), ClientSelection, moved=MOVED)
+        if cls is not None:
             return cls(**(value.get("init_args") or {}))
     raise ConfigError(
         f"client_selection={value!r} is not one of: {', '.join(SELECTIONS)} (or a ClientSelection class, e.g. "

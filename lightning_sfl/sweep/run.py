@@ -48,11 +48,21 @@ from typing import Any
 
 import yaml
 
-from lightning_sfl.errors import MAX_SEED, ConfigError, OneLineArgumentParser, check_output_folder, yaml_problem
+from lightning_sfl.errors import (
+    MAX_SEED,
+    ConfigError,
+    OneLineArgumentParser,
+    check_output_folder,
+    name_inside,
+    yaml_problem,
+)
+from lightning_sfl.known import check_named_code
 from lightning_sfl.sweep.space import (
     check_sweep,
+    check_written_paths,
     distinct,
     expand_command,
+    file_arguments,
     finite_points,
     grid_points,
     optuna_space,
@@ -68,6 +78,8 @@ from lightning_sfl.trials.status import StatusLine
 from lightning_sfl.trials.worker import TRIAL_COMMANDS
 
 STATE = "sweep.json"
+#: Where a sweep's folder goes without ``--out``: ``runs/sweeps/<name>``.
+SWEEPS = Path("runs") / "sweeps"
 #: Draws (``random``) or proposals (``bayes``) made for one trial before its space counts as exhausted.
 MAX_DRAWS = 1000
 #: Proposals of the Bayesian sampler for one trial before a random draw is taken instead.
@@ -150,6 +162,7 @@ class Sweep:
         jobs: int,
         launcher: str = "warm",
         slurm: dict | None = None,
+        trust_command: bool = False,
     ) -> None:
         self.path, self.out, self.seed, self.extra, self.jobs = path, out, seed, list(extra), jobs
         self.launcher, self.slurm = launcher, slurm or {}
@@ -160,6 +173,17 @@ class Sweep:
         #: the trials are ``lightning-sfl`` commands (run by the pool) rather than another program's
         self.runs_ours = expand_command(self.config["command"][:1], {}, self.config.get("program")) == ["lightning-sfl"]
         self.params = self.config["parameters"]
+        shown = f"sweep={str(path)!r}"
+        if not self.runs_ours and not trust_command:
+            program = " ".join(expand_command(self.config["command"][:2], {}, self.config.get("program")))
+            raise ConfigError(
+                f"{shown}: its command runs {program!r}, not lightning-sfl: a sweep file names no program to run "
+                "unless you say so (--trust_command, for a sweep file you wrote)"
+            )
+        arguments = file_arguments(self.config)  # what the file gives a trial: never a path outside, nor code
+        check_written_paths(arguments, shown)
+        if self.runs_ours:
+            check_named_code(arguments, shown)
         metric = self.config.get("metric") or {}
         self.metric, self.goal = metric.get("name"), metric.get("goal", "minimize")
         self.grid = distinct(grid_points(self.params)) if self.config["method"] == "grid" else None
@@ -429,6 +453,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_launcher_arguments(parser)
     parser.add_argument("--out", type=Path, default=None, help="folder of the sweep (default: runs/sweeps/<name>)")
     parser.add_argument("--seed", type=int, default=0, help="seeds random draws and the Bayesian sampler")
+    parser.add_argument(
+        "--trust_command",
+        action="store_true",
+        help="run the sweep's command though it is not lightning-sfl (another program: only for a sweep file you "
+        "wrote; a file from someone else names no program to run)",
+    )
     return parser
 
 
@@ -442,11 +472,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise ConfigError(f"--jobs={args.jobs} must be >= 1")
         if not 0 <= args.seed <= MAX_SEED:
             raise ConfigError(f"--seed={args.seed} must be in [0, {MAX_SEED}] (numpy's seeds)")
-        name = read_sweep(args.sweep).get("name") or args.sweep.stem
-        out = args.out or Path("runs") / "sweeps" / str(name)
+        name = str(read_sweep(args.sweep).get("name") or args.sweep.stem)
+        default = name_inside(SWEEPS, name, f"sweep={str(args.sweep)!r}: name")  # (a file's name: never a path out)
+        out = args.out or default
         check_output_folder("--out", out)
         launcher, slurm = launcher_of(args), slurm_parameters(args.slurm)
-        sweep = Sweep(args.sweep, out, args.count, args.seed, extra, args.jobs, launcher, slurm)
+        sweep = Sweep(args.sweep, out, args.count, args.seed, extra, args.jobs, launcher, slurm, args.trust_command)
         create_output_folder("--out", out)  # the last check: nothing is written before it
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -281,3 +281,57 @@ def expand_command(command: list[Any], params: dict[str, Any], program: str | No
 
 def _format(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (list, dict, bool)) or value is None else str(value)
+
+
+#: The last part of options whose value is where a trial writes (a fit's run folders, checkpoints and logs; an
+#: attack's or a comparison's ``--out``; ``--run_name``): a sweep file may name them inside the trial's folder only.
+WRITTEN_OPTIONS = ("default_root_dir", "dirpath", "save_dir", "out", "run_name")
+
+
+def file_arguments(sweep: dict[str, Any]) -> list[str]:
+    """Every argument a trial of ``sweep`` can be given by the file: its command, with ``${args}`` as each listed value
+    of each parameter (``--name=value``; values drawn from a distribution are numbers) and ``${program}``; what
+    :func:`check_written_paths` and :func:`~lightning_sfl.known.check_named_code` read.
+
+    >>> file_arguments({"command": ["lightning-sfl", "fit", "${args}"], "parameters": {"model.lr": {"values": [1, 2]}}})
+    ['lightning-sfl', 'fit', '--model.lr=1', '--model.lr=2']
+    """
+    listed = {name: _finite_choices(name, spec) or [] for name, spec in sweep["parameters"].items()}
+    out: list[str] = []
+    for token in map(str, sweep["command"]):
+        if token in ("${args}", "${args_no_hyphens}", "${args_json}"):
+            dash = "" if token == "${args_no_hyphens}" else "--"
+            out += [f"{dash}{name}={_format(v)}" for name, values in listed.items() for v in values]
+        elif token == "${program}" and sweep.get("program") is not None:
+            out.append(str(sweep["program"]))
+        elif token not in ("${env}", "${interpreter}", "${program}"):
+            out.append(token)
+    return out
+
+
+def check_written_paths(tokens: list[str], where: str) -> None:
+    """A one-line :class:`~lightning_sfl.errors.ConfigError` naming ``where`` (the sweep file) if an argument it gives
+    names where a trial writes (:data:`WRITTEN_OPTIONS`) outside the trial's folder: an absolute path or one with a
+    ``..`` part (a file from someone else never makes the tool write outside the folder the user chose).
+
+    >>> check_written_paths(["fit", "--trainer.default_root_dir=runs"], "sweep='s.yaml'")
+    >>> check_written_paths(["fit", "--trainer.default_root_dir", "/tmp/x"], "sweep='s.yaml'")
+    Traceback (most recent call last):
+    ...
+    lightning_sfl.errors.ConfigError: sweep='s.yaml': --trainer.default_root_dir='/tmp/x' must be a folder inside the \
+trial's (not absolute, no '..'): a sweep file writes nowhere else
+    """
+    from pathlib import PurePosixPath
+
+    for i, token in enumerate(tokens):
+        option, _, value = token.partition("=")
+        if not _ and i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            value = tokens[i + 1]
+        if not option.lstrip("-") or option.lstrip("-").split(".")[-1] not in WRITTEN_OPTIONS or not value:
+            continue
+        path = PurePosixPath(value)
+        if path.is_absolute() or ".." in path.parts or value.startswith("~"):
+            raise ConfigError(
+                f"{where}: {option}={value!r} must be a folder inside the trial's (not absolute, no '..'): a sweep "
+                "file writes nowhere else"
+            )

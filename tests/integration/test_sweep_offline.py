@@ -127,8 +127,10 @@ def test_bayes_space_maps_to_optuna_and_refuses_unbounded_distributions():
 
 
 # ----------------------------------------------------------------------------- the console script, offline
-def _sweep(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "lightning_sfl.cli", "sweep", *args]
+def _sweep(*args: str, cwd: Path = REPO, trust: bool = True) -> subprocess.CompletedProcess:
+    """``lightning-sfl sweep ARGS`` (with ``--trust_command`` unless not ``trust``: the sweep files here are ours and
+    some run a small program of their own)."""
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", "sweep", *args, *(["--trust_command"] * trust)]
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("WANDB_")}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=cwd, env=env)
 

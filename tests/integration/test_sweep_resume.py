@@ -40,7 +40,7 @@ def _sweep_file(folder: Path, method: str, parameters: dict, name: str = "toy") 
 
 
 def _sweep(path: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "lightning_sfl.cli", "sweep", str(path), "--out", str(out), *args]
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", "sweep", str(path), "--out", str(out), "--trust_command", *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=path.parent, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

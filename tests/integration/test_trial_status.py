@@ -103,7 +103,7 @@ def test_the_sweep_command_on_a_terminal_ends_with_its_table_and_no_status_line(
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(sweep))
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "COLUMNS": "200"}
     master, slave = pty.openpty()
-    cmd = [sys.executable, "-m", "lightning_sfl.cli", "sweep", "t.yaml", "--out", "out"]
+    cmd = [sys.executable, "-m", "lightning_sfl.cli", "sweep", "t.yaml", "--out", "out", "--trust_command"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
     os.close(slave)
     chunks = []
