@@ -14,6 +14,7 @@ import torch
 
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.known import known_class, safe_hyperparameters
+from lightning_sfl.run_checkpoints import damage, damaged_line
 
 #: ``ckpt_path`` values that Lightning resolves itself.
 SPECIAL = ("last", "best", "hpc", "registry")
@@ -25,11 +26,16 @@ def check_checkpoint(path: str | os.PathLike, expected_class: str | None = None)
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"ckpt_path={str(path)!r} is a folder, not a checkpoint file ({folder_contents(p)})")
+    if p.is_symlink() and not p.exists():
+        raise ConfigError(damaged_line(p, damage(p), f"ckpt_path={str(path)!r}"))
     if not p.is_file():
         raise ConfigError(f"ckpt_path={str(path)!r} does not exist")
+    why = damage(p)
+    if why is not None and why.startswith("is damaged"):  # (what is intact beside it is named)
+        raise ConfigError(damaged_line(p, why, f"ckpt_path={str(path)!r}"))
     try:
         ckpt = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated zip, not a torch file, or objects that need arbitrary code
+    except Exception as err:  # objects that need arbitrary code, or damage past the archive's index
         text = str(err).strip()
         reason = text.splitlines()[0].split(". ")[0] if text else type(err).__name__
         raise ConfigError(

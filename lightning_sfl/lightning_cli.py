@@ -53,6 +53,7 @@ from lightning_sfl.errors import (
     seed_number,
 )
 from lightning_sfl.loop import Federation
+from lightning_sfl.run_checkpoints import RoundCheckpoint
 from lightning_sfl.run_folder import (
     Evaluated,
     RecordRun,
@@ -208,7 +209,7 @@ class SFLCLI(LightningCLI):
         )
         parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.init_args.input_shape", apply_on="instantiate")
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(RoundCheckpoint, "checkpoint")  # (written whole or not at all)
         parser.add_lightning_class_args(CommunicationBytes, "comm")
         parser.add_lightning_class_args(PerClassAccuracy, PerClassAccuracy.cli_group)
         parser.add_lightning_class_args(PartitionReport, "partition_report")
@@ -360,6 +361,8 @@ class SFLCLI(LightningCLI):
         Federation.build(self.model, self.datamodule, system=system)
         self._say_offline()
         if self.trainer.is_global_zero and self.placement.held:
+            if self.placement.note:  # (a damaged last.ckpt, or a run with no checkpoint started anew)
+                print(self.placement.note, flush=True)
             print(f"run folder: {shown_path(self.run_folder)}", flush=True)
 
     @override

@@ -51,10 +51,10 @@ from lightning_sfl.errors import ConfigError
 from lightning_sfl.process.streams import ddp_child
 
 __all__ = [
-    "checkpoint_rounds", "claim_new", "claim_record", "ContinuingCSVLogger", "Evaluated", "evaluated_checkpoint",
-    "finished_run", "git_commit", "latest_run", "named_run", "next_record", "next_run", "RecordRun", "run_key",
-    "run_name", "run_of_checkpoint", "RunLock", "seeds_group", "shown_path", "trim_rounds", "Ranks", "Rendezvous",
-    "join", "joined", "leave", "launched_ranks", "first_process",
+    "check_run_folder", "checkpoint_rounds", "claim_new", "claim_record", "ContinuingCSVLogger", "Evaluated",
+    "evaluated_checkpoint", "finished_run", "git_commit", "latest_run", "named_run", "next_record", "next_run",
+    "RecordRun", "run_key", "run_name", "run_of_checkpoint", "RunLock", "seeds_group", "shown_path", "trim_rounds",
+    "Ranks", "Rendezvous", "join", "joined", "leave", "launched_ranks", "first_process",
 ]  # fmt: skip
 
 #: Set by the process that chose the run folder, for the processes Lightning launches for DDP (the same command).
@@ -203,6 +203,43 @@ def next_run(root: str | os.PathLike, name: str) -> Path:
     return Path(root) / (name if version == 1 else f"{name}-v{version}")
 
 
+#: What a run writes inside its folder: none of them may be a link out of it.
+WRITTEN_INSIDE = ("checkpoints", "checkpoints/last.ckpt", "csv", "csv/metrics.csv", "csv/hparams.yaml", "wandb",
+                  "config.yaml", LOCK_NAME)  # fmt: skip
+
+
+def check_run_folder(folder: str | os.PathLike, root: str | os.PathLike) -> None:
+    """A one-line :class:`ConfigError` if the run folder ``folder`` (under ``root``, the ``default_root_dir``) is a
+    symbolic link out of ``root``, or holds one of :data:`WRITTEN_INSIDE` that links out of ``folder``: a run folder
+    someone shared never makes the tool write elsewhere (a link to another disk is ``default_root_dir`` itself).
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> (root / "run").mkdir()
+    >>> check_run_folder(root / "run", root)
+    >>> (root / "run" / "checkpoints").symlink_to("/tmp")
+    >>> check_run_folder(root / "run", root)
+    Traceback (most recent call last):
+    ...
+    lightning_sfl.errors.ConfigError: run folder .../run: checkpoints is a link to /tmp, outside the run folder: ...
+    """
+    folder, root = Path(folder), Path(root)
+    if folder.is_symlink() and not folder.resolve().is_relative_to(root.resolve()):
+        raise ConfigError(
+            f"run folder {folder} is a link to {os.readlink(folder)}, outside {root}: refused (not followed)"
+        )
+    inside = folder.resolve()
+    for name in WRITTEN_INSIDE:
+        path = folder / name
+        if name == "checkpoints/last.ckpt":  # (a link to a round checkpoint beside it: run_checkpoints.damage)
+            continue
+        if path.is_symlink() and not path.resolve().is_relative_to(inside):
+            raise ConfigError(
+                f"run folder {folder}: {name} is a link to {os.readlink(path)}, outside the run folder: refused (not "
+                "followed)"
+            )
+
+
 def claim_new(folder: Path) -> None:
     """Create the run folder chosen by :func:`next_run` (``mkdir``: of two processes that chose it at once, the second
     stops with one line)."""
@@ -248,12 +285,18 @@ def finished_run(root: str | os.PathLike, name: str, rounds: int | None) -> tupl
     holds)`` of the latest run of ``name`` under ``root`` whose checkpoint reached ``rounds`` (the command's
     ``trainer.max_epochs``), so that a quick 2-round check does not hide the full fit; when none did, the latest run
     with a checkpoint (the caller says so); ``None`` when no run has one."""
+    from lightning_sfl.run_checkpoints import damage, damaged_line
+
     found = []
     for _, folder in reversed(_versions(Path(root), name)):
         last = folder / "checkpoints" / "last.ckpt"
-        held = checkpoint_rounds(last) if last.is_file() else None
-        if held is None:
-            continue
+        if not (last.exists() or last.is_symlink()):
+            continue  # (stopped before a round ended: nothing to evaluate)
+        check_run_folder(folder, root)  # (its records go inside it: never through a link out of the root)
+        why = damage(last)
+        if why is not None:  # the run is there; its checkpoint is not usable: say so, never "fit it first"
+            raise ConfigError(f"ckpt_path='last': {damaged_line(last, why, shown_path(last))}")
+        held = checkpoint_rounds(last)
         if rounds is None or held >= rounds:
             return folder, last, held
         found.append((folder, last, held))
@@ -311,7 +354,12 @@ def evaluated_checkpoint(
     if str(ckpt_path) != "last":
         return Evaluated.of(ckpt_path, wanted)
     if dirpath or name == "":
+        from lightning_sfl.run_checkpoints import damage, damaged_line
+
         path = Path(dirpath) / "last.ckpt" if dirpath else root / "checkpoints" / "last.ckpt"
+        why = damage(path) if path.exists() or path.is_symlink() else None
+        if why is not None:
+            raise ConfigError(f"ckpt_path='last': {damaged_line(path, why, shown_path(path))}")
         if not path.is_file():
             raise ConfigError(
                 f"ckpt_path='last': no checkpoint of this configuration in {path.parent} (fit it first with the same "

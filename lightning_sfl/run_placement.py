@@ -26,11 +26,13 @@ from pathlib import Path
 from lightning_sfl.checkpoint import check_checkpoint
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.process.streams import ddp_child
+from lightning_sfl.run_checkpoints import Resume, newest_intact, resume_point
 from lightning_sfl.run_folder import (
     FOLDER_ENV,
     Evaluated,
     Rendezvous,
     RunLock,
+    check_run_folder,
     claim_new,
     evaluated_checkpoint,
     join,
@@ -74,6 +76,9 @@ class RunPlacement:
         self.evaluated: Evaluated | None = None
         self._lock: RunLock | None = None
         self._new = self._held = self._made_root = False
+        self._mend: Resume | None = None  # a damaged last.ckpt to point at the newest intact checkpoint, once claimed
+        #: What the command says of the run it continues, when it starts (a damaged ``last.ckpt``, a run anew).
+        self.note: str | None = None
         #: The other processes of a run a launcher started (torchrun, srun, one command a node), if any.
         self.rendezvous: Rendezvous | None = None
         self._shared: dict | None = None  # rank 0's choice, in another rank
@@ -89,6 +94,8 @@ class RunPlacement:
             self._choose_evaluated(config, root, name)
             return None
         ckpt = config.get("ckpt_path")
+        checkpoint = config.get("checkpoint")
+        given = checkpoint is not None and checkpoint.get("dirpath")
         if not self._inherit():
             if name == "":
                 self.folder = root
@@ -96,8 +103,8 @@ class RunPlacement:
                 self.folder = latest_run(root, name)
             if self.folder is None:
                 self.folder, self._new = next_run(root, name), True
-        checkpoint = config.get("checkpoint")
-        given = checkpoint is not None and checkpoint.get("dirpath")
+            check_run_folder(self.folder, root)
+        plan = self._resume_plan(checkpoint, given, ckpt, root, name)
         if checkpoint is not None and not given:
             checkpoint.dirpath = str(self.folder / "checkpoints")
         last = Path(checkpoint.dirpath) / "last.ckpt" if checkpoint is not None else None
@@ -112,7 +119,7 @@ class RunPlacement:
                     f"checkpoint.dirpath={str(checkpoint.dirpath)!r} holds another run's checkpoints (last.ckpt): "
                     "continue that run with --ckpt_path last, or give another --checkpoint.dirpath"
                 )
-        resumed = last if ckpt == "last" and last is not None and last.is_file() else None
+        resumed = plan.intact if plan is not None else None
         if self._shared is not None:  # another rank: rank 0's resume decision, which every rank must be able to follow
             if self._shared.get("resume") and resumed is None:
                 raise ConfigError(
@@ -123,6 +130,30 @@ class RunPlacement:
         if self.rendezvous is not None:
             self.rendezvous.publish(self.folder, resume=resumed is not None)
         return resumed
+
+    def _resume_plan(self, checkpoint, given, ckpt, root: Path, name: str) -> Resume | None:
+        """``fit --ckpt_path last``: what it resumes from (:func:`~lightning_sfl.run_checkpoints.resume_point`: a
+        damaged ``last.ckpt`` names the newest intact checkpoint, mended when the folder is claimed), or ``None``. The
+        latest run of the configuration holding no checkpoint at all (stopped before its first round ended) is not
+        continued from round 0 in its folder: a new run is (:attr:`note` says so)."""
+        if ckpt != "last" or checkpoint is None:
+            return None
+        folder = Path(given) if given else self.folder / "checkpoints"
+        plan = resume_point(folder / "last.ckpt", shown_path(self.folder))
+        if plan is not None or self._new or not self._held:
+            self._mend = plan if self._held else None
+            self.note = plan.line(shown_path(self.folder)) if plan is not None and self._held else None
+            return plan
+        if name == "" or given:
+            if any(self.folder.glob("csv/metrics.csv")) or (self.folder / "config.yaml").is_file():
+                raise ConfigError(
+                    f"{shown_path(self.folder)} holds a run but no checkpoint of it (no round of it finished): nothing "
+                    "to resume; start it anew without --ckpt_path last (its logs are replaced), or give another folder"
+                )
+            return None
+        self.note = f"{shown_path(self.folder)} holds no checkpoint (no round of it finished): a new run instead"
+        self.folder, self._new = next_run(root, name), True
+        return None
 
     def _choose_evaluated(self, config, root: Path, name: str) -> None:
         """``validate``/``test``: the checkpoint evaluated (``--ckpt_path`` itself, or for ``last`` the latest run of
@@ -244,6 +275,8 @@ class RunPlacement:
             raise ConfigError(f"cannot create {self.folder}: {exc.strerror.lower()}") from None
         self._lock = RunLock(self.folder, command=" ".join(["lightning-sfl", *self.argv]))
         self._lock.acquire()
+        if self._mend is not None:  # (every setting checked: the first write to the run's checkpoints)
+            self._mend.mend()
         os.environ[FOLDER_ENV] = str(self.folder)
         if rendezvous is not None:
             rendezvous.claimed()
@@ -281,22 +314,13 @@ class RunPlacement:
 # ---------------------------------------------------------------------- what a run kept and wrote
 def relink_last(last: Path) -> None:
     """Point ``last`` (``last.ckpt``, a link Lightning replaces after every round's checkpoint: first it removes the old
-    link, then it makes the new one) at the newest round checkpoint beside it that loads. A Ctrl-C or SIGTERM between
-    the two leaves no ``last.ckpt``, though the round's checkpoint was written; without a loadable one, nothing."""
-    from lightning_sfl.errors import ConfigError
-
-    def epoch(path: Path) -> int:
-        found = re.search(r"epoch=(\d+)", path.name)
-        return int(found.group(1)) if found else -1
-
-    for candidate in sorted(last.parent.glob("epoch=*.ckpt"), key=epoch, reverse=True):
-        try:
-            check_checkpoint(candidate)
-        except ConfigError:  # written only in part (the interrupt came while it was being saved)
-            continue
+    link, then it makes the new one) at the newest round checkpoint beside it that can be read. A Ctrl-C or SIGTERM
+    between the two leaves no ``last.ckpt``, though the round's checkpoint was written; without a readable one,
+    nothing."""
+    intact = newest_intact(last.parent)
+    if intact is not None:
         last.unlink(missing_ok=True)  # a dangling link
-        last.symlink_to(candidate.name)
-        return
+        last.symlink_to(intact.name)
 
 
 def kept_checkpoint(callback, first_process: bool = True) -> str | None:
@@ -336,8 +360,10 @@ def saved_line(folder: Path, checkpoint: str | None, loggers: list) -> str:
                 lg.end_console_log()  # (W&B's summary goes to wandb/messages.log when its run ends, at exit)
             else:  # W&B in this process: its run ends now, and its summary comes before the last lines
                 lg.experiment.finish()
-            wandb.append(f"W&B offline run {inside(where)} (upload: wandb sync {shown_path(where)})"
-                         if mode == "offline" else f"W&B run {where}")  # fmt: skip
+            if mode == "offline":
+                wandb.append(f"W&B offline run {inside(where)} (upload: wandb sync {shown_path(where)})")
+            elif where:  # (W&B disabled, WANDB_MODE=disabled: no run, no address)
+                wandb.append(f"W&B run {where}")
         elif getattr(lg, "log_dir", None):
             metrics = Path(lg.log_dir) / "metrics.csv"
             parts.append(f"CSV log {inside(metrics)}" if metrics.is_file() else f"logs in {inside(lg.log_dir)}")

@@ -157,9 +157,10 @@ def test_same_seed_gives_identical_metrics_and_other_seed_does_not(run_dir):
 def test_validate_and_test_from_checkpoint(run_dir, capsys):
     _fit(run_dir, rounds=3)
     ckpt = next(run_dir.rglob("epoch=2-*.ckpt"))  # saved after round 3
-    last = ckpt.parent / "last.ckpt"  # a link to it (one checkpoint written per round), the only numbered one kept
+    last = ckpt.parent / "last.ckpt"  # a link to it (one checkpoint written per round), round 2's kept beside it
     assert last.is_symlink() and last.resolve() == ckpt.resolve()
-    assert sorted(p.name for p in ckpt.parent.iterdir()) == sorted([ckpt.name, "last.ckpt"])
+    previous = ckpt.name.replace("epoch=2-step=15", "epoch=1-step=10")
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == sorted([previous, ckpt.name, "last.ckpt"])
     fitted = [r for r in _rows(next(run_dir.glob("*/csv/version_*/metrics.csv"))) if r.get("test/acc")][-1]
     for sub in ("validate", "test"):
         SFLCLI(
