@@ -206,6 +206,8 @@ def next_run(root: str | os.PathLike, name: str) -> Path:
 #: What a run writes inside its folder: none of them may be a link out of it.
 WRITTEN_INSIDE = ("checkpoints", "checkpoints/last.ckpt", "csv", "csv/metrics.csv", "csv/hparams.yaml", "wandb",
                   "config.yaml", LOCK_NAME)  # fmt: skip
+#: Of those, the folders.
+FOLDERS_INSIDE = ("checkpoints", "csv", "wandb")
 
 
 def check_run_folder(folder: str | os.PathLike, root: str | os.PathLike) -> None:
@@ -238,6 +240,8 @@ def check_run_folder(folder: str | os.PathLike, root: str | os.PathLike) -> None
                 f"run folder {folder}: {name} is a link to {os.readlink(path)}, outside the run folder: refused (not "
                 "followed)"
             )
+        if name in FOLDERS_INSIDE and path.exists() and not path.is_dir():
+            raise ConfigError(f"run folder {folder}: {name} is a file, not a folder (the run's {name}/ is damaged)")
 
 
 def claim_new(folder: Path) -> None:
@@ -289,10 +293,10 @@ def finished_run(root: str | os.PathLike, name: str, rounds: int | None) -> tupl
 
     found = []
     for _, folder in reversed(_versions(Path(root), name)):
+        check_run_folder(folder, root)  # (its records go inside it: never through a link out of the root)
         last = folder / "checkpoints" / "last.ckpt"
         if not (last.exists() or last.is_symlink()):
             continue  # (stopped before a round ended: nothing to evaluate)
-        check_run_folder(folder, root)  # (its records go inside it: never through a link out of the root)
         why = damage(last)
         if why is not None:  # the run is there; its checkpoint is not usable: say so, never "fit it first"
             raise ConfigError(f"ckpt_path='last': {damaged_line(last, why, shown_path(last))}")
@@ -757,9 +761,19 @@ def trim_rounds(metrics_csv: str | os.PathLike, rounds: int) -> int:
     path = Path(metrics_csv)
     if not path.is_file():
         return 0
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        fields, rows = reader.fieldnames or [], list(reader)
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            fields, rows = reader.fieldnames or [], list(reader)
+        if rows and "epoch" not in fields:
+            raise ValueError("no epoch column")
+        [float(r["epoch"]) for r in rows if r.get("epoch")]
+    except (UnicodeDecodeError, csv.Error, ValueError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError(
+            f"{path} is damaged (not a CSV log of the run: {reason}): the run cannot continue its log; move it aside "
+            "to continue with a new log (the checkpoint is intact)"
+        ) from None
     kept = [r for r in rows if not r.get("epoch") or float(r["epoch"]) < rounds]
     if len(kept) != len(rows):
         with open(path, "w", newline="") as f:

@@ -68,7 +68,7 @@ def _damaged(finished: Path, tmp_path: Path) -> tuple[dict[str, Path], list]:
     """Copies of the finished run, each damaged in its own way, and the commands run on them (case -> its copy)."""
     cases = {case: _copy(finished, tmp_path / case) for case in (
         "truncated", "empty", "dangling", "dangling-none-left", "foreign", "validate", "attack", "no-checkpoint",
-        "checkpoints-link", "target")}  # fmt: skip
+        "checkpoints-link", "target", "csv-garbled", "checkpoints-file")}  # fmt: skip
     ckpts = {case: run / "checkpoints" for case, run in cases.items()}
     whole = (finished / "checkpoints" / "last.ckpt").read_bytes()
     (ckpts["truncated"] / "epoch=2-step=15.ckpt").write_bytes(whole[:999])
@@ -83,12 +83,16 @@ def _damaged(finished: Path, tmp_path: Path) -> tuple[dict[str, Path], list]:
     shutil.rmtree(ckpts["no-checkpoint"])  # stopped before its first round ended
     shutil.move(ckpts["checkpoints-link"], tmp_path / "elsewhere")
     ckpts["checkpoints-link"].symlink_to(tmp_path / "elsewhere")
+    (cases["csv-garbled"] / "csv" / "metrics.csv").write_bytes(b"\x00\x01garbage\xff")
+    shutil.rmtree(ckpts["checkpoints-file"])
+    ckpts["checkpoints-file"].write_text("not a folder")
     (tmp_path / "run-link" / "runs").mkdir(parents=True)
     (tmp_path / "run-link" / "runs" / finished.name).symlink_to(cases["target"])
     name = _of(finished)
     commands = [(tmp_path / case, _fit(tmp_path / case / "runs", f"--trainer.max_epochs={ROUNDS}", "--ckpt_path=last",
                                        name)) for case in ("truncated", "empty", "dangling", "dangling-none-left",
-                                                           "foreign", "checkpoints-link", "run-link")]  # fmt: skip
+                                                           "foreign", "checkpoints-link", "run-link", "csv-garbled",
+                                                           "checkpoints-file")]  # fmt: skip
     commands += [
         (tmp_path / "validate", _fit(tmp_path / "validate" / "runs", "--ckpt_path=last", name, command="validate")),
         (tmp_path / "attack", ["attack", "--config", CONFIG, "--ckpt_path", "last", "--", name,
@@ -111,7 +115,8 @@ def test_damaged_runs_say_what_is_wrong_and_lose_nothing(finished, tmp_path):
                if p.is_file()}  # fmt: skip
     before_no_checkpoint = (cases["no-checkpoint"] / "csv" / "metrics.csv").read_text()
     runs = run_in_one_process(commands, env=ENV)
-    truncated, empty, dangling, none_left, foreign, link, run_link, validate, attack, run_link_v, fresh = runs
+    truncated, empty, dangling, none_left, foreign, link, run_link, garbled, ckpt_file = runs[:9]
+    validate, attack, run_link_v, fresh = runs[9:]
     shown = f"runs/{finished.name}"
     for run, case, why in (
         (truncated, "truncated", "is damaged (truncated, or not a checkpoint: no whole archive)"),
@@ -138,9 +143,11 @@ def test_damaged_runs_say_what_is_wrong_and_lose_nothing(finished, tmp_path):
         (validate, "validate", "checkpoints/last.ckpt is damaged (empty: 0 bytes); the newest intact checkpoint beside "
          "it is epoch=1-step=10.ckpt (round 2): give it with --ckpt_path"),
         (attack, "attack", "checkpoints/last.ckpt is damaged (empty: 0 bytes); the newest intact checkpoint"),
+        (garbled, "csv-garbled", "csv/metrics.csv is damaged (not a CSV log of the run: 'utf-8' codec can't decode"),
+        (ckpt_file, "checkpoints-file", "checkpoints is a file, not a folder (the run's checkpoints/ is damaged)"),
     ):  # fmt: skip
         assert run.code == 2 and run.stderr.count("\n") == 1 and text in run.stderr, (case, run.stderr[-2000:])
-        if case != "checkpoints-link":
+        if case not in ("checkpoints-link", "csv-garbled"):
             assert _accuracies(cases[case]) == uninterrupted  # its logs as they were: nothing trained from round 0
     assert [p.name for p in (tmp_path / "dangling-none-left" / "runs").iterdir()] == [finished.name]  # no new run
     after = {p: p.read_bytes() for p in [*(tmp_path / "elsewhere").rglob("*"), *cases["target"].rglob("*")]
