@@ -29,6 +29,11 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    # MathJax from the docs extra instead of a CDN, so that a site built and opened offline shows its equations:
+    # sphinx-mathjax-offline ships MathJax 3 (scripts and fonts), points ``mathjax_path`` at ``_static/mathjax`` and
+    # copies it there; the browser typesets, and the build needs nothing beyond pip. (sphinxcontrib-katex loads its
+    # CSS and fonts from a CDN unless it prerenders, which needs node.)
+    "sphinx-mathjax-offline",
     "api_pages",
     "registry_table",
     "resolve_names",
@@ -68,4 +73,5 @@ nitpick_ignore_regex = [
 
 html_theme = "furo"
 html_title = "lightning_sfl"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["math.css"]

@@ -1,12 +1,17 @@
 """The documentation site and the README as a front page: the API reference covers every public name, the README's
 methods table every registered method, CI runs the README's test command, and no dated measurement sits in the README
-or in a docstring (measured numbers live on the results and benchmarks pages, each with its command)."""
+or in a docstring (measured numbers live on the results and benchmarks pages, each with its command).
+
+The site says what its sources say, offline: no page loads anything from the internet and every equation is
+typeset by the MathJax it ships."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import posixpath
 import re
+from html.parser import HTMLParser
 
 import pytest
 from _helpers import REPO
@@ -105,3 +110,99 @@ def test_every_file_the_docs_name_exists():
     missing = sorted({f"{path}  ({src.relative_to(REPO)})" for src in sources for path in named.findall(src.read_text())
                       if not (REPO / path).exists()})  # fmt: skip
     assert not missing, missing
+
+
+# ------------------------------------------------------------------------------------------ the built site
+SITE = DOCS / "_build" / "html"
+#: Elements whose text is code or a script, not prose (a role or a ``$`` there is what the code says).
+CODE = {"code", "pre", "kbd", "samp", "script", "style"}
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+#: A script or stylesheet from elsewhere: an address with a scheme or a protocol-relative one (``//cdn…``).
+REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*:)?//", re.I)
+#: TeX left as text: ``$…$``, ``$$``, ``\(``, ``\)``, ``\[``, ``\]`` or a TeX command.
+RAW_TEX = re.compile(r"\$\$|\\[()[\]]|\$[^$\s][^$]*\$|\\(?:frac|sum|prod|mathbf|mathcal|mathbb|lvert|rvert|left|right"
+                     r"|cdot|alpha|beta|eta|tau|nabla|log|exp)\b")  # fmt: skip
+
+
+class _Page(HTMLParser):
+    """One built page: its scripts' and stylesheets' addresses; its text, each piece with whether it lies in a math
+    element (MathJax's ``span``/``div`` of class ``math``) or in code; the sidebar's links (address, title)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[tuple[str, set[str]]] = []
+        self.loads: list[str] = []
+        self.text: list[tuple[str, bool, bool]] = []
+        self.sidebar: list[list[str]] = []
+
+    def _inside(self, what: str) -> bool:
+        return any(what in classes for _, classes in self.stack)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "script" and attrs.get("src"):
+            self.loads.append(attrs["src"])
+        if tag == "link" and "stylesheet" in (attrs.get("rel") or "") and attrs.get("href"):
+            self.loads.append(attrs["href"])
+        if tag in VOID:
+            return
+        classes = set((attrs.get("class") or "").split())
+        if tag == "code" and not self._inside("pre"):
+            self.text.append(("\0", self._inside("math"), False))
+        if tag == "a" and self._inside("sidebar-tree"):
+            self.sidebar.append([attrs.get("href", ""), ""])
+        self.stack.append((tag, classes | ({tag} if tag in CODE else set()) | {f"<{tag}>"}))
+
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        for i in range(len(self.stack) - 1, -1, -1):
+            if f"<{tag}>" in self.stack[i][1]:
+                del self.stack[i:]
+                break
+
+    def handle_data(self, data):
+        in_code = any(self._inside(tag) for tag in CODE)
+        self.text.append((data, self._inside("math"), in_code))
+        if self._inside("<a>") and self._inside("sidebar-tree") and self.sidebar:
+            self.sidebar[-1][1] += data
+
+    def prose(self) -> str:
+        """The page's text outside code and math, an inline code element as ``\\0``."""
+        return "".join(text for text, in_math, in_code in self.text if not in_math and not in_code)
+
+
+def built_pages() -> dict[str, _Page]:
+    """Every page of the latest build (the documents its search index lists, and the indices), parsed; skips
+    when the site is not built (``.ci/run`` builds it before pytest; a local test run may not have)."""
+    index = SITE / "searchindex.js"
+    if not index.exists():
+        pytest.skip("the site is not built (sphinx-build ... docs docs/_build/html)")
+    docnames = json.loads(re.search(r'"docnames":(\[[^\]]*\])', index.read_text())[1])
+    pages = {}
+    for name in [*docnames, "genindex", "search", "py-modindex"]:
+        path = SITE / f"{name}.html"
+        if path.exists():
+            page = _Page()
+            page.feed(path.read_text())
+            pages[name] = page
+    assert len(pages) >= 60, sorted(pages)
+    return pages
+
+
+def test_the_site_loads_nothing_from_the_internet_and_its_equations_are_typeset_offline():
+    """Every page's scripts and stylesheets are the site's own files; a page with equations loads MathJax from
+    ``_static/mathjax`` (``sphinx-mathjax-offline``), whose script is there; no TeX delimiter or command is left as
+    text outside a math element (a ``$`` or a backslash in code is the code's)."""
+    pages = built_pages()
+    remote = {name: [src for src in page.loads if REMOTE.match(src)] for name, page in pages.items()}
+    assert not {name: srcs for name, srcs in remote.items() if srcs}, remote
+    with_math = [name for name, page in pages.items() if any(in_math for _, in_math, _ in page.text)]
+    assert len(with_math) >= 7 and {"methods/split", "methods/fl", "methods/async", "methods/semi"} <= set(with_math)
+    for name in with_math:
+        mathjax = [src.split("?")[0] for src in pages[name].loads if "mathjax" in src]
+        assert any(src.endswith("_static/mathjax/tex-chtml.js") for src in mathjax), (name, mathjax)
+        missing = [src for src in mathjax if not (SITE / name).parent.joinpath(src).resolve().is_file()]
+        assert not missing, (name, missing)
+    raw = {name: RAW_TEX.findall(page.prose()) for name, page in pages.items()}
+    assert not {name: found for name, found in raw.items() if found}, raw
