@@ -3,7 +3,7 @@ methods table every registered method, CI runs the README's test command, and no
 or in a docstring (measured numbers live on the results and benchmarks pages, each with its command).
 
 The site says what its sources say, offline: no page loads anything from the internet and every equation is
-typeset by the MathJax it ships."""
+typeset by the MathJax it ships; every table row keeps its cells."""
 
 from __future__ import annotations
 
@@ -206,3 +206,69 @@ def test_the_site_loads_nothing_from_the_internet_and_its_equations_are_typeset_
         assert not missing, (name, missing)
     raw = {name: RAW_TEX.findall(page.prose()) for name, page in pages.items()}
     assert not {name: found for name, found in raw.items() if found}, raw
+
+
+# ------------------------------------------------------------------------------------------ the pages' sources
+FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+DELIMITER_ROW = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+
+
+def table_cells(row: str) -> list[str]:
+    """A Markdown table row's cells as GitHub's and MyST's tables split them: at every ``|`` not escaped as ``\\|``
+    (a ``|`` in code or math ends the cell too), the outer pipes dropped.
+
+    >>> table_cells("| `none` | the `\\\\|D_k\\\\|`-weighted mean | nothing |")
+    ['`none`', 'the `\\\\|D_k\\\\|`-weighted mean', 'nothing']
+    >>> len(table_cells("| `none` | the `|D_k|`-weighted mean | nothing |"))
+    5
+    """
+    row = row.strip()
+    row = row[1:] if row.startswith("|") else row
+    row = row[:-1] if row.endswith("|") and not row.endswith("\\|") else row
+    return [cell.strip() for cell in re.split(r"(?<!\\)\|", row)]
+
+
+def tables(text: str) -> list[list[tuple[int, str]]]:
+    """Every table of a Markdown text outside fenced blocks: its rows (line number, text), the header first."""
+    lines, found, fenced, i = text.splitlines(), [], None, 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if fence and (fenced is None or fence[1][0] == fenced[0] and len(fence[1]) >= len(fenced)):
+            fenced = fence[1] if fenced is None else None
+        elif fenced is None and "|" in lines[i] and i + 1 < len(lines) and DELIMITER_ROW.match(lines[i + 1]):
+            end = i + 2
+            while end < len(lines) and lines[end].strip() and "|" in lines[end]:
+                end += 1
+            found.append([(i + 1, lines[i]), *((j + 1, lines[j]) for j in range(i + 2, end))])
+            i = end
+            continue
+        i += 1
+    return found
+
+
+def markdown_sources() -> dict[str, str]:
+    """The README, every Markdown page of ``docs/`` (the studies' data files included: GitHub shows them) and the
+    tables the build writes (the API index, the methods table)."""
+    sources = {"README.md": (REPO / "README.md").read_text()}
+    for path in sorted(DOCS.rglob("*.md")):
+        parts = path.relative_to(DOCS).parts
+        if parts[0] not in ("_build", "api") and "runs" not in parts:
+            sources[str(path.relative_to(REPO))] = path.read_text()
+    sources["docs/api/index.md (api_pages.py)"] = _api_pages().index_page()
+    spec = importlib.util.spec_from_file_location("registry_table", DOCS / "_ext" / "registry_table.py")
+    registry_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(registry_table)
+    sources["the methods table (registry_table.py)"] = "\n".join(registry_table.table_lines())
+    return sources
+
+
+def test_every_table_row_has_as_many_cells_as_its_header():
+    """A ``|`` inside a cell (``|D_k|`` in text, code or math) must be escaped (``\\|``, or ``\\lvert D_k\\rvert`` in
+    math): unescaped, it ends the cell, and the table drops the row's last cells (``tail_aggregation: none``'s row
+    once said the server knows "D_k")."""
+    sources = markdown_sources()
+    assert len(sources) >= 60 and sum(len(tables(text)) for text in sources.values()) >= 100
+    wrong = [f"{source}:{line}: {len(table_cells(row))} cells, its header {len(table_cells(rows[0][1]))}: {row[:100]}"
+             for source, text in sources.items() for rows in tables(text)
+             for line, row in rows if len(table_cells(row)) != len(table_cells(rows[0][1]))]  # fmt: skip
+    assert not wrong, wrong
