@@ -3,7 +3,7 @@ methods table every registered method, CI runs the README's test command, and no
 or in a docstring (measured numbers live on the results and benchmarks pages, each with its command).
 
 The site says what its sources say, offline: no page loads anything from the internet and every equation is
-typeset by the MathJax it ships; every table row keeps its cells."""
+typeset by the MathJax it ships; every table row keeps its cells; and no ``--help`` text shows Sphinx markup."""
 
 from __future__ import annotations
 
@@ -272,3 +272,50 @@ def test_every_table_row_has_as_many_cells_as_its_header():
              for source, text in sources.items() for rows in tables(text)
              for line, row in rows if len(table_cells(row)) != len(table_cells(rows[0][1]))]  # fmt: skip
     assert not wrong, wrong
+
+
+# ------------------------------------------------------------------------------------------ the command line's help
+#: Sphinx markup in a help text: a role (``:class:`X```, ``{doc}`X```) or a literal's double backquotes.
+HELP_MARKUP = re.compile(r":[a-z]+(?::[a-z]+)?:`|\{(?:doc|ref|eq|numref|term|download|math|py:[a-z]+)\}`|``")
+#: Methods whose ``--model.help`` runs in CI, one of each family with the most options (every method's:
+#: ``-m extended``, ~15 s more on two cores).
+HELP_METHODS = ("scala", "fedadam", "gas", "semi_sfl", "fsha")
+
+
+def model_helps(methods) -> list[list[str]]:
+    from lightning_sfl.algorithms.registry import methods as registered
+
+    return [["fit", "--model.help", registered()[name].__name__] for name in methods]
+
+
+def check_help_texts(commands: list[list[str]], folder) -> None:
+    from cli_in_one_process import run_in_one_process
+
+    runs = run_in_one_process([(folder, command) for command in commands])
+    marked = {}
+    for command, run in zip(commands, runs):
+        assert run.code == 0 and len(run.stdout.splitlines()) >= 5, (command, run.code, run.stderr[-2000:])
+        lines = [line.strip() for line in run.stdout.splitlines() if HELP_MARKUP.search(line)]
+        if lines:
+            marked[" ".join(command)] = lines[:5]
+    assert not marked, marked
+
+
+def test_no_help_text_shows_sphinx_markup(tmp_path):
+    """``--help`` texts are written from docstrings (jsonargparse's option descriptions and class groups, argparse's
+    descriptions): each comes through :func:`lightning_sfl.help_text.plain`, so no role or ````literal```` reaches
+    the terminal (before, ``fit --help`` had 213 such lines). The console script's own, each subcommand's
+    (``lightning_sfl.cli.COMMANDS``), the system models' (``--clock.help``) and some methods' (:data:`HELP_METHODS`),
+    in one process (~15 s on two cores)."""
+    from lightning_sfl.cli import COMMANDS
+
+    commands = [["--help"], *([name, "--help"] for name in COMMANDS)]
+    commands += [["fit", "--clock.help", name] for name in ("WirelessCell", "EdgeDevices")]
+    check_help_texts(commands + model_helps(HELP_METHODS), tmp_path)
+
+
+@pytest.mark.extended  # ~15 s more on two cores; in CI: the test above, with one method of each family
+def test_no_methods_help_text_shows_sphinx_markup(tmp_path):
+    from lightning_sfl.algorithms.registry import methods
+
+    check_help_texts(model_helps(name for name in methods() if name not in HELP_METHODS), tmp_path)
