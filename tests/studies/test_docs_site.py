@@ -2,11 +2,13 @@
 methods table every registered method, CI runs the README's test command, and no dated measurement sits in the README
 or in a docstring (measured numbers live on the results and benchmarks pages, each with its command).
 
-The site says what its sources say, offline: no page loads anything from the internet and every equation is
-typeset by the MathJax it ships; every table row keeps its cells; and no ``--help`` text shows Sphinx markup."""
+The site says what its sources say, offline: no page loads anything from the internet and every equation is typeset
+by the MathJax it ships; every table row keeps its cells; no role is left as text (the API index's summaries
+included, each entry with one); and no ``--help`` text shows Sphinx markup."""
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import json
 import posixpath
@@ -122,6 +124,9 @@ REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*:)?//", re.I)
 #: TeX left as text: ``$…$``, ``$$``, ``\(``, ``\)``, ``\[``, ``\]`` or a TeX command.
 RAW_TEX = re.compile(r"\$\$|\\[()[\]]|\$[^$\s][^$]*\$|\\(?:frac|sum|prod|mathbf|mathcal|mathbb|lvert|rvert|left|right"
                      r"|cdot|alpha|beta|eta|tau|nabla|log|exp)\b")  # fmt: skip
+#: A role or a literal that Sphinx or MyST did not render (``CODE_MARK`` stands for an inline code element).
+CODE_MARK = "\0"
+RAW_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:[`\0]|\{(?:doc|ref|eq|numref|term|download|math|py:[a-z]+)\}[`\0]|``")
 
 
 class _Page(HTMLParser):
@@ -148,7 +153,7 @@ class _Page(HTMLParser):
             return
         classes = set((attrs.get("class") or "").split())
         if tag == "code" and not self._inside("pre"):
-            self.text.append(("\0", self._inside("math"), False))
+            self.text.append((CODE_MARK, self._inside("math"), False))
         if tag == "a" and self._inside("sidebar-tree"):
             self.sidebar.append([attrs.get("href", ""), ""])
         self.stack.append((tag, classes | ({tag} if tag in CODE else set()) | {f"<{tag}>"}))
@@ -168,7 +173,7 @@ class _Page(HTMLParser):
             self.sidebar[-1][1] += data
 
     def prose(self) -> str:
-        """The page's text outside code and math, an inline code element as ``\\0``."""
+        """The page's text outside code and math, an inline code element as ``CODE_MARK``."""
         return "".join(text for text, in_math, in_code in self.text if not in_math and not in_code)
 
 
@@ -206,6 +211,36 @@ def test_the_site_loads_nothing_from_the_internet_and_its_equations_are_typeset_
         assert not missing, (name, missing)
     raw = {name: RAW_TEX.findall(page.prose()) for name, page in pages.items()}
     assert not {name: found for name, found in raw.items() if found}, raw
+
+
+def test_no_role_or_literal_is_left_as_text_on_a_page():
+    """Sphinx's and MyST's markup is rendered everywhere, the API index's summaries included: no ``:class:``, ``:mod:``,
+    ``{doc}``, ``{ref}``, … before a backquote or a code element, and no unparsed ````literal```` in prose."""
+    pages = built_pages()
+    found = {}
+    for name, page in pages.items():
+        prose = page.prose()
+        hits = [prose[max(0, m.start() - 40) : m.end() + 40].replace(CODE_MARK, "`") for m in RAW_ROLE.finditer(prose)]
+        if hits:
+            found[name] = hits
+    assert not found, found
+
+
+def test_the_api_pages_show_no_unreadable_value():
+    """A constant's value is shown where it reads as what it is: not ``ALGORITHMS`` (the registry's classes, in an order
+    the repr would sort), nor any value made of functions' reprs or longer than a screen (``:meta hide-value:`` in its
+    ``#:`` comment; the comment says what it holds)."""
+    built_pages()
+    shown = {}
+    for path in sorted((SITE / "api").glob("*.html")):
+        text = path.read_text()
+        for name, signature in re.findall(r'<dt class="sig sig-object py" id="([^"]+)">(.*?)</dt>', text, re.S):
+            value = html.unescape(re.sub(r"<[^>]+>", "", signature)).partition(" = ")[2].rstrip("¶")
+            if value:
+                shown[name] = value
+    assert len(shown) >= 20 and "lightning_sfl.algorithms.ALGORITHMS" not in shown
+    unreadable = {name: value[:80] for name, value in shown.items() if "<function" in value or len(value) > 1000}
+    assert not unreadable, unreadable
 
 
 # ------------------------------------------------------------------------------------------ the pages' sources
@@ -272,6 +307,16 @@ def test_every_table_row_has_as_many_cells_as_its_header():
              for source, text in sources.items() for rows in tables(text)
              for line, row in rows if len(table_cells(row)) != len(table_cells(rows[0][1]))]  # fmt: skip
     assert not wrong, wrong
+
+
+def test_every_api_index_entry_has_a_plain_one_line_description():
+    """Each name of the API index has a summary (a constant's from its ``#:`` comment), one line, without a role:
+    a Markdown table cell does not render reST's ``:class:`X```."""
+    api = _api_pages()
+    for name in lightning_sfl.__all__:
+        summary = api.summary(name)
+        assert summary and "\n" not in summary, name
+        assert not RAW_ROLE.search(summary), (name, summary)
 
 
 # ------------------------------------------------------------------------------------------ the command line's help
