@@ -41,8 +41,15 @@ extensions = [
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
 # The studies' per-setting tables (``results/<study>/<setting>/results.md``) and the LEAF ceiling's table are data
-# files next to the runs, not pages; the build folder and the extension code are not pages either.
-exclude_patterns = ["_build", "_ext", "results/*/*/**", "results/leaf_synthetic/ceiling.md"]
+# files next to the runs, not pages; so is the privacy study's README (its folder's summary: the "Privacy" page,
+# ``results/privacy.md``, holds the same text and more); the build folder and the extension code are not pages either.
+exclude_patterns = [
+    "_build",
+    "_ext",
+    "results/*/*/**",
+    "results/leaf_synthetic/ceiling.md",
+    "results/privacy/README.md",
+]
 
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist", "attrs_inline"]
 myst_heading_anchors = 3

@@ -4,7 +4,7 @@ or in a docstring (measured numbers live on the results and benchmarks pages, ea
 
 The site says what its sources say, offline: no page loads anything from the internet and every equation is typeset
 by the MathJax it ships; every table row keeps its cells; no role is left as text (the API index's summaries
-included, each entry with one); and no ``--help`` text shows Sphinx markup."""
+included, each entry with one); the sidebar lists each page once; and no ``--help`` text shows Sphinx markup."""
 
 from __future__ import annotations
 
@@ -224,6 +224,16 @@ def test_no_role_or_literal_is_left_as_text_on_a_page():
         if hits:
             found[name] = hits
     assert not found, found
+
+
+def test_the_sidebar_lists_each_page_once():
+    """The navigation (the same on every page): no page twice, no two entries with the same title."""
+    sidebar = built_pages()["index"].sidebar
+    assert len(sidebar) >= 40, sidebar
+    hrefs = [href for href, _ in sidebar]
+    titles = [" ".join(title.split()) for _, title in sidebar]
+    assert len(set(hrefs)) == len(hrefs), sorted(h for h in hrefs if hrefs.count(h) > 1)
+    assert len(set(titles)) == len(titles), sorted(t for t in titles if titles.count(t) > 1)
 
 
 def test_the_api_pages_show_no_unreadable_value():
