@@ -8,6 +8,7 @@ included, each entry with one); the sidebar lists each page once; and no ``--hel
 
 from __future__ import annotations
 
+import functools
 import html
 import importlib.util
 import json
@@ -177,8 +178,9 @@ class _Page(HTMLParser):
         return "".join(text for text, in_math, in_code in self.text if not in_math and not in_code)
 
 
+@functools.cache
 def built_pages() -> dict[str, _Page]:
-    """Every page of the latest build (the documents its search index lists, and the indices), parsed; skips
+    """Every page of the latest build (the documents its search index lists, and the indices), parsed once; skips
     when the site is not built (``.ci/run`` builds it before pytest; a local test run may not have)."""
     index = SITE / "searchindex.js"
     if not index.exists():
