@@ -115,8 +115,9 @@ def global_model_gradient(
 
 
 class GradientDissimilarity(RoundCallback):
-    """Logs the layer-wise gradient dissimilarity ``Σ_k p_k ‖∇F_k − ∇F‖²`` of the round's clients at the global
-    model, every ``every_n_rounds`` rounds (keys ``dissimilarity/*``; see the module docstring).
+    """Logs the layer-wise gradient dissimilarity ``Σ_k p_k ‖∇F_k − ∇F‖²`` of the round's clients at the global model.
+
+    Measured every ``every_n_rounds`` rounds (keys ``dissimilarity/*``; see the module docstring).
 
     Works for split methods (client half ∘ server half) and plain FL (the whole model is the client half,
     ``dissimilarity/server_half`` is 0). Reads the clients' shards and data from the fit's federation and the global

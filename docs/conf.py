@@ -29,6 +29,11 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    # MathJax from the docs extra instead of a CDN, so that a site built and opened offline shows its equations:
+    # sphinx-mathjax-offline ships MathJax 3 (scripts and fonts), points ``mathjax_path`` at ``_static/mathjax`` and
+    # copies it there; the browser typesets, and the build needs nothing beyond pip. (sphinxcontrib-katex loads its
+    # CSS and fonts from a CDN unless it prerenders, which needs node.)
+    "sphinx-mathjax-offline",
     "api_pages",
     "registry_table",
     "resolve_names",
@@ -36,8 +41,15 @@ extensions = [
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
 # The studies' per-setting tables (``results/<study>/<setting>/results.md``) and the LEAF ceiling's table are data
-# files next to the runs, not pages; the build folder and the extension code are not pages either.
-exclude_patterns = ["_build", "_ext", "results/*/*/**", "results/leaf_synthetic/ceiling.md"]
+# files next to the runs, not pages; so is the privacy study's README (its folder's summary: the "Privacy" page,
+# ``results/privacy.md``, holds the same text and more); the build folder and the extension code are not pages either.
+exclude_patterns = [
+    "_build",
+    "_ext",
+    "results/*/*/**",
+    "results/leaf_synthetic/ceiling.md",
+    "results/privacy/README.md",
+]
 
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist", "attrs_inline"]
 myst_heading_anchors = 3
@@ -68,4 +80,5 @@ nitpick_ignore_regex = [
 
 html_theme = "furo"
 html_title = "lightning_sfl"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["math.css"]

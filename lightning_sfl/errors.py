@@ -18,6 +18,8 @@ from pathlib import Path
 
 from typing_extensions import override
 
+from lightning_sfl.help_text import plain_formatter
+
 
 class ConfigError(ValueError):
     """A bad setting, found when the run is constructed."""
@@ -153,10 +155,12 @@ def yaml_problem(err: Exception) -> str:
 
 class OneLineArgumentParser(argparse.ArgumentParser):
     """``argparse``'s parser whose errors are one ``error:`` line and exit code 2, like ``fit``'s (no usage dump),
-    and which takes no abbreviated option names."""
+    which takes no abbreviated option names, and whose ``--help`` shows no Sphinx markup
+    (:func:`~lightning_sfl.help_text.plain_formatter`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)
+        kwargs["formatter_class"] = plain_formatter(kwargs.get("formatter_class") or argparse.HelpFormatter)
         super().__init__(*args, **kwargs)
 
     @override

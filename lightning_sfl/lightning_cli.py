@@ -22,7 +22,7 @@ from jsonargparse import lazy_instance
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
@@ -52,6 +52,7 @@ from lightning_sfl.errors import (
     reported_cause,
     seed_number,
 )
+from lightning_sfl.help_text import plain_help
 from lightning_sfl.loop import Federation
 from lightning_sfl.run_checkpoints import RoundCheckpoint
 from lightning_sfl.run_folder import (
@@ -133,6 +134,7 @@ class SFLCLI(LightningCLI):
             save_config_callback=RecordRun,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
+            parser_class=plain_help(LightningArgumentParser),  # --help, --model.help: docstrings without Sphinx markup
             parser_kwargs={  # no abbreviated option names: --data.num_client is an error, not num_clients
                 "exit_on_error": False,
                 "allow_abbrev": False,

@@ -50,6 +50,8 @@ def _not_one_point_zero(value) -> bool:
 
 _MANUAL = "every method steps its own optimisers (manual optimisation)"
 #: ``(trainer setting, whether a value is refused, what it must be and why)``: what a run of this library cannot take.
+#:
+#: :meta hide-value:
 TRAINER_RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("max_epochs", lambda v: v is not None and v < 1, "must be >= 1 (the number of global rounds)"),
     ("check_val_every_n_epoch", lambda v: v is not None and v < 1,

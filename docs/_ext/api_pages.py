@@ -13,6 +13,7 @@ import pkgutil
 from pathlib import Path
 
 import lightning_sfl
+from lightning_sfl.help_text import plain
 
 #: Part of the package -> its page's title. ``modules``: the top-level modules (the CLI, run folders, errors, …).
 PARTS: dict[str, str] = {
@@ -58,10 +59,19 @@ def documented_at(name: str) -> str:
 
 
 def summary(name: str) -> str:
+    """The first paragraph of what documents ``name`` (a class's or a function's docstring; a constant's ``#:``
+    comment), as one line of Markdown: Sphinx's roles and literals become code (``plain``: a role has no meaning in a
+    Markdown table cell), ``|`` is escaped (it would end the cell)."""
     value = getattr(lightning_sfl, name)
-    doc = inspect.getdoc(value) if (inspect.isclass(value) or inspect.isfunction(value)) else None
-    line = (doc or "").strip().split("\n\n")[0].replace("\n", " ")
-    return line.replace("|", "\\|")
+    if inspect.isclass(value) or inspect.isfunction(value):
+        doc = inspect.getdoc(value) or ""
+    else:
+        from sphinx.pycode import ModuleAnalyzer
+
+        found = ModuleAnalyzer.for_module(lightning_sfl._EXPORTS[name]).find_attr_docs().get(("", name), [])
+        doc = "\n".join(line for line in found if not line.startswith(":meta "))
+    line = doc.strip().split("\n\n")[0].replace("\n", " ")
+    return plain(line, code="`").replace("|", "\\|")
 
 
 def index_page() -> str:

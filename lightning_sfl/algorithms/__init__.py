@@ -24,6 +24,8 @@ for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     importlib.import_module(f"{__name__}.{_module}")  # every module registers the methods it defines
 
 #: Registered name -> class of every method, by family (split, fl, async, semi, attack), then by name.
+#:
+#: :meta hide-value:
 ALGORITHMS: dict[str, type[SplitFedAlgorithm]] = methods()
 ASYNC_METHODS: tuple[str, ...] = names(family="async")
 SEMI_METHODS: tuple[str, ...] = names(family="semi")

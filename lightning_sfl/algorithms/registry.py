@@ -22,6 +22,8 @@ from dataclasses import dataclass
 __all__ = ["FAMILIES", "REGISTRY", "MethodEntry", "methods", "names", "register"]
 
 #: Family -> what its methods share. The order is the order of every listing (then the names, alphabetically).
+#:
+#: :meta hide-value:
 FAMILIES: dict[str, str] = {
     "split": "synchronous split federated learning: client halves, one or several server halves",
     "fl": "synchronous federated learning on the unsplit model (no server half)",

@@ -69,6 +69,8 @@ __all__ = [
 ]
 
 #: Short name -> class of every defence of the library.
+#:
+#: :meta hide-value:
 DEFENCES: dict[str, type[Defence]] = {
     cls.__name__: cls
     for cls in (NoPeek, ActivationNoise, Bottleneck, InversionRegulariser, GradientNoise, MaxNorm, RandomisedLabels)
@@ -76,6 +78,8 @@ DEFENCES: dict[str, type[Defence]] = {
 register_component_kind("defences", Defence, DEFENCES)  # what a checkpoint may name
 
 #: The options every method had before defences were parts -> (defence, its option).
+#:
+#: :meta hide-value:
 LEGACY_OPTIONS = {
     "nopeek_weight": (NoPeek, "weight"),
     "activation_noise": (ActivationNoise, "scale"),

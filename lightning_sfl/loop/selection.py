@@ -304,6 +304,9 @@ class ClassBalancedSelection(ClientSelection):
         divergence: ``"kl"`` or ``"qcid"``.
     """
 
+    #: ``divergence`` -> ``D`` of pooled class counts ``[..., N]`` (``KL(p ‖ U)``, QCID).
+    #:
+    #: :meta hide-value:
     DIVERGENCES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
         "kl": _pooled_kl_to_uniform,
         "qcid": _pooled_qcid,

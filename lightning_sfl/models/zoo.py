@@ -2,7 +2,7 @@
 
 Every model is a :class:`SplittableModel`: an ``nn.Sequential`` whose layer list can be cut at an index, so
 that ``layers[:i]`` is the client-side model and ``layers[i:]`` the server-side model. Named cut points
-``s1``...``s5`` go from shallow to deep.
+``s1`` to ``s5`` go from shallow to deep.
 
 The client half is meant to be run batched over clients with ``torch.func.functional_call`` + ``torch.vmap``,
 so all layers are functional-friendly: no in-place activations, ``nn.Flatten`` instead of ``x.view``, and the
@@ -47,7 +47,7 @@ class SplittableModel(nn.Sequential):
     """An ``nn.Sequential`` whose named cut points index the layer list.
 
     Attributes:
-        cut_points: ``"s1"``..``"s5"`` -> number of layers on the client side (client = ``layers[:i]``),
+        cut_points: ``"s1"`` to ``"s5"`` -> number of layers on the client side (client = ``layers[:i]``),
             strictly increasing from shallow to deep.
         input_shape: ``(C, H, W)`` of one sample the model was built for.
         num_classes: size of the output logits, i.e. the model maps ``[B, C, H, W] -> [B, num_classes]``.

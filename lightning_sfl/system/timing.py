@@ -217,8 +217,10 @@ class RoundTraffic:
 
 
 class SystemModel:
-    """Protocol of a system model (see the module docstring). Subclasses implement :meth:`bind`,
-    :meth:`round_seconds` and :meth:`client_times`, and checkpoint their draws in :meth:`state_dict`."""
+    """Protocol of a system model (see the module docstring).
+
+    Subclasses implement :meth:`bind`, :meth:`round_seconds` and :meth:`client_times`, and checkpoint their draws in
+    :meth:`state_dict`."""
 
     def bind(self, num_clients: int, seed: int, costs: ClientCosts) -> None:
         """Fix the ``num_clients`` clients' systems for the run (``seed``: the data seed, for draws that follow it)

@@ -1,0 +1,100 @@
+"""Docstrings as a terminal shows them: the help texts of the command line are written from docstrings (the options'
+descriptions, a class's summary), whose Sphinx markup (``:class:`~a.b.C```, ````x````) would otherwise reach
+``--help`` as it is written.
+
+:func:`plain` turns the markup into text; :func:`plain_formatter` and :func:`plain_help` give an ``argparse`` (or
+jsonargparse) parser a help formatter that applies it to every description and option help. The API index of the
+documentation uses :func:`plain` too, for its one-line summaries (``code="`"``: names as Markdown code). Nothing here
+imports more than ``argparse`` and ``re``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from functools import cache
+
+#: A cross-reference role, reST's (``:class:`X```, ``:py:meth:`X```) or MyST's (``{doc}`X```, ``{py:func}`X```).
+ROLE = re.compile(r"(?<![\w`]):(?:[a-z]+:)?[a-z]+:`(?P<rst>[^`]+)`|\{(?:[a-z]+:)?[a-z-]+\}`(?P<myst>[^`]+)`")
+#: A reST inline literal, ````x````.
+LITERAL = re.compile(r"``(?P<text>[^`]+?)``")
+#: A reST hyperlink, ```text <https://…>`_`` (or ``__``).
+LINK = re.compile(r"`(?P<text>[^`<]+?)\s*<(?P<url>[^`>]+)>`__?")
+#: A reST reference by name, ```text`_``.
+NAMED = re.compile(r"`(?P<text>[^`<]+)`__?(?!\w)")
+
+
+def role_text(body: str) -> str:
+    """What Sphinx shows for a role's content: an explicit title, else the target (``~``: its last part; ``!`` and
+    leading dots dropped).
+
+    >>> role_text("~lightning_sfl.algorithms.scala.SCALA"), role_text("the loop <lightning_sfl.loop>")
+    ('SCALA', 'the loop')
+    >>> role_text(".describe"), role_text("!FedOpt"), role_text("lightning_sfl.loop.Federation")
+    ('describe', 'FedOpt', 'lightning_sfl.loop.Federation')
+    """
+    titled = re.fullmatch(r"(?s)(?P<title>.*\S)\s*<[^<>]+>", body)
+    if titled:
+        return titled["title"]
+    body = body.lstrip("!")
+    if body.startswith("~"):
+        return body[1:].rsplit(".", 1)[-1]
+    return body.lstrip(".")
+
+
+def plain(text: str, code: str = "") -> str:
+    """``text`` without Sphinx markup: roles as the text Sphinx shows (:func:`role_text`), literals without their
+    double backquotes, hyperlinks as their text and address. ``code`` is put around names and literals (``"`"``:
+    Markdown code; ``""``: plain text, for a terminal).
+
+    >>> plain("LightningCLI with the algorithm as a subclass of :class:`SplitFedAlgorithm`.")
+    'LightningCLI with the algorithm as a subclass of SplitFedAlgorithm.'
+    >>> plain("see :class:`~lightning_sfl.algorithms.fedopt.FedOpt` and ``--model.lr``; {doc}`the guide <guide/runs>`")
+    'see FedOpt and --model.lr; the guide'
+    >>> plain("normalises each update (:func:`fednova_average`)", code="`")
+    'normalises each update (`fednova_average`)'
+    >>> plain("Default: ``'32-true'``. See `Lightning's docs <https://lightning.ai/docs>`_.")
+    "Default: '32-true'. See Lightning's docs (https://lightning.ai/docs)."
+    >>> plain(":math:`|D_k|`-weighted, a ``max_epochs\\n= 1000`` default, ${args} kept")
+    '|D_k|-weighted, a max_epochs\\n= 1000 default, ${args} kept'
+    """
+    text = ROLE.sub(lambda m: code + role_text(m["rst"] or m["myst"]) + code, text)
+    text = LITERAL.sub(lambda m: code + m["text"] + code, text)
+    if code:
+        text = LINK.sub(lambda m: f"[{m['text']}]({m['url']})", text)
+    else:
+        text = LINK.sub(lambda m: f"{m['text']} ({m['url']})", text)
+    return NAMED.sub(lambda m: m["text"], text)
+
+
+@cache
+def plain_formatter(base: type[argparse.HelpFormatter]) -> type[argparse.HelpFormatter]:
+    """``base`` (an ``argparse`` help formatter, jsonargparse's included) whose headings (a class's group: its
+    docstring's first line), descriptions and option helps are :func:`plain` text, before they are wrapped."""
+
+    class PlainHelpFormatter(base):
+        def start_section(self, heading: str | None) -> None:
+            super().start_section(heading if heading is None else plain(heading))
+
+        def _expand_help(self, action: argparse.Action) -> str:
+            return plain(super()._expand_help(action))
+
+        def _format_text(self, text: str) -> str:
+            return super()._format_text(plain(text))
+
+    PlainHelpFormatter.__name__ = PlainHelpFormatter.__qualname__ = f"Plain{base.__name__}"
+    return PlainHelpFormatter
+
+
+@cache
+def plain_help(parser_class: type[argparse.ArgumentParser]) -> type[argparse.ArgumentParser]:
+    """``parser_class`` whose help formatter is :func:`plain_formatter` of the one it is given (or of its default);
+    a parser it makes of its own type (jsonargparse's ``--model.help CLASS``) gets it too."""
+
+    class PlainHelpParser(parser_class):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.formatter_class = plain_formatter(self.formatter_class)
+
+    PlainHelpParser.__name__ = PlainHelpParser.__qualname__ = f"Plain{parser_class.__name__}"
+    return PlainHelpParser
