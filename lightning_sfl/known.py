@@ -101,6 +101,8 @@ class ComponentKind:
 #: Option name -> the components it takes, for every option of a method that a checkpoint records as class paths;
 #: each registered where its components are defined (:func:`register_component_kind`: ``client_selection`` in
 #: :mod:`lightning_sfl.loop.selection`, ``defences`` in :mod:`lightning_sfl.defences`).
+#:
+#: :meta hide-value:
 COMPONENT_KINDS: dict[str, ComponentKind] = {}
 
 

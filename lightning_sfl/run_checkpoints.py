@@ -230,7 +230,7 @@ class RoundCheckpoint(ModelCheckpoint):
     @property
     @override
     def state_key(self) -> str:
-        """Lightning's key of the callback's state in a checkpoint, as :class:`ModelCheckpoint`'s (checkpoints written
+        """Lightning's key of the callback's state in a checkpoint, as ``ModelCheckpoint``'s (checkpoints written
         before, and by it, resume with their state)."""
         return "ModelCheckpoint" + super().state_key.removeprefix(type(self).__qualname__)
 
