@@ -291,7 +291,7 @@ def run_attack(args: argparse.Namespace) -> dict:
     import torch
 
     from lightning_sfl.attack_io import claim_output_folder, log_to_wandb, output_folder, write_scores
-    from lightning_sfl.checkpoint import check_checkpoint
+    from lightning_sfl.checkpoint import check_checkpoint, check_fits_data
     from lightning_sfl.errors import ConfigError, check_output_folder
     from lightning_sfl.privacy.metrics import reconstruction_scores
     from lightning_sfl.run_folder import Evaluated
@@ -310,11 +310,10 @@ def run_attack(args: argparse.Namespace) -> dict:
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     ckpt = check_checkpoint(args.ckpt_path)
     check_output_folder("--out", output_folder(args.ckpt_path, args.out))  # before the minutes of work, not after
-    model, method, input_shape = _trained_method(ckpt, args.ckpt_path)
+    model, method, _ = _trained_method(ckpt, args.ckpt_path)
     data = _data_module(args, ckpt)
     splits = data.splits
-    if input_shape and tuple(splits.input_shape) != input_shape:
-        raise ConfigError(f"the data's images are {list(splits.input_shape)}; the model takes {input_shape}")
+    check_fits_data(ckpt, f"ckpt_path={args.ckpt_path!r}", data.num_classes, splits.input_shape, dict(data.hparams))
     if args.attack == "labels":
         return _labels(args, ckpt, model, method, data, evaluated)
     with torch.no_grad():

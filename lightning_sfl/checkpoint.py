@@ -159,3 +159,42 @@ def inspect_parameters(cls) -> set[str]:
     import inspect
 
     return {n for c in cls.__mro__ if "__init__" in vars(c) for n in inspect.signature(c.__init__).parameters}
+
+
+#: The data options that decide the model's shape (its classes, its input): what a checkpoint's data must repeat.
+SHAPE_OPTIONS = ("dataset", "binary_class", "image_size", "labelled_per_class")
+
+
+def check_fits_data(ckpt: dict, where: str, num_classes: int, input_shape, data_options: dict) -> None:
+    """A one-line :class:`ConfigError` (naming ``where``, the checkpoint) when the model of ``ckpt`` was trained for
+    other classes or inputs than this configuration's data gives (``num_classes``, ``input_shape``): it names what
+    differs and the data options the fit had that this configuration does not (from the checkpoint's record of its
+    data module, compared with ``data_options``), before any weight is loaded.
+
+    >>> ckpt = {"hyper_parameters": {"num_classes": 2, "input_shape": [1, 8, 8]},
+    ...         "datamodule_hyper_parameters": {"dataset": "digits", "binary_class": 3}}
+    >>> check_fits_data(ckpt, "ckpt_path='a.ckpt'", 10, (1, 8, 8), {"dataset": "digits", "binary_class": None})
+    Traceback (most recent call last):
+    ...
+    lightning_sfl.errors.ConfigError: ckpt_path='a.ckpt': the checkpoint has 2 classes (--data.binary_class 3 at fit); \
+this configuration has 10 classes: give the fit's data options
+    """
+    hparams = ckpt.get("hyper_parameters") or {}
+    had_classes, had_shape = hparams.get("num_classes"), hparams.get("input_shape")
+    had, now = [], []
+    if had_classes is not None and int(had_classes) != int(num_classes):
+        had.append(f"{had_classes} classes")
+        now.append(f"{num_classes} classes")
+    if had_shape is not None and tuple(had_shape) != tuple(input_shape):
+        had.append(f"inputs {list(had_shape)}")
+        now.append(f"inputs {list(input_shape)}")
+    if not had:
+        return
+    fit = {k: v for k, v in (ckpt.get("datamodule_hyper_parameters") or {}).items() if not k.startswith("_")}
+    differ = [k for k in fit if k in data_options and fit[k] != data_options[k]]
+    shown = [k for k in differ if k in SHAPE_OPTIONS] or differ
+    at_fit = f" ({', '.join(f'--data.{k} {fit[k]}' for k in shown)} at fit)" if shown else ""
+    raise ConfigError(
+        f"{where}: the checkpoint has {' and '.join(had)}{at_fit}; this configuration has {' and '.join(now)}: give "
+        "the fit's data options"
+    )

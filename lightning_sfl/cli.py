@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import sys
 
+from lightning_sfl.errors import ConfigError
+
 #: Subcommand -> one line of help, in the order ``--help`` lists them.
 COMMANDS: dict[str, str] = {
     "fit": "train a method (every option: lightning-sfl fit --help)",
@@ -45,6 +47,15 @@ def main(args: list[str] | None = None) -> None:
     if argv[0] not in COMMANDS and not argv[0].startswith("-"):
         print(f"error: unknown subcommand {argv[0]!r}; choose from: {', '.join(COMMANDS)}", file=sys.stderr)
         raise SystemExit(2)
+    try:
+        _dispatch(argv, args)
+    except ConfigError as exc:  # (one raised before a subcommand's own handling: a setting of the environment)
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _dispatch(argv: list[str], args: list[str] | None) -> None:
+    """Run the subcommand ``argv[0]`` with the rest of ``argv`` (``args``: as :func:`main` was given them)."""
     from lightning_sfl.process.memory import retain_freed_memory
     from lightning_sfl.process.quiet import quiet_dependencies
 

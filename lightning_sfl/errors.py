@@ -18,7 +18,7 @@ from pathlib import Path
 
 from typing_extensions import override
 
-from lightning_sfl.help_text import plain_formatter
+from lightning_sfl.help_text import PlainHelp, PlainHelpFormatter
 
 
 class ConfigError(ValueError):
@@ -138,6 +138,103 @@ def name_inside(parent: str | os.PathLike, name: str, what: str) -> Path:
     return inside
 
 
+#: Environment variables a run reads as whole numbers -> what they are (for the one line a bad value gets).
+ENV_NUMBERS = {
+    "RANK": "the process's rank among a run's processes, from 0",
+    "LOCAL_RANK": "the process's rank on its node, from 0",
+    "NODE_RANK": "the node's number, from 0",
+    "SLURM_PROCID": "the SLURM task's rank, from 0",
+    "WORLD_SIZE": "the number of processes of the run, from 1",
+    "MASTER_PORT": "the first node's port for the run's rendezvous, 1-65535",
+}
+
+
+def env_number(name: str, default: int | None = None, low: int = 0, high: int | None = None) -> int | None:
+    """The environment variable ``name`` as a whole number in ``[low, high]`` (``default`` when unset or empty); a value
+    that is not is a one-line :class:`ConfigError` naming the variable and what it takes.
+
+    >>> os.environ["LIGHTNING_SFL_DOCTEST"] = "two"
+    >>> env_number("LIGHTNING_SFL_DOCTEST", 0)
+    Traceback (most recent call last):
+    ...
+    lightning_sfl.errors.ConfigError: environment variable LIGHTNING_SFL_DOCTEST='two' must be a whole number >= 0
+    >>> del os.environ["LIGHTNING_SFL_DOCTEST"]
+    """
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        limits = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        what = f" ({ENV_NUMBERS[name]})" if name in ENV_NUMBERS else ""
+        raise ConfigError(f"environment variable {name}={text!r} must be a whole number {limits}{what}")
+    return value
+
+
+def machine_memory() -> int | None:
+    """Bytes of memory this process may use: the machine's (``/proc/meminfo``), or its control group's limit when lower
+    (a container's, a SLURM job's); ``None`` where neither can be read."""
+    limits = []
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                limits.append(int(line.split()[1]) * 1024)
+    for name in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            text = Path(name).read_text().strip()
+            if text != "max" and int(text) < 1 << 60:
+                limits.append(int(text))
+    return min(limits) if limits else None
+
+
+def size_text(num_bytes: float) -> str:
+    """``num_bytes`` in binary units.
+
+    >>> size_text(58_800_000_000_000), size_text(1536), size_text(12)
+    ('53.5 TiB', '1.5 KiB', '12 B')
+    """
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(num_bytes) < 1024 or unit == "PiB":
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1024
+    raise AssertionError("unreachable")
+
+
+def check_memory(what: str, needed: float, lower: str, available: int | None = None) -> None:
+    """A one-line :class:`ConfigError` before an allocation of ``needed`` bytes (``what``: in words, with its sizes)
+    that this machine's memory (:func:`machine_memory`, or ``available``) cannot hold; ``lower``: the options that
+    make it smaller.
+
+    >>> check_memory("the data (10 rows)", 400, "--data.num_clients", available=1 << 30)
+    >>> check_memory("the data", 2 << 40, "--data.num_clients", available=24 << 30)
+    Traceback (most recent call last):
+    ...
+    lightning_sfl.errors.ConfigError: the data: 2.0 TiB needed; this machine has 24.0 GiB of memory: lower \
+--data.num_clients
+    """
+    available = machine_memory() if available is None else available
+    if available is not None and needed > available:
+        raise ConfigError(
+            f"{what}: {size_text(needed)} needed; this machine has {size_text(available)} of memory: lower {lower}"
+        )
+
+
+def out_of_memory_line(exc: BaseException) -> str | None:
+    """One line for an allocation that failed (``MemoryError``, numpy's, torch's CPU or CUDA allocator), with what it
+    asked for and the machine's memory; ``None`` for other errors."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    cuda = type(exc).__name__ == "OutOfMemoryError"
+    if not (isinstance(exc, MemoryError) or cuda or "DefaultCPUAllocator: not enough memory" in text
+            or "can't allocate memory" in text):  # fmt: skip
+        return None
+    memory = machine_memory()
+    has = f"; this machine has {size_text(memory)} of memory" if memory and not cuda else ""
+    return f"out of memory: {text}{has} (lower the setting's sizes: clients, rows, clients per round, the model)"
+
+
 def yaml_problem(err: Exception) -> str:
     """What is wrong in a YAML text, in one line, with its place.
 
@@ -156,11 +253,12 @@ def yaml_problem(err: Exception) -> str:
 class OneLineArgumentParser(argparse.ArgumentParser):
     """``argparse``'s parser whose errors are one ``error:`` line and exit code 2, like ``fit``'s (no usage dump),
     which takes no abbreviated option names, and whose ``--help`` shows no Sphinx markup
-    (:func:`~lightning_sfl.help_text.plain_formatter`)."""
+    (:class:`~lightning_sfl.help_text.PlainHelp`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)
-        kwargs["formatter_class"] = plain_formatter(kwargs.get("formatter_class") or argparse.HelpFormatter)
+        given = kwargs.get("formatter_class")
+        kwargs["formatter_class"] = given if given and issubclass(given, PlainHelp) else PlainHelpFormatter
         super().__init__(*args, **kwargs)
 
     @override

@@ -2,8 +2,8 @@
 descriptions, a class's summary), whose Sphinx markup (``:class:`~a.b.C```, ````x````) would otherwise reach
 ``--help`` as it is written.
 
-:func:`plain` turns the markup into text; :func:`plain_formatter` and :func:`plain_help` give an ``argparse`` (or
-jsonargparse) parser a help formatter that applies it to every description and option help. The API index of the
+:func:`plain` turns the markup into text; :class:`PlainHelp` gives an ``argparse`` (or jsonargparse) help formatter
+that applies it to every description and option help. The API index of the
 documentation uses :func:`plain` too, for its one-line summaries (``code="`"``: names as Markdown code). Nothing here
 imports more than ``argparse`` and ``re``.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import re
-from functools import cache
 
 #: A cross-reference role, reST's (``:class:`X```, ``:py:meth:`X```) or MyST's (``{doc}`X```, ``{py:func}`X```).
 ROLE = re.compile(r"(?<![\w`]):(?:[a-z]+:)?[a-z]+:`(?P<rst>[^`]+)`|\{(?:[a-z]+:)?[a-z-]+\}`(?P<myst>[^`]+)`")
@@ -67,34 +66,20 @@ def plain(text: str, code: str = "") -> str:
     return NAMED.sub(lambda m: m["text"], text)
 
 
-@cache
-def plain_formatter(base: type[argparse.HelpFormatter]) -> type[argparse.HelpFormatter]:
-    """``base`` (an ``argparse`` help formatter, jsonargparse's included) whose headings (a class's group: its
-    docstring's first line), descriptions and option helps are :func:`plain` text, before they are wrapped."""
+class PlainHelp:
+    """A help-formatter mixin (before an ``argparse`` formatter, jsonargparse's included, in the bases) whose headings
+    (a class's group: its docstring's first line), descriptions and option helps are :func:`plain` text, before they
+    are wrapped. Its classes are defined once, at module level, so a parser holding one pickles (``ddp_spawn``)."""
 
-    class PlainHelpFormatter(base):
-        def start_section(self, heading: str | None) -> None:
-            super().start_section(heading if heading is None else plain(heading))
+    def start_section(self, heading: str | None) -> None:
+        super().start_section(heading if heading is None else plain(heading))
 
-        def _expand_help(self, action: argparse.Action) -> str:
-            return plain(super()._expand_help(action))
+    def _expand_help(self, action: argparse.Action) -> str:
+        return plain(super()._expand_help(action))
 
-        def _format_text(self, text: str) -> str:
-            return super()._format_text(plain(text))
-
-    PlainHelpFormatter.__name__ = PlainHelpFormatter.__qualname__ = f"Plain{base.__name__}"
-    return PlainHelpFormatter
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain(text))
 
 
-@cache
-def plain_help(parser_class: type[argparse.ArgumentParser]) -> type[argparse.ArgumentParser]:
-    """``parser_class`` whose help formatter is :func:`plain_formatter` of the one it is given (or of its default);
-    a parser it makes of its own type (jsonargparse's ``--model.help CLASS``) gets it too."""
-
-    class PlainHelpParser(parser_class):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            self.formatter_class = plain_formatter(self.formatter_class)
-
-    PlainHelpParser.__name__ = PlainHelpParser.__qualname__ = f"Plain{parser_class.__name__}"
-    return PlainHelpParser
+class PlainHelpFormatter(PlainHelp, argparse.HelpFormatter):
+    """``argparse``'s help formatter, with :class:`PlainHelp`'s text."""

@@ -12,13 +12,14 @@ of the model are filled in from the data module.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Literal
 
 import lightning as L
 import torch
-from jsonargparse import lazy_instance
+from jsonargparse import DefaultHelpFormatter, lazy_instance
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
@@ -39,7 +40,13 @@ from lightning_sfl.callbacks import (
     SplitGuard,
     WandbRoundAxis,
 )
-from lightning_sfl.checkpoint import SPECIAL, check_checkpoint, checkpoint_method, legacy_hyperparameters
+from lightning_sfl.checkpoint import (
+    SPECIAL,
+    check_checkpoint,
+    check_fits_data,
+    checkpoint_method,
+    legacy_hyperparameters,
+)
 from lightning_sfl.client_store import DEFAULT_MEMORY_BUDGET, set_memory_budget
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.defences import moved_option_hint
@@ -52,7 +59,7 @@ from lightning_sfl.errors import (
     reported_cause,
     seed_number,
 )
-from lightning_sfl.help_text import plain_help
+from lightning_sfl.help_text import PlainHelp
 from lightning_sfl.loop import Federation
 from lightning_sfl.run_checkpoints import RoundCheckpoint
 from lightning_sfl.run_folder import (
@@ -67,7 +74,7 @@ from lightning_sfl.run_folder import (
     run_key,
     shown_path,
 )
-from lightning_sfl.run_placement import RunPlacement, kept_checkpoint, saved_line
+from lightning_sfl.run_placement import UNPLACED, RunPlacement, kept_checkpoint, saved_line
 from lightning_sfl.settings_checks import (
     check_config_files,
     check_rounds_to_resume,
@@ -94,6 +101,20 @@ TRAINER_DEFAULTS = {
 SUBCOMMANDS = ("fit", "validate", "test")
 
 
+class PlainJsonargparseFormatter(PlainHelp, DefaultHelpFormatter):
+    """jsonargparse's help formatter, with the docstrings' Sphinx markup as plain text
+    (:class:`~lightning_sfl.help_text.PlainHelp`)."""
+
+
+class PlainArgumentParser(LightningArgumentParser):
+    """Lightning's argument parser with :class:`PlainJsonargparseFormatter` (a parser it makes of its own type for
+    ``--model.help CLASS`` too)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["formatter_class"] = PlainJsonargparseFormatter
+        super().__init__(*args, **kwargs)
+
+
 class SFLCLI(LightningCLI):
     """LightningCLI with the algorithm as a subclass of :class:`SplitFedAlgorithm` and data-driven links."""
 
@@ -102,6 +123,7 @@ class SFLCLI(LightningCLI):
         if args is not None:  # the arguments are ``args``, not this process's command line (a compare or a sweep calls
             sys.argv[1:] = []  # this in-process under its own): Lightning would warn that it was given both
         self.placement: RunPlacement | None = None  # where the run lives (chosen before anything is instantiated)
+        self._resumed: Path | None = None  # the checkpoint fit --ckpt_path last continues from
         self._offline_line: str | None = None  # W&B cannot be reached: why this run logs offline
         self._args = args
         failed = True
@@ -134,7 +156,7 @@ class SFLCLI(LightningCLI):
             save_config_callback=RecordRun,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
-            parser_class=plain_help(LightningArgumentParser),  # --help, --model.help: docstrings without Sphinx markup
+            parser_class=PlainArgumentParser,  # --help, --model.help: docstrings without Sphinx markup
             parser_kwargs={  # no abbreviated option names: --data.num_client is an error, not num_clients
                 "exit_on_error": False,
                 "allow_abbrev": False,
@@ -248,6 +270,7 @@ class SFLCLI(LightningCLI):
         configured one."""
         if self.datamodule is not None:
             self.datamodule.check()
+            self._check_checkpoint_fits(config)
         if self.model is not None and self.datamodule is not None:  # a setting the schedule refuses: before the trainer
             self.model.schedule.check(self.datamodule.client_stats)
         user = config.get("callbacks") or []
@@ -291,11 +314,21 @@ class SFLCLI(LightningCLI):
         set_memory_budget(config.get("client_state_memory", DEFAULT_MEMORY_BUDGET / 2**20) * 2**20)
         threads = config.get("torch_threads")
         if threads is not None:
-            if threads < 1:
-                raise ConfigError(f"torch_threads={threads} must be >= 1 (or null for torch's default)")
+            cores = os.cpu_count() or 1
+            if not 1 <= threads <= cores:  # (torch starts every thread it is told to: 10**5 of them exhaust memory)
+                raise ConfigError(f"torch_threads={threads} must be in [1, {cores}] (this machine's cores), or null "
+                                  "for torch's default")  # fmt: skip
             torch.set_num_threads(threads)
         loggers = config.get("trainer", {}).get("logger")
         loggers = [lg for lg in (loggers if isinstance(loggers, list) else [loggers]) if lg not in (None, True, False)]
+        for lg in loggers:  # a folder the user gave a logger: one line now, not its traceback when it first writes
+            save_dir = (getattr(lg, "init_args", None) or {}).get("save_dir")
+            if save_dir not in UNPLACED:
+                check_output_folder("trainer.logger.save_dir", save_dir)
+        filename = (config.get("checkpoint") or {}).get("filename")
+        if filename and ("/" in str(filename) or os.sep in str(filename)):  # (the run's checkpoints stay in dirpath)
+            raise ConfigError(f"checkpoint.filename={filename!r} must be a file name (no '/'): the checkpoints go in "
+                              "checkpoint.dirpath")  # fmt: skip
         wandb_loggers = [lg for lg in loggers if str(getattr(lg, "class_path", "")).endswith("WandbLogger")]
         lightnings = [lg for lg in wandb_loggers if not str(lg.class_path).startswith("lightning_sfl.")]
         if lightnings and wandb_switch() is None:  # nothing says otherwise: no account needed
@@ -304,7 +337,7 @@ class SFLCLI(LightningCLI):
         self._go_offline_if_unreachable(wandb_loggers)
         args = self._args if self._args is not None else sys.argv[1:]
         self.placement = RunPlacement(self._command, RunPlacement.argv_of(args))
-        resumed = self.placement.choose(config, key)
+        resumed = self._resumed = self.placement.choose(config, key)
         if self.evaluated is not None:
             recorded.ckpt_path = str(self.evaluated.checkpoint)
         else:
@@ -321,6 +354,19 @@ class SFLCLI(LightningCLI):
             self.placement.continue_run(config, resumed, wandb_loggers, csv_logs, trim=self.placement.chooses)
         elif self.subcommand == "fit" and config.get("ckpt_path") and str(config.get("ckpt_path")) not in SPECIAL:
             check_rounds_to_resume(check_checkpoint(config.ckpt_path), config.get("trainer", {}).get("max_epochs"))
+
+    def _check_checkpoint_fits(self, config: dict) -> None:
+        """The checkpoint this command starts from (a given ``--ckpt_path``, or what ``last`` found) holds a model of
+        the classes and inputs of this configuration's data, else one line naming the data options of the fit
+        (:func:`~lightning_sfl.checkpoint.check_fits_data`), not Lightning's size-mismatch traceback."""
+        given = self.config.get(self.subcommand, self.config).get("ckpt_path")
+        path = self._resumed if given is None or str(given) in SPECIAL else given
+        if path is None:
+            return
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        data = self.datamodule
+        where = f"ckpt_path={str(path)!r}"
+        check_fits_data(ckpt, where, data.num_classes, data.input_shape, dict(data.hparams))
 
     def _go_offline_if_unreachable(self, wandb_loggers: list) -> None:
         """W&B loggers that would start an online run where W&B cannot be reached (no network, no server, no API key;

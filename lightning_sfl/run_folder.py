@@ -47,7 +47,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from typing_extensions import override
 
-from lightning_sfl.errors import ConfigError
+from lightning_sfl.errors import ConfigError, env_number
 from lightning_sfl.process.streams import ddp_child
 
 __all__ = [
@@ -534,8 +534,8 @@ def launched_ranks(num_nodes: int | None = None) -> Ranks | None:
     if TorchElasticEnvironment.detect():
         agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
         attempt = f"{env.get('TORCHELASTIC_RUN_ID', '')}-{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-        size, rank = int(env.get("WORLD_SIZE", "1")), int(env["RANK"])
-        found = Ranks(rank, size, env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", "29500")),
+        size, rank = env_number("WORLD_SIZE", 1, low=1), env_number("RANK", 0)
+        found = Ranks(rank, size, env.get("MASTER_ADDR", "127.0.0.1"), env_number("MASTER_PORT", 29500, 1, 65535),
                       "torchrun", agent, attempt)  # fmt: skip
     elif slurm or LSFEnvironment.detect() or MPIEnvironment.detect():
         cls = SLURMEnvironment if slurm else LSFEnvironment if LSFEnvironment.detect() else MPIEnvironment
@@ -557,7 +557,8 @@ def launched_ranks(num_nodes: int | None = None) -> Ranks | None:
                 "environment (MASTER_ADDR: the first node's address, MASTER_PORT: a free port there, NODE_RANK: the "
                 "node's number from 0)"
             )
-        found = Ranks(int(env["NODE_RANK"]), num_nodes, env["MASTER_ADDR"], int(env["MASTER_PORT"]), "NODE_RANK")
+        node, port = env_number("NODE_RANK", 0, high=num_nodes - 1), env_number("MASTER_PORT", None, 1, 65535)
+        found = Ranks(node, num_nodes, env["MASTER_ADDR"], port, "NODE_RANK")
     return found if found is not None and found.size > 1 else None
 
 

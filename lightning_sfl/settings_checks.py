@@ -11,7 +11,7 @@ from typing import Any
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-from lightning_sfl.errors import ConfigError, NonFiniteError, reported_cause, yaml_problem
+from lightning_sfl.errors import ConfigError, NonFiniteError, out_of_memory_line, reported_cause, yaml_problem
 
 __all__ = [
     "TRAINER_RULES",
@@ -79,6 +79,23 @@ def check_trainer_settings(trainer: dict) -> None:
     for name, refused, requirement in TRAINER_RULES:
         if refused(trainer.get(name)):
             raise ConfigError(f"trainer.{name}={trainer[name]} {requirement}")
+    precision, accelerator = str(trainer.get("precision")), trainer.get("accelerator")
+    if precision in ("16", "16-mixed") and _on_the_cpu(accelerator):  # (Lightning would warn and run bf16-mixed)
+        raise ConfigError(
+            f"trainer.precision={precision!r} needs a CUDA device: on the CPU, float16 mixed precision is not run "
+            "(give --trainer.precision bf16-mixed)"
+        )
+
+
+def _on_the_cpu(accelerator) -> bool:
+    """Whether a trainer with ``accelerator`` runs on the CPU (``auto``: this machine has no CUDA device)."""
+    if accelerator == "cpu":
+        return True
+    if accelerator in (None, "auto"):
+        import torch
+
+        return not torch.cuda.is_available()
+    return False
 
 
 #: Accelerators Lightning runs with torch alone; another one that fails to start lacks a package.
@@ -111,7 +128,31 @@ def user_error_line(exc: BaseException) -> tuple[str, int] | None:
         return (str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__), 2
     if str(exc).startswith("Early stopping conditioned on metric"):
         return " ".join(str(exc).split()), 2
+    memory = out_of_memory_line(exc)
+    if memory is not None:
+        return memory, 2
+    if isinstance(exc, RuntimeError) and "Error(s) in loading state_dict" in str(exc):
+        return checkpoint_mismatch_line(str(exc)), 2
     return None
+
+
+def checkpoint_mismatch_line(text: str) -> str:
+    """One line for a checkpoint whose weights do not fit the model (what ``load_state_dict`` found first).
+
+    >>> checkpoint_mismatch_line("Error(s) in loading state_dict for SCALA:\\n\\tsize mismatch for "
+    ...     "server.net.11.weight: copying a param with shape torch.Size([2, 128]) from checkpoint, the shape in "
+    ...     "current model is torch.Size([10, 128]).")
+    "the checkpoint does not fit this configuration's model (server.net.11.weight is [2, 128] in the checkpoint, [10, \
+128] here): give the fit's options"
+    """
+    found = re.search(r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\((\[[^\]]*\])\) from "
+                      r"checkpoint, the shape in current model is torch\.Size\((\[[^\]]*\])\)", text)  # fmt: skip
+    if found:
+        detail = f"{found.group(1)} is {found.group(2)} in the checkpoint, {found.group(3)} here"
+    else:
+        keys = re.search(r"(Missing|Unexpected) key\(s\) in state_dict: \"([^\"]+)\"", text)
+        detail = f"{keys.group(1).lower()} {keys.group(2)}" if keys else "its weights differ"
+    return f"the checkpoint does not fit this configuration's model ({detail}): give the fit's options"
 
 
 def check_config_files(argv) -> None:

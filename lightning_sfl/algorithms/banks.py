@@ -10,10 +10,11 @@ from contextlib import ExitStack
 import torch
 from torch import nn
 
+from lightning_sfl import trainer_view
 from lightning_sfl.algorithms.client_bank import ClientBank, Slots
 from lightning_sfl.system.comm import module_bytes
 
-__all__ = ["all_banks", "build_banks", "download", "step_slots", "traffic_kind", "upload"]
+__all__ = ["all_banks", "build_banks", "check_bank_memory", "download", "step_slots", "traffic_kind", "upload"]
 
 
 def traffic_kind(method) -> str:
@@ -23,13 +24,40 @@ def traffic_kind(method) -> str:
 
 def build_banks(method, num_slots: int, persistent: bool) -> None:
     """``num_slots`` copies of each of ``method``'s client models (``client_models()``, ``make_bank``) and, with server
-    copies, of its server half; ``persistent``: the slots live across rounds (checkpointed)."""
+    copies, of its server half; ``persistent``: the slots live across rounds (checkpointed). Copies that cannot fit in
+    the memory of the machine (or of the GPU) are refused before they are made, with the estimate."""
+    copied = [*method.client_models().values(), *([method.server.net] if method.server_copies else [])]
+    check_bank_memory(copied, num_slots, trainer_view.device(method.trainer))
     for name, module in method.client_models().items():
         method.client_banks[name] = method.make_bank(module, num_slots)
         method.client_banks[name].checkpointed = persistent
     if method.server_copies:
         method.server_bank = method.make_bank(method.server.net, num_slots)
         method.server_bank.checkpointed = persistent
+
+
+def check_bank_memory(modules: list[nn.Module], num_slots: int, device: torch.device | None) -> None:
+    """A one-line :class:`~lightning_sfl.errors.ConfigError` when ``num_slots`` copies of ``modules`` — each copy's
+    parameters, their gradients and an optimiser's momentum, and its buffers — need more than the memory of ``device``
+    (the machine's for the CPU; the GPU's free memory for CUDA).
+
+    >>> check_bank_memory([nn.Linear(1000, 1000)], num_slots=10**6, device=torch.device("cpu"))
+    Traceback (most recent call last):
+    ...
+    lightning_sfl.errors.ConfigError: the clients' copies (1,000,000 slots of 1,001,000 parameters): 10.9 TiB needed; \
+this machine has ... of memory: lower --data.participation or --data.num_clients
+    """
+    from lightning_sfl.errors import check_memory
+
+    per_copy = sum(3 * p.numel() * p.element_size() for m in modules for p in m.parameters())
+    per_copy += sum(b.numel() * b.element_size() for m in modules for b in m.buffers())
+    parameters = sum(p.numel() for m in modules for p in m.parameters())
+    what = f"the clients' copies ({num_slots:,} slots of {parameters:,} parameters)"
+    available = None
+    if device is not None and device.type == "cuda":
+        available = torch.cuda.mem_get_info(device)[0]
+        what = f"{what} on {device}"
+    check_memory(what, num_slots * per_copy, "--data.participation or --data.num_clients", available)
 
 
 def all_banks(method) -> list[ClientBank]:

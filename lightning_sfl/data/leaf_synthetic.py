@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lightning_sfl.errors import ConfigError
+from lightning_sfl.errors import ConfigError, check_memory
 
 __all__ = [
     "FederatedSynthetic",
@@ -192,6 +192,9 @@ def stacked_synthetic(
     sizes, clients = _client_draws(lam, mu, num_clients, dim, num_classes, size_mu, size_sigma, size_offset, iid, seed)
     train_sizes = (train_fraction * sizes).astype(np.int64)  # ⌊0.9·n_k⌋, as int(0.9 * n) per client
     test_sizes = sizes - train_sizes
+    rows = int(sizes.sum())  # (before the arrays: a setting they cannot fit in is refused, not an allocation error)
+    check_memory(f"Synthetic({lam:g}, {mu:g})'s data ({rows:,} rows of {dim} features for {num_clients:,} clients)",
+                 rows * (dim * 4 + 8), "--data.num_clients or --data.leaf_size_log_mean")  # fmt: skip
     out = StackedSynthetic(
         np.empty((int(train_sizes.sum()), dim), np.float32),
         np.empty(int(train_sizes.sum()), np.int64),

@@ -6,6 +6,7 @@ when the command line starts (a library import changes no global filter)."""
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 
 from typing_extensions import override
@@ -44,6 +45,11 @@ def quiet_dependencies() -> None:
     # and ``bf16-mixed`` that it counts 32 bits: mixed precision keeps the parameters in float32, so that count is the
     # right one (Lightning's own TODO at the warning).
     warnings.filterwarnings("ignore", message=r"Precision (bf)?16-mixed is not supported by the model summary")
+    # The processes a run starts anew (``--trainer.strategy ddp_spawn``'s, which run no command line of their own) take
+    # the two filters of every step through the environment (Python's ``-W`` form: a message's literal beginning).
+    inherited = ("ignore:`isinstance(treespec", "ignore:It is recommended to use `self.log(")  # (no comma: -W splits)
+    given = [w for w in os.environ.get("PYTHONWARNINGS", "").split(",") if w]
+    os.environ["PYTHONWARNINGS"] = ",".join(dict.fromkeys([*given, *inherited]))
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.trainer.connectors.signal_connector"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, _NoTips) for f in logger.filters):

@@ -28,7 +28,9 @@ def is_terminal(stream) -> bool:
 def ddp_child() -> bool:
     """Whether this process is one Lightning launched for DDP, or another than the first of a launcher's (a
     ``LOCAL_RANK``, ``NODE_RANK``, ``RANK`` or, under ``srun``, ``SLURM_PROCID`` other than 0 in its environment)."""
-    return any(int(os.environ.get(v, "0") or 0) > 0 for v in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID"))
+    from lightning_sfl.errors import env_number
+
+    return any(env_number(v, 0) > 0 for v in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID"))
 
 
 @contextlib.contextmanager

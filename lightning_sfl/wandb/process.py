@@ -65,6 +65,10 @@ _RUN_ID_CHARS = string.ascii_lowercase + string.digits
 WATCH_REFUSED = "watch needs the model in W&B's process: use lightning.pytorch.loggers.WandbLogger to watch it"
 
 
+#: The values W&B takes for ``WANDB_MODE`` (``wandb.Settings.mode``).
+WANDB_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
+
+
 class WandbProcessError(RuntimeError):
     """A W&B call failed in the worker process (its message), or the worker is gone."""
 
@@ -74,7 +78,12 @@ def wandb_switch() -> str | None:
     (``WANDB_SWEEP_ID``: online) or ``wandb online|offline`` (the ``mode`` of W&B's settings files). ``None``: the CLI
     runs its WandbLogger offline."""
     if os.environ.get("WANDB_MODE"):
-        return os.environ["WANDB_MODE"]
+        mode = os.environ["WANDB_MODE"]
+        if mode not in WANDB_MODES:  # (W&B itself would fail when the run starts, after the training began)
+            from lightning_sfl.errors import ConfigError
+
+            raise ConfigError(f"environment variable WANDB_MODE={mode!r} is not one of: {', '.join(WANDB_MODES)}")
+        return mode
     if os.environ.get("WANDB_SWEEP_ID"):
         return "online"
     import wandb

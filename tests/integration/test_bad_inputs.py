@@ -124,12 +124,19 @@ BAD: list[tuple[list[str], str]] = [
     (["--trainer.default_root_dir=/proc/nope"], "trainer.default_root_dir='/proc/nope' cannot be written"),
     # checkpoints and data
     (["--ckpt_path=missing.ckpt"], "does not exist"),
-    (["--ckpt_path=truncated.ckpt"], "cannot be loaded safely"),
+    (["--ckpt_path=truncated.ckpt"], "is damaged (truncated, or not a checkpoint"),
     (["--ckpt_path=foreign.ckpt"], "not a lightning_sfl checkpoint"),
     (["--ckpt_path=fedavg.ckpt"], "was written by lightning_sfl.algorithms.FedAvg, not lightning_sfl.algorithms.SCALA"),
     (["--data.batch_size=100000"], "batch_size=100000 is larger than the 1437 training rows of all 20 clients"),
     (["--data.dataset=cifar10"], "cifar10 not found"),
     (["--data.dataset=cifar10", "--data.download=true", "--data.root=x"], "downloading cifar10 failed: the server"),
+    # issue 67: sizes that cannot fit in memory, this machine's cores, options Lightning would change or write with
+    (["--model=fedavg", "--data.dataset=leaf_synthetic", "--data.partition=natural", "--data.leaf_size_log_mean=20"],
+     "(21,040,155,458 rows of 60 features for 20 clients): 4.7 TiB needed; this machine has"),
+    (["--torch_threads=100000"], "torch_threads=100000 must be in [1, "),
+    (["--trainer.precision=16-mixed"], "trainer.precision='16-mixed' needs a CUDA device"),
+    (["--checkpoint.filename=../elsewhere"], "checkpoint.filename='../elsewhere' must be a file name (no '/')"),
+    (["--trainer.logger.init_args.save_dir=/proc/nope"], "trainer.logger.save_dir='/proc/nope' cannot be written"),
     # config files that hold no settings
     (["--config=empty.yaml"], "--config empty.yaml: expected a YAML mapping of settings (model:, data:, …), found an"),
     (["--config", "list.yaml"], "--config list.yaml: expected a YAML mapping of settings (model:, data:, …), found a"),
