@@ -183,6 +183,7 @@ def _data_module(args: argparse.Namespace, ckpt: dict):
         data = ckpt.get("datamodule_hyper_parameters")
         if not data:
             raise ConfigError("attack needs --config (the data) for a checkpoint that does not record its data module")
+        data = {**data, "download": False}  # (a checkpoint never makes the tool write: no download on its word)
     return FederatedDataModule(**{k: v for k, v in data.items() if not k.startswith("_")})
 
 
