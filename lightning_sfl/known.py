@@ -36,6 +36,8 @@ __all__ = [
 
 #: A dotted Python name (``a.b.C``): what could name a module to import.
 DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+#: What ends a file's name rather than a class path (``--config test.yaml`` names no module ``test``).
+FILE_SUFFIXES = (".yaml", ".yml", ".json", ".ckpt", ".pt", ".pth", ".csv", ".txt", ".md", ".npz", ".npy", ".gz")
 #: Packages a file's dotted name may point into (the library and the dependencies whose classes a config names: a
 #: logger, a callback, an optimiser); imported only through the library's own parsing of the command.
 TRUSTED_PACKAGES = ("lightning_sfl", "lightning", "pytorch_lightning", "torch", "torchvision", "torchmetrics")
@@ -220,6 +222,7 @@ def check_named_code(tokens: Iterable[str], where: str, cwd: Path | None = None)
     (``--config other.yaml``, ``cwd``-relative). What the user's own command line adds is not checked here.
 
     >>> check_named_code(["fit", "--model.lr=0.1", "--model", "lightning_sfl.algorithms.SCALA"], "sweep='s.yaml'")
+    >>> check_named_code(["fit", "--config", "test.yaml"], "sweep='s.yaml'")  # (a file, though ``test`` is a module)
     >>> check_named_code(["fit", "--model.client_selection", "this.X"], "sweep='s.yaml'")
     Traceback (most recent call last):
     ...
@@ -245,6 +248,8 @@ no code to import; give your own classes on the command line (after --)
             except (OSError, UnicodeDecodeError, yaml.YAMLError):
                 pass  # (the command reports an unreadable config itself)
         for text in found:
+            if Path(text.strip()).suffix in FILE_SUFFIXES:  # (a file's name, ``test.yaml``: not a module's)
+                continue
             if _names_foreign_code(text.strip()):
                 raise ConfigError(
                     f"{where}: {token!r} names {text.strip()!r}, code outside the library: a file names no code to "
