@@ -140,8 +140,8 @@ class RunPlacement:
             return None
         folder = Path(given) if given else self.folder / "checkpoints"
         plan = resume_point(folder / "last.ckpt", shown_path(self.folder))
-        if plan is not None or self._new or not self._held:
-            self._mend = plan if self._held else None
+        if plan is not None or self._new or not self._held or RunLock(self.folder).holder() is not None:
+            self._mend = plan if self._held else None  # (a folder a live process holds: its one line at the claim)
             self.note = plan.line(shown_path(self.folder)) if plan is not None and self._held else None
             return plan
         if name == "" or given:
