@@ -213,6 +213,12 @@ class SplitFedAlgorithm(L.LightningModule):
         1-5 GFLOP/s; :class:`~lightning_sfl.system.wireless.WirelessCell`). The CLI's is ``--clock.*``."""
         return WirelessCell()
 
+    def check_system(self, system: SystemModel) -> None:
+        """What the method refuses of the fit's system model, as a one-line
+        :class:`~lightning_sfl.errors.ConfigError`, before anything runs: the CLI asks before the trainer exists,
+        :meth:`Federation.build <lightning_sfl.loop.Federation.build>` before it binds the system. Nothing here (S²FL:
+        a fixed cut on a clock that never slides it)."""
+
     def split_options(self) -> list[str] | None:
         """The cut points the system model may charge a client (a sliding split, S²FL); ``None``: ``split_point``."""
         return None
