@@ -135,9 +135,10 @@ SEMI_SFL_ONLY_OPTIONS = ("temperature", "proj_dim", "proj_hidden", "queue_size",
 
 
 def legacy_hyperparameters(cls, hparams: dict) -> dict:
-    """The hyperparameters of a checkpoint of ``cls`` as its constructor takes them now: old names renamed, and the
+    """The hyperparameters of a checkpoint of ``cls`` as its constructor takes them now: old names renamed, the
     defence options every method had before defences were parts as ``defences``
-    (:func:`~lightning_sfl.defences.from_legacy_options`)."""
+    (:func:`~lightning_sfl.defences.from_legacy_options`), and the options the method has no use for left out
+    (``unused_options``: they changed nothing, and are refused now at other than their defaults)."""
     from lightning_sfl.algorithms.split_method import SplitMethod
     from lightning_sfl.defences import from_legacy_options
 
@@ -151,6 +152,8 @@ def legacy_hyperparameters(cls, hparams: dict) -> dict:
     for name in SEMI_SFL_ONLY_OPTIONS:  # Semi-SFL's, held by its baselines until they had a base of their own
         if name not in accepted:
             hparams.pop(name, None)
+    for name in getattr(cls, "unused_options", dict)():  # they changed nothing, and are refused now at non-defaults
+        hparams.pop(name, None)
     return hparams
 
 

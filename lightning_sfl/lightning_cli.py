@@ -266,13 +266,16 @@ class SFLCLI(LightningCLI):
         """Check the data first: the dataset is loaded and the partition built before the trainer exists, so a
         missing dataset or an impossible partition is a one-line error and the run creates nothing (no folder,
         checkpoint or W&B run); so is a setting the method's schedule refuses (GAS with the inversion regulariser,
-        Semi-SFL without a labelled set). Then the round-level progress bar, unless progress bars are off or the user
-        configured one."""
+        Semi-SFL without a labelled set), or one it refuses of the system model (``check_system``). Then the
+        round-level progress bar, unless progress bars are off or the user configured one."""
         if self.datamodule is not None:
             self.datamodule.check()
             self._check_checkpoint_fits(config)
         if self.model is not None and self.datamodule is not None:  # a setting the schedule refuses: before the trainer
             self.model.schedule.check(self.datamodule.client_stats)
+        clock = (self.config_init.get(self.subcommand) or {}).get("clock") if self.subcommand else None
+        if self.model is not None and clock is not None:  # what the method refuses of the system model (--clock.*)
+            self.model.check_system(clock)
         user = config.get("callbacks") or []
         user = user if isinstance(user, list) else [user]
         if config.get("enable_progress_bar", True) is not False and not any(isinstance(c, ProgressBar) for c in user):
@@ -559,6 +562,8 @@ def check_by_instantiating(cli: SFLCLI) -> None:
         built.model.schedule.check(
             built.data.client_stats
         )  # what the schedule refuses (GAS with the inversion regulariser)
+        if built.get("clock") is not None:  # and what the method refuses of the system model
+            built.model.check_system(built.clock)
     except Exception as exc:
         found = user_error_line(exc)
         if found is None:

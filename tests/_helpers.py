@@ -71,14 +71,17 @@ SHORT_WARMUP = {
 }
 
 
-def method_kwargs(name: str) -> dict:
-    """Extra constructor arguments of registered method ``name`` in the registry-driven tests."""
+def method_kwargs(name: str, **common) -> dict:
+    """Extra constructor arguments of registered method ``name`` in the registry-driven tests, with ``common`` (what a
+    test gives every method: ``local_iters``, ``lr``, ...), less the options the method has no use for and refuses
+    (``unused_options``: FedBuff's ``flush_every``, supervised-only's clients' settings)."""
     from lightning_sfl.algorithms import REGISTRY
 
-    kwargs = dict({"semi": SEMI_SMALL, "async": ASYNC_SMALL}.get(REGISTRY[name].family, {}))
+    kwargs = dict({"semi": SEMI_SMALL, "async": ASYNC_SMALL}.get(REGISTRY[name].family, {}), **common)
     if name == "semi_sfl":
         kwargs["queue_size"] = 16  # Semi-SFL's queue of teacher projections (eq. 5)
-    return kwargs
+    unused = REGISTRY[name].cls.unused_options()
+    return {k: v for k, v in kwargs.items() if k not in unused}
 
 
 #: Data-module arguments the registry-driven tests add for the semi-supervised methods: a labelled server set of 3

@@ -32,6 +32,7 @@ from lightning_sfl.system.wireless import WirelessCell
 
 __all__ = [
     "AGGREGATIONS",
+    "UNUSED_OPTIONS",
     "AsyncMethod",
     "RoundMeans",
     "aggregate",
@@ -44,6 +45,13 @@ __all__ = [
 ]
 
 AGGREGATIONS = ("data_size", "uniform")
+#: The base's options the asynchronous methods have no use for (their ``unused_options``): a client that finishes hands
+#: its slot to one drawn uniformly among the idle ones (:class:`~lightning_sfl.loop.async_clock.AsyncClock`), not by a
+#: selection policy.
+UNUSED_OPTIONS = {
+    "client_selection": "an asynchronous client's slot goes to an idle client drawn uniformly (AsyncClock), "
+    "not by a selection policy"
+}
 
 
 def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -170,14 +178,16 @@ class AsyncMethod(SplitFedAlgorithm):
 
     Args:
         concurrency: ``C``, clients in flight.
-        flush_every: ``Q_s``, activation arrivals per server update (split methods).
+        flush_every: ``Q_s``, activation arrivals per server update (split methods; FedBuff and CA²FL refuse it).
         aggregate_every: ``Q_c``, uploads per aggregation (one round).
         client_batch_size: ``B``, rows per client minibatch (``None``: the data module's ``batch_size``).
-        aggregation: ``data_size`` (``|D_k|`` weights, GAS eq. 10) or ``uniform`` (the GAS code).
+        aggregation: ``data_size`` (``|D_k|`` weights, GAS eq. 10) or ``uniform`` (the GAS code); FedBuff and CA²FL,
+            whose ``update`` is their own, refuse it.
         full_bandwidth: every client gets the whole bandwidth (the GAS code) instead of ``W / C``.
         batch_arrivals: process the arrivals between two server updates in batched steps, one for every slot's
             next arrival (exact); ``False``: one step per arrival.
-        **kwargs: the base's (``local_iters`` is ``E``, local iterations per participation).
+        **kwargs: the base's (``local_iters`` is ``E``, local iterations per participation; ``client_selection`` is
+            refused: the clock draws the next client).
     """
 
     step_handlers = {"arrivals": None, "upload": "upload"}
@@ -196,6 +206,11 @@ class AsyncMethod(SplitFedAlgorithm):
         super().__init__(**kwargs)
         settings = (concurrency, flush_every, aggregate_every, client_batch_size, aggregation, full_bandwidth)
         keep_settings(self, *settings, batch_arrivals)
+
+    @classmethod
+    @override
+    def unused_options(cls) -> dict[str, str]:
+        return {**super().unused_options(), **UNUSED_OPTIONS}
 
     @override
     def configure_schedule(self) -> Schedule:

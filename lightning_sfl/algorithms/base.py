@@ -36,7 +36,7 @@ from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slo
 from lightning_sfl.algorithms.guards import check_global_weights
 from lightning_sfl.algorithms.halves import DEFAULT_SPLIT_POINT, ClientModule, ServerModule, split_halves
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy
-from lightning_sfl.algorithms.options import MissingClassFloor, check_training_options
+from lightning_sfl.algorithms.options import MissingClassFloor, check_training_options, check_unused, option_defaults
 from lightning_sfl.algorithms.processes import disable_ddp_reducer, sum_gradients_over_processes, world_size
 from lightning_sfl.algorithms.round_tracker import RoundTracker
 from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank
@@ -55,7 +55,8 @@ class SplitFedAlgorithm(L.LightningModule):
 
     Args:
         arch: model name (see ``lightning_sfl.models.MODELS``).
-        split_point: cut point ``s1``…``s5`` (shallow to deep); the client holds the layers before it.
+        split_point: cut point ``s1``…``s5`` (shallow to deep); the client holds the layers before it. Refused (other
+            than the default) by a method without a server half (:meth:`unused_options`).
         local_iters: ``T``, local iterations per global round.
         lr: ``η``, SGD learning rate of clients and server.
         momentum: SGD momentum, in [0, 1) (the papers use plain SGD: 0).
@@ -105,6 +106,7 @@ class SplitFedAlgorithm(L.LightningModule):
         self._checkpoint_rounds: int | None = None  # rounds behind a checkpoint loaded for validate/test
         check_training_options(local_iters, lr, momentum, weight_decay, client_bank, nesterov)
         self.save_hyperparameters()
+        given = dict(self.hparams)  # every option of the method's constructors, as given
         self.automatic_optimization = False
         self.local_iters, self.lr, self.momentum, self.weight_decay = local_iters, lr, momentum, weight_decay
         self.nesterov, self.num_classes, self.client_bank = nesterov, num_classes, client_bank
@@ -119,6 +121,16 @@ class SplitFedAlgorithm(L.LightningModule):
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.defences = Defences()  # none but a split method's (split_method.defend)
         self.example_input_array = torch.zeros(1, *input_shape)  # the model summary counts FLOPs on it
+        check_unused(self.unused_options(), given, option_defaults(type(self)))  # after the values' own checks
+
+    @classmethod
+    def unused_options(cls) -> dict[str, str]:
+        """The options the method has no use for, each with why: one set to other than its default is refused at
+        construction (one line: an option that changes nothing is not accepted silently), and ``compare`` leaves them
+        out of a config it runs several methods with. Here: ``split_point`` of a method without a server half."""
+        if cls.has_server_half:
+            return {}
+        return {"split_point": f"{cls.__name__}'s clients train the whole model (no server half to cut off)"}
 
     def build_halves(
         self, arch: str, split_point: str, num_classes: int, input_shape: tuple[int, int, int]
@@ -200,6 +212,12 @@ class SplitFedAlgorithm(L.LightningModule):
         """The system model of a federation built without one (Python API): SCALA's wireless cell (clients at
         1-5 GFLOP/s; :class:`~lightning_sfl.system.wireless.WirelessCell`). The CLI's is ``--clock.*``."""
         return WirelessCell()
+
+    def check_system(self, system: SystemModel) -> None:
+        """What the method refuses of the fit's system model, as a one-line
+        :class:`~lightning_sfl.errors.ConfigError`, before anything runs: the CLI asks before the trainer exists,
+        :meth:`Federation.build <lightning_sfl.loop.Federation.build>` before it binds the system. Nothing here (S²FL:
+        a fixed cut on a clock that never slides it)."""
 
     def split_options(self) -> list[str] | None:
         """The cut points the system model may charge a client (a sliding split, S²FL); ``None``: ``split_point``."""

@@ -39,6 +39,7 @@ from lightning_sfl.algorithms.aggregate import (
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.algorithms.iteration import full_model_iteration
 from lightning_sfl.algorithms.losses import row_label_distribution
+from lightning_sfl.algorithms.options import option_defaults
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import LocalEpochs, Schedule, Step
@@ -144,11 +145,11 @@ class FedAvg(SplitFedAlgorithm):
     (``τ_k = ⌈E·|D_k| / b⌉``), the setting in which FedNova differs from FedAvg.
 
     Args:
-        local_epochs: ``E > 0`` local epochs per round (``local_iters`` is then unused); ``None``: ``T`` local
-            iterations with SCALA's batch split (eq. 3), the default.
-        local_batch_size: rows per client and step with ``local_epochs``; ``None``: ``⌊B / S⌋``.
-        **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm` (``split_point`` has no
-            effect: there is no server half).
+        local_epochs: ``E > 0`` local epochs per round (``local_iters`` is then unused: other than its default, it is
+            refused); ``None``: ``T`` local iterations with SCALA's batch split (eq. 3), the default.
+        local_batch_size: rows per client and step with ``local_epochs`` (refused without it); ``None``: ``⌊B / S⌋``.
+        **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm` (``split_point`` is refused: there is
+            no server half).
     """
 
     has_server_half: ClassVar[bool] = False
@@ -156,8 +157,17 @@ class FedAvg(SplitFedAlgorithm):
     uses_features: ClassVar[bool] = False
 
     def __init__(self, local_epochs: float | None = None, local_batch_size: int | None = None, **kwargs) -> None:
+        if local_batch_size is not None and local_epochs is None:
+            raise ConfigError(
+                f"local_batch_size={local_batch_size!r} is a setting of local_epochs: give local_epochs too"
+            )
         super().__init__(**kwargs)
         self.local_epochs, self.local_batch_size = local_epochs, local_batch_size
+        if local_epochs is not None and self.local_iters != option_defaults(type(self))["local_iters"]:
+            raise ConfigError(
+                f"local_iters={self.local_iters} changes nothing with local_epochs: each client takes "
+                "⌈E·|D_k| / b⌉ steps"
+            )
         if local_epochs is not None:  # the settings are checked now (one-line errors at construction)
             federated.checked_schedule(self, self.local_epoch_rounds())
 

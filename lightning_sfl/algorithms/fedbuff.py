@@ -69,6 +69,17 @@ class FedBuff(AsyncMethod):
         self.deltas.append(flat_parameters(slot).detach() - start)
         super().upload(step)
 
+    @classmethod
+    @override
+    def unused_options(cls) -> dict[str, str]:
+        """``flush_every`` (no activations: no server update per arrivals) and ``aggregation`` (``update`` sets the
+        server step)."""
+        return {
+            **super().unused_options(),
+            "flush_every": f"{cls.__name__}'s clients upload no activations (Q_s counts activation arrivals)",
+            "aggregation": f"{cls.__name__}'s server step is set by its update option",
+        }
+
     def server_direction(self, deltas: torch.Tensor, clients: list[int]) -> torch.Tensor:
         """The update direction from the buffered ``Δ`` ``[M, P]`` of ``clients``: FedBuff's mean."""
         return deltas.mean(0)

@@ -215,7 +215,9 @@ class FedMatch(SemiSupervised):
         helpers: ``H``, helpers per client.
         helper_interval: helpers are sent in rounds ``h`` with ``(h + 1) % helper_interval == 0`` (the code: 10).
         mask_kl: the KL term only on confident rows (the code) instead of every row (the equation).
-        **kwargs: see :class:`~lightning_sfl.algorithms.semi_supervised.SemiSupervised` (``ema`` 0: no EMA teacher).
+        ema: fixed at 0 (no EMA teacher): another value is refused, as is ``client_teacher`` (the clients hold no
+            teacher).
+        **kwargs: see :class:`~lightning_sfl.algorithms.semi_supervised.SemiSupervised`.
     """
 
     has_server_half: ClassVar[bool] = False
@@ -230,6 +232,7 @@ class FedMatch(SemiSupervised):
         helpers: int = 2,
         helper_interval: int = 1,
         mask_kl: bool = False,
+        ema: float = 0.0,
         **kwargs,
     ) -> None:
         weights = dict(supervised_weight=supervised_weight, consistency_weight=consistency_weight)
@@ -240,8 +243,7 @@ class FedMatch(SemiSupervised):
         for name, value, low in (("helpers", helpers, 0), ("helper_interval", helper_interval, 1)):
             if int(value) != value or value < low:
                 raise ConfigError(f"{name}={value!r} must be a whole number >= {low}")
-        kwargs.update(ema=0.0)
-        super().__init__(**kwargs)
+        super().__init__(ema=ema, **kwargs)
         self.psi_factor, self.supervised_weight = float(psi_factor), float(supervised_weight)
         self.consistency_weight, self.l2_weight, self.l1_weight = map(float, (consistency_weight, l2_weight, l1_weight))
         self.helpers, self.helper_interval, self.mask_kl = int(helpers), int(helper_interval), bool(mask_kl)
@@ -260,6 +262,14 @@ class FedMatch(SemiSupervised):
         self._phase = "supervised"
         self._round, self._round_slots = 0, {}  # the round's slot -> client
         self._slot_helpers: dict[int, list[int]] = {}
+
+    @classmethod
+    @override
+    def unused_options(cls) -> dict[str, str]:
+        """``ema`` and ``client_teacher``: FedMatch has no EMA teacher (its pseudo-labels are its helpers' and its
+        own)."""
+        teacher = "FedMatch has no EMA teacher (its pseudo-labels are the agreement of its helpers and its own)"
+        return {**super().unused_options(), "ema": teacher, "client_teacher": teacher}
 
     # ------------------------------------------------------------------ the decomposition
     @staticmethod

@@ -211,6 +211,12 @@ class FedAdagrad(FedOpt):
 
     server_optimizer: ClassVar[str] = "adagrad"
 
+    @classmethod
+    @override
+    def unused_options(cls) -> dict[str, str]:
+        """``beta2``: Adagrad's second moment is a running sum, without a decay."""
+        return {**super().unused_options(), "beta2": "FedAdagrad's second moment is a running sum (no decay β2)"}
+
 
 @register("fedavgm", family="fl")
 class FedAvgM(FedOpt):
@@ -223,8 +229,24 @@ class FedAvgM(FedOpt):
     """
 
     server_optimizer: ClassVar[str] = "momentum"
+    #: FedOpt's settings that FedAvgM sets itself (``beta1`` is ``server_momentum``): given, each is refused.
+    momentum_settings: ClassVar[dict[str, str]] = {
+        "beta1": "FedAvgM's momentum is server_momentum",
+        "beta2": "FedAvgM's momentum step has no second moment",
+        "tau": "FedAvgM's momentum step has no second moment",
+    }
 
     def __init__(self, server_momentum: float = 0.9, server_lr: float = 1.0, **kwargs) -> None:
         if not 0 <= server_momentum < 1:
             raise ConfigError(f"server_momentum={server_momentum} must be in [0, 1)")
+        for name, why in self.momentum_settings.items():  # given, they would be overridden (or clash)
+            if name in kwargs:
+                raise ConfigError(f"{name}={kwargs[name]!r} changes nothing: {why}")
         super().__init__(server_lr=server_lr, beta1=server_momentum, beta2=0.0, tau=0.0, **kwargs)
+
+    @classmethod
+    @override
+    def unused_options(cls) -> dict[str, str]:
+        """``initial_second_moment``: the momentum step has no second moment (``beta1``, ``beta2`` and ``tau``, which
+        it sets itself, are refused by its constructor)."""
+        return {**super().unused_options(), "initial_second_moment": "FedAvgM's momentum step has no second moment"}

@@ -64,8 +64,8 @@ class FSHA(SplitMethod):
         discriminator_lr: Adam's learning rate of ``D`` (the code: ``1e-4``).
         penalty: ``λ`` of the gradient penalty (the code: 500).
         width: channels of the decoder and the discriminator.
-        client_optimizer: the clients' optimiser: ``"adam"`` (the authors' code) or ``"sgd"`` (the base's SGD, with its
-            momentum and weight decay).
+        client_optimizer: the clients' optimiser: ``"adam"`` (the authors' code; ``momentum``, ``weight_decay`` and
+            ``nesterov``, SGD's, are then refused) or ``"sgd"`` (the base's SGD, with its momentum and weight decay).
         **kwargs: the base's (``lr``: the clients' learning rate, under either optimiser).
     """
 
@@ -87,6 +87,13 @@ class FSHA(SplitMethod):
         super().__init__(**kwargs)
         if client_optimizer not in ("adam", "sgd"):
             raise ConfigError(f"client_optimizer={client_optimizer!r} must be one of: adam, sgd")
+        if client_optimizer == "adam":  # Adam at lr: SGD's settings would change nothing
+            for name in ("momentum", "weight_decay"):
+                if self.hparams[name] != 0:
+                    raise ConfigError(
+                        f"{name}={self.hparams[name]!r} is an SGD setting: FSHA's clients use Adam "
+                        "(client_optimizer='sgd' for the base's SGD)"
+                    )
         self.client_optimizer = client_optimizer
         self.public_size = whole_number("public_size", public_size)
         self.scored_images = whole_number("scored_images", scored_images)

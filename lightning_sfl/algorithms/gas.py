@@ -49,6 +49,7 @@ from lightning_sfl.algorithms.losses import row_label_distribution
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.split_method import SplitMethod
 from lightning_sfl.algorithms.stacked_bank import AUTO_STACKED_MIN_SLOTS_ASYNC_CPU, StackedBank, make_bank
+from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import AsyncEvents
 from lightning_sfl.loop.async_events import ArrivalStep, UploadStep
 from lightning_sfl.loop.sampling import round_generator
@@ -57,6 +58,8 @@ __all__ = ["GAS", "AsyncSFL"]
 
 GRADIENT_ORDERS = ("after_server_step", "before_server_step")
 _GENERATION_STREAM = 11
+#: ``rank`` of ``covariance="lowrank"`` when not given.
+DEFAULT_RANK = 16
 
 
 @register("async_sfl", family="async")
@@ -77,7 +80,7 @@ class AsyncSFL(SplitMethod):
         batch_arrivals: process the arrivals between two server updates in batched steps, one for every slot's
             next arrival (exact); ``False``: one step per arrival.
         **kwargs: a split method's (``defences``: none by default; the inversion regulariser needs synchronous rounds)
-            and the base's (``local_iters`` is ``E``).
+            and the base's (``local_iters`` is ``E``; ``client_selection`` is refused: the clock draws the next client).
     """
 
     supports_tail = False  # asynchronous events: no U-shaped step
@@ -132,6 +135,11 @@ class AsyncSFL(SplitMethod):
         return make_bank(
             template, num_slots, self.client_bank, device=device, min_slots_cpu=AUTO_STACKED_MIN_SLOTS_ASYNC_CPU
         )
+
+    @classmethod
+    @override
+    def unused_options(cls) -> dict[str, str]:
+        return {**super().unused_options(), **async_base.UNUSED_OPTIONS}
 
     @override
     def configure_schedule(self) -> AsyncEvents:
@@ -227,7 +235,7 @@ class GAS(AsyncSFL):
 
     Args:
         covariance: ``full`` (the paper), ``diag`` or ``lowrank`` (rank ``rank``): the form of ``Σ_y``.
-        rank: rank of ``lowrank``.
+        rank: rank of ``lowrank`` (another covariance refuses a rank other than the default).
         nonnegative: clamp generated activations at 0 (real ones follow a ReLU; the code does not clamp).
         ridge: added to ``Σ_y``'s diagonal when sampling (the code adds ``1e-5`` at every merge). With 0, ``Σ_y``
             is singular at least until label ``y`` has seen more activations than their dimension, and sampling goes
@@ -239,12 +247,14 @@ class GAS(AsyncSFL):
     def __init__(
         self,
         covariance: str = "full",
-        rank: int = 16,
+        rank: int = DEFAULT_RANK,
         nonnegative: bool = False,
         ridge: float = 0.0,
         **kwargs,
     ) -> None:
         choice("covariance", covariance, COVARIANCES)
+        if covariance != "lowrank" and rank != DEFAULT_RANK:
+            raise ConfigError(f"rank={rank!r} is the rank of covariance='lowrank' (got covariance={covariance!r})")
         super().__init__(**kwargs)
         self.covariance, self.rank, self.nonnegative, self.ridge = covariance, rank, nonnegative, ridge
         LabelGaussians(self.num_classes, 1, covariance, rank, ridge)  # checks rank and ridge now

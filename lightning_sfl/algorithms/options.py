@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
+
 from lightning_sfl.algorithms.stacked_bank import BANK_KINDS
 from lightning_sfl.errors import ConfigError
 
-__all__ = ["MissingClassFloor", "check_training_options", "checked_floor"]
+__all__ = ["MissingClassFloor", "check_training_options", "check_unused", "checked_floor", "option_defaults"]
 
 
 def check_training_options(
@@ -45,3 +48,40 @@ class MissingClassFloor:
 
     def __set__(self, method, value: float) -> None:
         method.__dict__["_missing_class_floor"] = checked_floor(value)
+
+
+def option_defaults(cls: type) -> dict[str, object]:
+    """The keyword arguments ``cls(...)`` accepts (its ``__init__`` and, through ``**kwargs``, its bases'), each with
+    the default of its nearest definition (a subclass's wins).
+
+    >>> from lightning_sfl.algorithms import FedYogi
+    >>> option_defaults(FedYogi)["server_lr"], option_defaults(FedYogi)["beta2"]
+    (0.01, 0.99)
+    """
+    found: dict[str, object] = {}
+    for klass in cls.__mro__:
+        if klass is object or "__init__" not in vars(klass):
+            continue
+        params = list(inspect.signature(klass.__init__).parameters.values())[1:]
+        for p in params:
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                found.setdefault(p.name, p.default)
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return found
+
+
+def check_unused(unused: Mapping[str, str], values: Mapping, defaults: Mapping) -> None:
+    """A one-line :class:`~lightning_sfl.errors.ConfigError` for the first option of ``unused`` (option -> why the
+    method has no use for it) that ``values`` sets to other than its default: an option that would change nothing.
+
+    >>> unused = {"split_point": "FedAvg has no server half"}
+    >>> check_unused(unused, {"split_point": "s2"}, {"split_point": "s2"})
+    >>> check_unused(unused, {"split_point": "s3"}, {"split_point": "s2"})
+    Traceback (most recent call last):
+    ...
+    lightning_sfl.errors.ConfigError: split_point='s3' changes nothing: FedAvg has no server half
+    """
+    for option, why in unused.items():
+        if option in values and values[option] != defaults.get(option):
+            raise ConfigError(f"{option}={values[option]!r} changes nothing: {why}")

@@ -29,6 +29,7 @@ from lightning_sfl.algorithms.splitfed import MiniBatchSFL
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 from lightning_sfl.models import build_model
+from lightning_sfl.system.timing import SystemModel
 
 __all__ = ["S2FL", "balanced_groups", "group_imbalance", "group_mean_loss"]
 
@@ -101,7 +102,8 @@ class S2FL(MiniBatchSFL):
     Args:
         num_groups: ``G``, groups of clients per round (S²FL uses 2).
         adaptive_split: with ``--clock.barrier iteration``, let the clock move clients to the cut points that shorten
-            the round (S²FL's sliding split); ``False``: every client at ``split_point``.
+            the round (S²FL's sliding split); ``False``: every client at ``split_point`` (refused on a clock that
+            never slides the cut, where it would change nothing).
         **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm`.
     """
 
@@ -129,6 +131,16 @@ class S2FL(MiniBatchSFL):
         sizes = torch.zeros(self.num_groups, dtype=step.sizes.dtype, device=step.sizes.device)
         sizes.index_add_(0, group, step.sizes)
         return group_mean_loss(rows, group[step.owner], sizes)
+
+    @override
+    def check_system(self, system: SystemModel) -> None:
+        """``adaptive_split=False`` is refused where the clock never slides the cut: it would change nothing, every
+        client being charged ``split_point`` anyway."""
+        if not self.adaptive_split and not system.slides_cut():
+            raise ConfigError(
+                "adaptive_split=False changes nothing on this clock: it charges every client split_point anyway (the "
+                "sliding split needs --clock.barrier iteration)"
+            )
 
     @override
     def split_options(self) -> list[str] | None:

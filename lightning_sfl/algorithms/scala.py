@@ -42,16 +42,21 @@ class SCALA(SplitMethod):
     Args:
         concat_activations: one server half trained on the concatenated activations (eq. 5-7); if false,
             one server copy per client (averaged each round).
-        server_logit_adjustment: server loss ``CE(s + log P_s)`` (eq. 14) instead of plain cross-entropy.
+        server_logit_adjustment: server loss ``CE(s + log P_s)`` (eq. 14) instead of plain cross-entropy. U-shaped,
+            the server has a loss only with ``pooled_label_counts``: ``False`` without it is refused (it would change
+            nothing, the body training on the clients' losses).
         client_logit_adjustment: client gradients from ``CE(s + log P_k)`` (eq. 15) instead of plain
             cross-entropy.
         missing_class_floor: ``0`` (default, the equations): a class with ``P = 0`` gets a ``−∞`` logit in both
-            adjustments; ``> 0``: ``log(P + floor)`` (finite; the authors' GAS code adds ``1e-12``).
+            adjustments; ``> 0``: ``log(P + floor)`` (finite; the authors' GAS code adds ``1e-12``), refused where no
+            adjustment is made.
         pooled_label_counts: U-shaped only (``tail_point``), with one server half and ``server_logit_adjustment``:
             eq. 14 for the body, the clients sending their label counts every iteration so that the server can
             return ``P_s`` (which reveals the batch's label counts to it) and a second gradient of their tails under
             ``log P_s``; ``False`` (default): no ``P_s``, the body trains on the clients' eq.-15 losses
-            (:mod:`~lightning_sfl.algorithms.u_shape`).
+            (:mod:`~lightning_sfl.algorithms.u_shape`). Refused without ``server_logit_adjustment`` or with
+            ``concat_activations=False``: the body would use no ``P_s``, and the counts would be sent for nothing
+            (while the label attack credits the server with them).
         **kwargs: see :class:`~lightning_sfl.algorithms.split_method.SplitMethod`.
     """
 
@@ -67,6 +72,13 @@ class SCALA(SplitMethod):
         super().__init__(**kwargs)
         if pooled_label_counts and not self.u_shaped:
             raise ConfigError("pooled_label_counts=true is an option of U-shaped SCALA: give tail_point too")
+        if self.u_shaped:
+            check_u_shaped(concat_activations, server_logit_adjustment, pooled_label_counts)
+        server_prior = server_logit_adjustment and (pooled_label_counts or not self.u_shaped)
+        if missing_class_floor != 0 and not (server_prior or client_logit_adjustment):
+            raise ConfigError(
+                f"missing_class_floor={missing_class_floor} changes nothing: with these switches no loss adds a log P"
+            )
         self.missing_class_floor = missing_class_floor
         self.pooled_label_counts = bool(pooled_label_counts)
         self.server_copies = not concat_activations
@@ -92,3 +104,22 @@ class SCALA(SplitMethod):
     @override
     def client_prior(self, step: Step) -> torch.Tensor | None:
         return row_label_distribution(self.label_dist, step) if self.client_logit_adjustment else None  # P_k, eq. (15)
+
+
+def check_u_shaped(concat_activations: bool, server_logit_adjustment: bool, pooled_label_counts: bool) -> None:
+    """U-shaped SCALA's switches, checked (one-line errors): the server has a loss of its own, eq. 14 with ``P_s``, only
+    with the clients' pooled label counts, one body and the server-side adjustment; a switch that would change nothing
+    is refused."""
+    if pooled_label_counts and not server_logit_adjustment:
+        raise ConfigError(
+            "pooled_label_counts=True needs server_logit_adjustment=True: without it the server uses no P_s"
+        )
+    if pooled_label_counts and not concat_activations:
+        raise ConfigError(
+            "pooled_label_counts=True needs concat_activations=True: a body copy per client has no pooled batch, no P_s"
+        )
+    if not server_logit_adjustment and not pooled_label_counts:
+        raise ConfigError(
+            "server_logit_adjustment=False changes nothing in U-shaped SCALA without pooled_label_counts=True: the "
+            "body trains on the clients' losses, the server has none to adjust"
+        )

@@ -186,8 +186,10 @@ class SemiFL(SemiSupervised):
             whole training set (the server's labelled rows and every client's, without augmentation) before the
             clients download it and before it is evaluated, as in the authors' code; nothing to do for a model
             without BatchNorm (none of the digits, CNN, AlexNet and VGG models of the zoo has any).
-        **kwargs: see :class:`~lightning_sfl.algorithms.semi_supervised.SemiSupervised` (``ema`` and
-            ``client_teacher`` are fixed: the teacher is the current global model, frozen on the clients).
+        ema: fixed at 0 (the teacher is the current global model): another value is refused.
+        client_teacher: fixed at ``frozen`` (the clients label with the global model they downloaded): ``ema`` is
+            refused.
+        **kwargs: see :class:`~lightning_sfl.algorithms.semi_supervised.SemiSupervised`.
     """
 
     has_server_half: ClassVar[bool] = False
@@ -199,6 +201,8 @@ class SemiFL(SemiSupervised):
         global_lr: float = 1.0,
         grad_clip: float | None = 1.0,
         static_bn: bool = True,
+        ema: float = 0.0,
+        client_teacher: str = "frozen",
         **kwargs,
     ) -> None:
         if not mix_alpha > 0:
@@ -211,9 +215,15 @@ class SemiFL(SemiSupervised):
         self.mix_alpha = float(mix_alpha)
         self.global_momentum, self.global_lr = float(global_momentum), float(global_lr)
         self.static_bn = bool(static_bn)
-        kwargs.update(ema=0.0, client_teacher="frozen")
-        super().__init__(grad_clip=grad_clip, **kwargs)
+        super().__init__(grad_clip=grad_clip, ema=ema, client_teacher=client_teacher, **kwargs)
         self.add_state("global_momentum_buffer", lambda: parameter_zeros(self.client.net))
+
+    @classmethod
+    @override
+    def unused_options(cls) -> dict[str, str]:
+        """``ema`` and ``client_teacher``: SemiFL's teacher is the current global model, frozen on the clients."""
+        teacher = "SemiFL's teacher is the current global model, frozen on the clients"
+        return {**super().unused_options(), "ema": teacher, "client_teacher": teacher}
 
     @torch.no_grad()
     @override

@@ -42,12 +42,15 @@ from typing_extensions import override
 from lightning_sfl.algorithms import federated
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.semi_losses import contrastive_loss, queue_positives, same_label_positives
-from lightning_sfl.algorithms.semi_supervised import SemiSupervised, ViewedStep, cosine_lr
+from lightning_sfl.algorithms.semi_supervised import KS_OPTIONS, SemiSupervised, ViewedStep, cosine_lr
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 from lightning_sfl.loop.phases import SupervisedOnlyRounds
 
 __all__ = ["SemiSFL", "SupervisedOnly", "cosine_lr"]
+
+#: ``κ`` of eqs. 3 and 5 when not given.
+DEFAULT_TEMPERATURE = 0.2
 
 
 @register("semi_sfl", family="semi")
@@ -55,7 +58,7 @@ class SemiSFL(SemiSupervised):
     """Semi-SFL (see the module docstring).
 
     Args:
-        temperature: ``κ`` of eqs. 3 and 5.
+        temperature: ``κ`` of eqs. 3 and 5 (refused other than its default with ``contrastive=False``).
         proj_dim: output size of the projection head.
         proj_hidden: width of its hidden layer (default ``d``, the flattened activation's size, as in the paper; a
             smaller width keeps the head small where ``d`` is large, e.g. 12,544 for cnn_small at s2 on 28×28).
@@ -67,7 +70,7 @@ class SemiSFL(SemiSupervised):
 
     def __init__(
         self,
-        temperature: float = 0.2,
+        temperature: float = DEFAULT_TEMPERATURE,
         proj_dim: int = 128,
         proj_hidden: int | None = None,
         queue_size: int = 1024,
@@ -79,6 +82,8 @@ class SemiSFL(SemiSupervised):
         for name, value in (("proj_dim", proj_dim), ("queue_size", queue_size)):
             if int(value) != value or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a whole number >= 1")
+        if not contrastive and temperature != DEFAULT_TEMPERATURE:
+            raise ConfigError(f"temperature={temperature} changes nothing with contrastive=False: κ is eqs. 3 and 5's")
         super().__init__(**kwargs)
         self.temperature, self.contrastive = temperature, bool(contrastive)
         d = math.prod(federated.activation_shape(self))  # the flattened activation (eval mode: statistics stay)
@@ -151,14 +156,25 @@ class SemiSFL(SemiSupervised):
 class SupervisedOnly(SemiSupervised):
     """The lower bound of Semi-SFL's Table II: the whole model trained on the server's labelled set only, with plain
     cross-entropy (no clients). A round is ``K_s`` steps (``supervised_steps``, constant); the evaluated model is the
-    EMA teacher, as for Semi-SFL, so that the two differ only in the unlabelled data."""
+    EMA teacher, as for Semi-SFL, so that the two differ only in the unlabelled data. The options of the clients
+    (``local_iters``, ``client_batch_size``, ``threshold``, ``client_teacher``, ``client_selection``) and of eq. 9
+    (``adaptive_steps``, ``ks_*``) are refused other than at their defaults (:meth:`unused_options`)."""
 
     step_handlers = {"supervised": "supervised_step"}
     phase_schedule = SupervisedOnlyRounds
 
-    def __init__(self, supervised_steps: int = 50, **kwargs) -> None:
-        kwargs.update(adaptive_steps=False)
-        super().__init__(supervised_steps=supervised_steps, **kwargs)
+    def __init__(self, supervised_steps: int = 50, adaptive_steps: bool = False, **kwargs) -> None:
+        super().__init__(supervised_steps=supervised_steps, adaptive_steps=adaptive_steps, **kwargs)
+
+    @classmethod
+    @override
+    def unused_options(cls) -> dict[str, str]:
+        """What the clients and eq. 9 do: no client trains, and ``K_s`` stays ``supervised_steps``."""
+        constant = "SupervisedOnly's K_s is constant (supervised_steps: the lower bound of Table II)"
+        unused = dict.fromkeys(("adaptive_steps", *(f"ks_{k}" for k in KS_OPTIONS)), constant)
+        no_clients = "SupervisedOnly trains no clients (the server's labelled set only)"
+        clients = ("local_iters", "client_batch_size", "threshold", "client_teacher", "client_selection")
+        return {**super().unused_options(), **unused, **dict.fromkeys(clients, no_clients)}
 
     @override
     def aggregate(self, step: Step) -> None:

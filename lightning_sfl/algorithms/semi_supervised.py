@@ -43,6 +43,7 @@ from lightning_sfl.algorithms.client_bank import clip_gradients_
 from lightning_sfl.algorithms.guards import check_finite
 from lightning_sfl.algorithms.iteration import full_model_iteration, split_iteration
 from lightning_sfl.algorithms.losses import sum_of_client_means
+from lightning_sfl.algorithms.options import option_defaults
 from lightning_sfl.algorithms.semi_losses import ema_decay, ema_update, pseudo_labels
 from lightning_sfl.data.augment import strong_view, weak_view
 from lightning_sfl.errors import ConfigError
@@ -50,10 +51,13 @@ from lightning_sfl.loop import Step
 from lightning_sfl.loop.ks_control import SupervisedSteps
 from lightning_sfl.loop.phases import Phases, UnlabelledStep
 
-__all__ = ["SemiSupervised", "ViewedStep", "Views", "cosine_lr"]
+__all__ = ["KS_OPTIONS", "SemiSupervised", "ViewedStep", "Views", "cosine_lr"]
 
 CLIENT_TEACHERS = ("ema", "frozen")
 LR_SCHEDULES = ("constant", "cosine")
+#: The options of eq. 9's control of ``K_s``, ``ks_<name>``, in the order of
+#: :class:`~lightning_sfl.loop.ks_control.SupervisedSteps`' arguments.
+KS_OPTIONS = ("window", "low", "high", "milestone_every", "min", "max")
 
 
 def cosine_lr(round_idx: int, rounds: int, lr: float, lr_min: float) -> float:
@@ -101,7 +105,8 @@ class SemiSupervised(SplitFedAlgorithm):
 
     Args:
         supervised_steps: ``K_s`` of the first round.
-        adaptive_steps: adapt ``K_s`` by eq. 9 (``False``: the paper's constant-``K_s`` ablation).
+        adaptive_steps: adapt ``K_s`` by eq. 9 (``False``: the paper's constant-``K_s`` ablation, which refuses the
+            ``ks_*`` options other than at their defaults).
         ks_window: rounds per loss average of eq. 9.
         ks_low: ``ϱ1``.
         ks_high: ``ϱ2``.
@@ -116,7 +121,7 @@ class SemiSupervised(SplitFedAlgorithm):
         shift: pixels of the random translation (default: 12.5 % of the image side, at least 1).
         lr_schedule: ``constant`` or ``cosine`` (Semi-SFL's: round ``h`` of ``H`` = ``max_epochs`` uses
             ``lr_min + (lr − lr_min)·(1 + cos(π·h/H))/2``; :func:`cosine_lr`).
-        lr_min: the floor of the cosine schedule (the authors' code: 0.005).
+        lr_min: the floor of the cosine schedule (the authors' code: 0.005); refused with the constant one.
         grad_clip: clip the gradient norm of each model at every step to this value (each client's own, and the
             server's parameters together; ``None``: no clipping; SemiFL's authors clip at 1).
         **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm`.
@@ -156,10 +161,20 @@ class SemiSupervised(SplitFedAlgorithm):
         supervised = SupervisedSteps(
             supervised_steps, adaptive_steps, ks_window, ks_low, ks_high, ks_milestone_every, ks_min, ks_max
         )
+        if not adaptive_steps:  # eq. 9's settings would change nothing
+            ks = (ks_window, ks_low, ks_high, ks_milestone_every, ks_min, ks_max)
+            defaults = option_defaults(SemiSupervised)
+            for name, value in zip((f"ks_{k}" for k in KS_OPTIONS), ks):
+                if value != defaults[name]:
+                    raise ConfigError(
+                        f"{name}={value!r} changes nothing with adaptive_steps=False: K_s stays supervised_steps"
+                    )
         client_teacher = choice("client_teacher", client_teacher, CLIENT_TEACHERS)
         lr_schedule = choice("lr_schedule", lr_schedule, LR_SCHEDULES)
         if not 0 <= lr_min:
             raise ConfigError(f"lr_min={lr_min} must be >= 0")
+        if lr_min != 0 and lr_schedule != "cosine":
+            raise ConfigError(f"lr_min={lr_min} is the floor of lr_schedule='cosine' (got lr_schedule={lr_schedule!r})")
         super().__init__(**kwargs)
         self.supervised = supervised  # the K_s controller (eq. 9): its state is the schedule's
         self.labelled_batch_size, self.client_batch_size = labelled_batch_size, client_batch_size

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import json
 import os
 import re
 import shlex
@@ -61,6 +62,21 @@ def class_path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def unused_options(cls: type) -> dict[str, str]:
+    """The options ``cls`` has no use for (``SplitFedAlgorithm.unused_options``: refused other than at their defaults),
+    which a config shared by several methods may set for the others: each method's config leaves them out."""
+    return getattr(cls, "unused_options", dict)()
+
+
+def unused_settings(cls: type, init_args: dict) -> dict[str, object]:
+    """The options of ``init_args`` (a resolved config's) that ``cls`` has no use for, set to other than their
+    defaults: option -> its default."""
+    from lightning_sfl.algorithms.options import option_defaults
+
+    defaults = option_defaults(cls)
+    return {k: defaults.get(k) for k in unused_options(cls) if k in init_args and init_args[k] != defaults.get(k)}
+
+
 def init_parameters(cls: type) -> set[str]:
     """Keyword arguments ``cls(...)`` accepts: its ``__init__`` parameters and, while an ``__init__`` takes
     ``**kwargs``, those of the next ``__init__`` up the MRO (how ``SCALA(**kwargs)`` reaches the base)."""
@@ -96,15 +112,21 @@ def non_model_overrides(tokens: Sequence[str]) -> list[str]:
 def method_config(
     configs: Sequence[str | os.PathLike], base: dict, cls: type, overrides: Sequence[str], check: bool = False
 ) -> tuple[dict, list[str]]:
-    """The resolved config of one method: the configs, ``--model <cls>`` and the overrides ``cls`` accepts; also
-    what was dropped as not accepted by ``cls`` (``model.init_args.*`` of the base config and ``--model.*``
-    overrides). ``check``: see :func:`resolve_config`."""
+    """The resolved config of one method: the configs, ``--model <cls>`` and the overrides ``cls`` accepts, with the
+    options it has no use for (:func:`unused_options`, which it refuses) at their defaults; also what was dropped as
+    not accepted by ``cls`` (``model.init_args.*`` of the base config and ``--model.*`` overrides). ``check``: see
+    :func:`resolve_config`."""
     kept, dropped_overrides = method_overrides(overrides, cls)
-    config = resolve_config(configs, ["--model", class_path(cls), *kept], check=check)
-    accepted = set((config.get("model") or {}).get("init_args") or {})
+    args = ["--model", class_path(cls), *kept]
+    config = resolve_config(configs, args)
+    unused = unused_settings(cls, (config.get("model") or {}).get("init_args") or {})
+    defaults = [tok for k, v in unused.items() for tok in (f"--model.{k}", json.dumps(v))]  # options it refuses
+    if unused or check:
+        config = resolve_config(configs, args + defaults, check=check)
+    accepted = set((config.get("model") or {}).get("init_args") or {}) - set(unused)
     base_args = (base.get("model") or {}).get("init_args") or {}
     dropped = [f"model.init_args.{k}" for k in base_args if k not in accepted]
-    return config, dropped + dropped_overrides
+    return config, dropped + [f"model.init_args.{k}" for k in unused if k not in base_args] + dropped_overrides
 
 
 # ====================================================================== overrides
@@ -138,8 +160,9 @@ def check_overrides(tokens: Sequence[str]) -> None:
 
 
 def method_overrides(tokens: Sequence[str], cls: type) -> tuple[list[str], list[str]]:
-    """The override tokens that apply to ``cls``, and the ``--model.*`` options dropped as not accepted."""
-    accepted = init_parameters(cls)
+    """The override tokens that apply to ``cls``, and the ``--model.*`` options dropped as not accepted (or of no use
+    to it: :func:`unused_options`)."""
+    accepted = init_parameters(cls) - set(unused_options(cls))
     kept: list[str] = []
     dropped: list[str] = []
     for item in group_overrides(tokens):

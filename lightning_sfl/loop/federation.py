@@ -99,6 +99,7 @@ class Federation:
         schedule = method.schedule  # configured (and checked) once, after the method's construction
         schedule.check(stats)  # what it refuses of these clients (Semi-SFL without a labelled set), before any round
         system = method.default_system() if system is None else system
+        method.check_system(system)  # what the method refuses of it (S²FL's fixed cut on a clock that never slides)
         system.bind(stats.num_clients, stats.seed, method.client_costs())
         schedule.bind_system(system, stats)
         federation = cls(stats, schedule, system, data)

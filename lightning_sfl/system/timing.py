@@ -237,6 +237,11 @@ class SystemModel:
         concurrency`` clients in flight (``full_bandwidth``: each gets the whole bandwidth, not ``W / C``)."""
         raise NotImplementedError
 
+    def slides_cut(self) -> bool:
+        """Whether a round may charge a client a cut other than ``split_point`` (a sliding split, among
+        ``ClientCosts.cut_options``: S²FL's); ``False`` here."""
+        return False
+
     @override
     def state_dict(self) -> dict:
         return {}

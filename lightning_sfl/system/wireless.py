@@ -122,6 +122,11 @@ class WirelessCell(SystemModel):
         if self.barrier == "iteration" and costs.sends_activations:
             _ = costs.cuts
 
+    @override
+    def slides_cut(self) -> bool:
+        """With a barrier at every local iteration (``barrier="iteration"``), S²FL's sliding split."""
+        return self.barrier == "iteration"
+
     def draw_system(self, num_clients: int) -> None:
         """Place ``num_clients`` clients and draw their compute speeds from a generator seeded by ``seed``."""
         g = torch.Generator().manual_seed(self.seed)

@@ -39,11 +39,12 @@ def train(
     **kwargs,
 ):
     cls = METHODS[name_or_cls] if isinstance(name_or_cls, str) else name_or_cls
+    kwargs = {"local_iters": local_iters, "lr": 0.05, **kwargs}
     if isinstance(name_or_cls, str):
-        kwargs = {**method_kwargs(name_or_cls), **kwargs}
+        kwargs = method_kwargs(name_or_cls, **kwargs)
         dm = dm or _dm(**data_kwargs(name_or_cls))
     torch.manual_seed(seed)
-    model = cls(local_iters=local_iters, lr=0.05, **kwargs)
+    model = cls(**kwargs)
     trainer = quiet_trainer(rounds, callbacks=callbacks or [CommunicationBytes()], precision=precision)
     trainer.fit(model, dm or _dm())
     return model, trainer
@@ -60,7 +61,7 @@ def global_weights(model) -> torch.Tensor:
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_every_algorithm_trains_two_rounds_on_digits(name):
     torch.manual_seed(0)
-    init = global_weights(METHODS[name](local_iters=2, lr=0.05))
+    init = global_weights(METHODS[name](**method_kwargs(name, local_iters=2, lr=0.05)))
     model, trainer = train(name)
     w = global_weights(model)
     assert torch.isfinite(w).all()
@@ -236,7 +237,8 @@ def test_stacked_client_bank_equals_sequential(name):
 
 def bank_check_run(name: str, bank: str):
     """``name`` trained for two rounds in float64 with the ``bank`` client bank (with momentum, but for asynchronous
-    methods, whose steps leave clients out), logging its traffic and simulated clock: the model and its trainer."""
-    momentum = 0.0 if name in ASYNC_METHODS else 0.5  # asynchronous steps leave clients out: stacked needs plain SGD
+    methods, whose steps leave clients out, and FSHA, whose clients' Adam refuses SGD's momentum: it had none),
+    logging its traffic and simulated clock: the model and its trainer."""
+    momentum = 0.0 if name in ASYNC_METHODS or name == "fsha" else 0.5  # asynchronous: stacked needs plain SGD
     kwargs = {"momentum": momentum, "precision": "64-true", **BANK_CHECK_KWARGS.get(name, {})}
     return train(name, client_bank=bank, callbacks=[CommunicationBytes(), SimulatedClock()], **kwargs)

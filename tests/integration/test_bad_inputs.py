@@ -122,6 +122,16 @@ BAD: list[tuple[list[str], str]] = [
     (["--trainer.accelerator=tpu"], "trainer: accelerator='tpu' needs a package this machine lacks"),
     (["--checkpoint.dirpath=/proc/nope/ck"], "checkpoint.dirpath='/proc/nope/ck' cannot be written"),
     (["--trainer.default_root_dir=/proc/nope"], "trainer.default_root_dir='/proc/nope' cannot be written"),
+    # options that would change nothing (issue 67): refused, saying why
+    *(UNUSED := [
+        (
+            ["--model.tail_point", "s4", "--model.pooled_label_counts", "true", "--model.server_logit_adjustment",
+             "false"],
+            "pooled_label_counts=True needs server_logit_adjustment=True: without it the server uses no P_s",
+        ),
+        (["--model=fedavg", "--model.split_point=s3"], "split_point='s3' changes nothing: FedAvg's clients train the"),
+        (["--model=s2fl", "--model.adaptive_split=false"], "adaptive_split=False changes nothing on this clock"),
+    ]),
     # checkpoints and data
     (["--ckpt_path=missing.ckpt"], "does not exist"),
     (["--ckpt_path=truncated.ckpt"], "is damaged (truncated, or not a checkpoint"),
@@ -240,6 +250,18 @@ def test_every_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(tmp_path):
         folders.append(folder)
     fit = ["fit", "--config", CONFIG, "--trainer.max_epochs=1"]
     failures = _in_one_process(folders, [([*fit, *args], expected) for args, expected in BAD])
+    assert not failures, "\n\n".join(failures)
+
+
+def test_options_that_would_change_nothing_are_one_line_exit_2_and_leave_nothing_behind(tmp_path):
+    """Issue 67's cases of :data:`BAD` in CI (in one process): U-shaped SCALA's label counts for a ``P_s`` the body
+    would not use, a cut of a method without a server half, and S²FL's fixed cut on a clock that never slides it (found
+    when the federation is built, before the trainer)."""
+    folders = [tmp_path / f"case{i}" for i in range(len(UNUSED))]
+    for folder in folders:
+        folder.mkdir()
+    fit = ["fit", "--config", CONFIG, "--trainer.max_epochs=1"]
+    failures = _in_one_process(folders, [([*fit, *args], expected) for args, expected in UNUSED])
     assert not failures, "\n\n".join(failures)
 
 

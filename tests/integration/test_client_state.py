@@ -43,7 +43,7 @@ class Crash(L.Callback):
 
 def fit(name: str, rounds: int, folder, ckpt_path=None, callbacks=()):
     torch.manual_seed(0)
-    model = ALGORITHMS[name](local_iters=2, lr=0.05, momentum=0.5, **FIXED.get(name, {}), **method_kwargs(name))
+    model = ALGORITHMS[name](**method_kwargs(name, local_iters=2, lr=0.05, momentum=0.5, **FIXED.get(name, {})))
     trainer = L.Trainer(
         max_epochs=rounds,
         logger=False,

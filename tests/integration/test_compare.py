@@ -294,6 +294,21 @@ def test_configs_merge_in_order_and_a_new_class_path_resets_init_args(tmp_path):
         compare.resolve_config([CONFIG], ["--data.alpha=abc"])
 
 
+def test_options_a_method_has_no_use_for_are_left_out_of_its_config():
+    """A config or an override that several methods share may set an option one of them refuses as changing nothing
+    (``unused_options``: supervised-only's clients, FedAvg's cut): that method's config has it at its default, and says
+    it was dropped; the run is checked (built) without it."""
+    semi = str(REPO / "configs/digits/semi_sfl.yaml")
+    base = compare.resolve_config([semi])
+    config, dropped = compare.method_config([semi], base, ALGORITHMS["supervised_only"], [], check=True)
+    init = config["model"]["init_args"]
+    assert (init["local_iters"], init["client_batch_size"], init["supervised_steps"]) == (5, 64, 30)
+    refused = {"model.init_args.client_batch_size", "model.init_args.local_iters"}  # threshold: at its default
+    assert refused <= set(dropped) and "model.init_args.threshold" not in dropped  # (and Semi-SFL's own options)
+    kept, dropped = compare.method_overrides(["--model.split_point=s1", "--model.lr=0.1"], ALGORITHMS["fedavg"])
+    assert kept == ["--model.lr=0.1"] and dropped == ["--model.split_point=s1"]
+
+
 def test_model_overrides_a_class_does_not_accept_are_dropped_for_it():
     tokens = [
         "--model.concat_activations=false",

@@ -154,7 +154,8 @@ def test_ca2fl_resumes_exactly(tmp_path):
         (FedBuff, {"update": "gas_code"}, "update='gas_code' must be one of: delta, average"),
         (CA2FL, {"update": "average"}, "update='average' must be one of: delta, gas_code"),
         (FedBuff, {"aggregate_every": 0}, "aggregate_every=0 must be a whole number >= 1"),
-        (CA2FL, {"aggregation": "size"}, "aggregation='size' must be one of: data_size, uniform"),
+        (CA2FL, {"aggregation": "uniform"}, "aggregation='uniform' changes nothing: CA2FL's server step is set by"),
+        (FedBuff, {"flush_every": 3}, "flush_every=3 changes nothing: FedBuff's clients upload no activations"),
     ],
 )
 def test_bad_settings_are_one_line_errors(cls, kwargs, match):

@@ -49,8 +49,8 @@ def _dm(**kw) -> FederatedDataModule:
 
 def _fit(name: str, rounds: int, folder: Path, ckpt_path: str | None = None):
     torch.manual_seed(0)
-    kwargs = {**FIXED.get(name, {}), **method_kwargs(name)}
-    model = METHODS[name](local_iters=2, lr=0.05, momentum=0.5, **kwargs)  # momentum: optimiser state
+    kwargs = method_kwargs(name, local_iters=2, lr=0.05, momentum=0.5, **FIXED.get(name, {}))  # momentum: its state
+    model = METHODS[name](**kwargs)
     trainer = L.Trainer(
         max_epochs=rounds,
         logger=CSVLogger(folder, name="csv", version=0),

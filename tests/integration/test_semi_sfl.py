@@ -36,7 +36,8 @@ def _dm(**kw):
 
 def _fit(rounds, cls=SemiSFL, folder=None, ckpt_path=None, **kwargs):
     torch.manual_seed(0)
-    small = SMALL if issubclass(cls, SemiSFL) else {k: v for k, v in SMALL.items() if k != "queue_size"}
+    unused = {*cls.unused_options(), *(() if issubclass(cls, SemiSFL) else ("queue_size",))}  # refused by cls
+    small = {k: v for k, v in SMALL.items() if k not in unused}
     model = cls(**{**small, **kwargs})
     callbacks = [CommunicationBytes()]
     if folder is not None:

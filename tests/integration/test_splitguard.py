@@ -142,7 +142,7 @@ def test_every_split_method_is_probed_or_refused(name, tmp_path):
 
     cls = REGISTRY[name].cls
     torch.manual_seed(0)
-    model = cls(local_iters=1, lr=0.05, **method_kwargs(name))
+    model = cls(**method_kwargs(name, local_iters=1, lr=0.05))
     data = FederatedDataModule(
         dataset="digits", num_clients=8, alpha=2, participation=0.5, batch_size=24, seed=1, **data_kwargs(name)
     )

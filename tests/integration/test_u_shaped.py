@@ -107,15 +107,29 @@ def test_the_two_new_crossings_are_counted_and_labels_stay_home():
 
 
 def test_pooled_label_counts_train_the_body_on_eq_14():
-    """With ``P_s`` (eq. 14) the body trains otherwise than on the clients' eq.-15 losses; without a server-side
-    adjustment the two are the same run."""
+    """With ``P_s`` (eq. 14) the body trains otherwise than on the clients' eq.-15 losses."""
     plain, _ = train("scala", rounds=1, local_iters=2, precision="64-true", tail_point="s4")
     pooled, _ = train("scala", rounds=1, local_iters=2, precision="64-true", tail_point="s4", pooled_label_counts=True)
     assert not torch.allclose(_weights(plain), _weights(pooled))
-    kw = {"rounds": 1, "local_iters": 2, "precision": "64-true", "tail_point": "s4", "server_logit_adjustment": False}
-    a, _ = train("scala", **kw)
-    b, _ = train("scala", pooled_label_counts=True, **kw)
-    torch.testing.assert_close(_weights(a), _weights(b), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("switches", "message"),
+    [
+        (
+            {"pooled_label_counts": True, "server_logit_adjustment": False},
+            "pooled_label_counts=True needs server_logit_adjustment=True: without it the server uses no P_s",
+        ),
+        ({"pooled_label_counts": True, "concat_activations": False}, "pooled_label_counts=True needs concat_activ"),
+        ({"server_logit_adjustment": False}, "server_logit_adjustment=False changes nothing in U-shaped SCALA"),
+    ],
+)
+def test_u_shaped_scala_refuses_the_switches_that_change_nothing(switches, message):
+    """Without the server-side adjustment, or with a body copy per client, the body uses no ``P_s``: the clients would
+    send their counts for nothing (and the label attack would credit the server with them); without the counts the
+    body trains on the clients' losses, and the server-side switch has nothing to adjust (issue 67)."""
+    with pytest.raises(ConfigError, match=message):
+        SCALA(tail_point="s4", **switches)
 
 
 U_SHAPED = sorted(name for name, cls in ALGORITHMS.items() if getattr(cls, "supports_tail", False))
