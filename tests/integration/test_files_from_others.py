@@ -52,7 +52,16 @@ def fitted(tmp_path_factory):
     return root, last
 
 
-def test_a_checkpoint_naming_a_module_never_imports_it(fitted, tmp_path):
+#: The commands that read a checkpoint (``attack`` writes no run folder of the config's).
+READERS = (["fit", "--config", CONFIG, "--trainer.max_epochs=3"], ["validate", "--config", CONFIG],
+           ["test", "--config", CONFIG], ["attack"])  # fmt: skip
+MODULES, PLACES = ("marker_on_path", "marker_beside", "this"), ("method", "client_selection", "defences")
+
+
+@pytest.mark.parametrize(
+    "every", [False, pytest.param(True, marks=pytest.mark.extended)], ids=["each-command-each-module", "all"]
+)  # CI: each command with each module, the place it is named cycling; -m extended: every command x module x place
+def test_a_checkpoint_naming_a_module_never_imports_it(fitted, tmp_path, every):
     root, last = fitted
     good = torch.load(last, weights_only=True)
     on_path, beside = tmp_path / "on_path", tmp_path / "shared"
@@ -61,13 +70,14 @@ def test_a_checkpoint_naming_a_module_never_imports_it(fitted, tmp_path):
     (on_path / "marker_on_path.py").write_text(MODULE.format(marker=str(markers["marker_on_path"])))
     (beside / "marker_beside.py").write_text(MODULE.format(marker=str(markers["marker_beside"])))
     commands, expected = [], []
-    for module in ("marker_on_path", "marker_beside", "this"):
-        for where in ("method", "client_selection", "defences"):
+    for m, module in enumerate(MODULES):
+        for p, where in enumerate(PLACES):
             path = beside / f"{module}-{where}.ckpt"
             torch.save(_named(good, where, module), path)
             folder = beside  # the working folder is the checkpoint's: both hold marker_beside.py
-            for command in (["fit", "--config", CONFIG, "--trainer.max_epochs=3"], ["validate", "--config", CONFIG],
-                            ["test", "--config", CONFIG], ["attack"]):  # fmt: skip
+            for c, command in enumerate(READERS):
+                if not every and (m + c) % len(PLACES) != p:
+                    continue
                 out = ["--trainer.default_root_dir", str(tmp_path / "runs")] if command[0] != "attack" else []
                 commands.append((folder, [*command, "--ckpt_path", str(path), *out]))
                 expected.append((module, where))
@@ -96,13 +106,14 @@ def test_a_checkpoint_naming_a_module_never_imports_it(fitted, tmp_path):
     assert written == before
 
 
-def test_python_m_does_not_search_the_working_folder(tmp_path):
+@pytest.mark.parametrize("extended", [False, pytest.param(True, marks=pytest.mark.extended)], ids=["main", "both"])
+def test_python_m_does_not_search_the_working_folder(tmp_path, extended):
     """``python -m lightning_sfl`` imports what the console script would: a module in the working folder is not on
     its path (the user's own module goes on ``PYTHONPATH``)."""
     marker = tmp_path / "marker"
     (tmp_path / "in_working_folder.py").write_text(MODULE.format(marker=str(marker)))
     args = ["fit", "--config", CONFIG, "--model.client_selection", "in_working_folder.Policy", "--trainer.max_epochs=1"]
-    for entry in ("lightning_sfl", "lightning_sfl.cli"):
+    for entry in ("lightning_sfl", "lightning_sfl.cli")[: 1 + extended]:
         proc = subprocess.run([sys.executable, "-m", entry, *args], cwd=tmp_path, capture_output=True, text=True,
                               timeout=300, env={**os.environ, "WANDB_MODE": "disabled"})  # fmt: skip
         assert proc.returncode == 2 and proc.stderr.startswith("error: "), proc.stderr[-2000:]
