@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from _helpers import REPO, small_digits, trained_checkpoint
-from cli_in_one_process import run_in_one_process
+from cli_in_one_process import run_command, run_in_one_process
 
 from lightning_sfl.algorithms import SCALA, SCALAPE, FedAvg, SplitFedV1
 from lightning_sfl.attack import check_args, grid_indices, parse_args, save_grid, train_attacker
@@ -25,9 +25,8 @@ from lightning_sfl.wandb.offline import find_offline_runs, read_offline_run
 
 def _attack(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """The command as a user runs it: W&B speaks (no ``WANDB_SILENT``), so where its messages go can be checked."""
-    cmd = [sys.executable, "-m", "lightning_sfl.cli", "attack", *args]
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SILENT"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+    return run_command(["attack", *args], cwd=cwd, env=env)
 
 
 def _checkpoint(cls, folder: Path, **kwargs) -> Path:
@@ -102,7 +101,7 @@ def test_bad_settings_are_one_line_errors_naming_the_option(args, message):
 
 @pytest.mark.extended  # ~13 s on two cores; bad inputs of attack run in CI
 def test_attack_without_a_usable_checkpoint_is_a_one_line_error(tmp_path):
-    """Each command through the entry point, all in one process; a bad input writes nothing."""
+    """Each command through the entry point (:mod:`cli_in_one_process`); a bad input writes nothing."""
     fedavg = _checkpoint(FedAvg, tmp_path / "fedavg")
     flat = _checkpoint(SplitFedV1, tmp_path / "flat" / "checkpoints", split_point="s5")  # cut after the 1st linear
     (tmp_path / "flat" / "config.yaml").write_text("seed_everything: 0\n")  # a run folder: attacks go to attack-<n>
@@ -202,7 +201,7 @@ def test_the_picture_labels_its_rows_scores_each_image_and_names_method_and_roun
 def test_attack_last_finds_the_latest_fit_of_the_same_config_and_writes_beside_its_files(tmp_path):
     """``attack --config C --ckpt_path last`` attacks the last checkpoint of the latest ``fit --config C``; with no
     such fit it is one line. Each attack keeps its files in the run's next ``attack-<n>``, never among the fit's
-    checkpoints. The commands run through the entry point one after another in one process."""
+    checkpoints. The commands run through the entry point one after another (:mod:`cli_in_one_process`)."""
     config = str(REPO / "configs/digits/scala_pe.yaml")
     fit = ["fit", "--config", config, "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false"]
     attack = ["attack", "--config", config, "--ckpt_path", "last"]

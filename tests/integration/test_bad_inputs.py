@@ -1,9 +1,9 @@
 """Every bad input through the command line's entry point: exit code 2, one ``error:`` line naming the option, no
 traceback, and nothing left behind (no run folder, checkpoint or W&B run). Valid but unusual settings simply work.
 
-The bad inputs run one after another in one Python process (``lightning_sfl.cli.main``, each in a folder of its own,
-its output captured), so that Lightning is imported once; two of them (:data:`CONSOLE`) also through the real console
-script, each in a process of its own."""
+The bad inputs run one after another through the entry point (``lightning_sfl.cli.main``, each in a folder and a
+process of its own forked from one that imported Lightning once, its output captured: :mod:`cli_in_one_process`); two
+of them (:data:`CONSOLE`) also through the real console script, each in a new interpreter."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from _helpers import REPO
-from cli_in_one_process import Run, run_in_one_process
+from cli_in_one_process import Run, run_command, run_in_one_process
 
 CONFIG = str(REPO / "configs" / "digits" / "scala.yaml")
 
@@ -224,7 +224,7 @@ def _files(folder: Path) -> list[str]:
 
 
 def _in_one_process(folders: list[Path], cases: list[tuple[list[str], str]]) -> list[str]:
-    """Each ``(argv, expected error)`` of ``cases`` run in its folder, all in one process; the problems found (exit
+    """Each ``(argv, expected error)`` of ``cases`` run in its folder (:mod:`cli_in_one_process`); the problems found (exit
     code, error lines, traceback, files left behind at any depth, device lines)."""
     before = {f: _files(f) for f in folders}
     runs = run_in_one_process([(f, argv) for f, (argv, _) in zip(folders, cases)], env=_env())
@@ -254,7 +254,7 @@ def test_every_bad_input_is_one_line_exit_2_and_leaves_nothing_behind(tmp_path):
 
 
 def test_options_that_would_change_nothing_are_one_line_exit_2_and_leave_nothing_behind(tmp_path):
-    """Issue 67's cases of :data:`BAD` in CI (in one process): U-shaped SCALA's label counts for a ``P_s`` the body
+    """Issue 67's cases of :data:`BAD` in CI: U-shaped SCALA's label counts for a ``P_s`` the body
     would not use, a cut of a method without a server half, and S²FL's fixed cut on a clock that never slides it (found
     when the federation is built, before the trainer)."""
     folders = [tmp_path / f"case{i}" for i in range(len(UNUSED))]
@@ -336,16 +336,14 @@ def test_the_other_commands_bad_inputs_are_one_line_exit_2_and_leave_nothing_beh
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The last lines are ours: real processes through the console script, stdout and stderr in one stream as a terminal
-# shows them (W&B's worker writes to the same stream), W&B offline unless a case says otherwise.
+# The last lines are ours: a process per command, run as the console script runs it (:mod:`cli_in_one_process`),
+# stdout and stderr in one stream as a terminal shows them (W&B's worker writes to the same stream), W&B offline unless
+# a case says otherwise.
 
 
 def _terminal(folder: Path, args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``lightning-sfl ARGS`` in ``folder``, its stdout and stderr merged in the order they were written."""
-    cmd = [sys.executable, "-m", "lightning_sfl.cli", *args]
-    environment = {**_env(), "WANDB_MODE": "offline", **(env or {})}
-    return subprocess.run(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
-                          env=environment)  # fmt: skip
+    return run_command(args, cwd=folder, env={**_env(), "WANDB_MODE": "offline", **(env or {})}, merged=True)
 
 
 def _lines(proc: subprocess.CompletedProcess) -> list[str]:

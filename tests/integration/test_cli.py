@@ -323,8 +323,8 @@ def test_double_precision_trains_with_the_model_summary_on(run_dir):
 def test_validate_and_test_find_the_last_checkpoint_of_the_same_command(tmp_path):
     """``fit`` with the default loggers, then ``validate``/``test --ckpt_path last`` of the same config: they say which
     run and round they evaluate, and end with fit's final accuracy at round 3 (not an untrained model); without a fit
-    first, one ``error:`` line and exit 2. The commands run through the entry point in one process, as a user runs
-    them one after another."""
+    first, one ``error:`` line and exit 2. The commands run through the entry point one after another, as a user runs
+    them (:mod:`cli_in_one_process`)."""
     import os
 
     from cli_in_one_process import run_in_one_process
@@ -363,14 +363,14 @@ def test_default_root_dir_holds_everything_of_a_run(tmp_path):
     """With ``--trainer.default_root_dir`` elsewhere the working directory stays empty: checkpoints, CSV and W&B logs
     and the resolved config go there."""
     import os
-    import subprocess
-    import sys
+
+    from cli_in_one_process import run_command
 
     (tmp_path / "cwd").mkdir()
-    cmd = [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", str(REPO / "configs/digits/scala.yaml")]
+    cmd = ["fit", "--config", str(REPO / "configs/digits/scala.yaml")]
     cmd += ["--trainer.max_epochs=1", "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={tmp_path}/d"]
     env = {**os.environ, "WANDB_MODE": "offline"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path / "cwd", timeout=600)
+    proc = run_command(cmd, cwd=tmp_path / "cwd", env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert list((tmp_path / "cwd").iterdir()) == []
     (run,) = (tmp_path / "d").iterdir()  # one folder per run, named for a person and by the configuration's hash

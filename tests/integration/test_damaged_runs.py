@@ -4,8 +4,9 @@ from that one and says so (exactly: the rounds it trains again give the uninterr
 line when none is intact — never training from round 0 into the run's logs. A run folder (or its ``checkpoints/``)
 that links out of where it should be is refused. A kill while a checkpoint is written leaves the previous one.
 
-The commands run through the real entry point, one after another in one process (:mod:`cli_in_one_process`), each on
-its own copy of one 3-round run; the kill is a real ``SIGKILL`` of a fit in a process of its own."""
+The commands run through the real entry point, one after another (:mod:`cli_in_one_process`), each on
+its own copy of one 3-round run; the kill is a real ``SIGKILL`` of a fit in a process of its own (started as
+``python -m lightning_sfl.cli``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from _helpers import REPO
-from cli_in_one_process import run_in_one_process
+from cli_in_one_process import run_command, run_in_one_process
 
 CONFIG = str(REPO / "configs" / "digits" / "scala.yaml")
 ROUNDS = 3
@@ -192,8 +193,7 @@ def test_a_kill_while_a_checkpoint_is_written_leaves_the_previous_one(tmp_path):
     assert names == ["epoch=0-step=5.ckpt", "epoch=1-step=10.ckpt.partial", "last.ckpt"], names
     first = _accuracies(run)  # (round 2 was logged before its checkpoint was written)
     assert sorted(first) == [1, 2]
-    resumed = subprocess.run([*args, "--ckpt_path=last"], cwd=tmp_path, env=ENV, capture_output=True, text=True,
-                             timeout=600)  # fmt: skip
+    resumed = run_command([*args[3:], "--ckpt_path=last"], cwd=tmp_path, env=ENV)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert resumed.stdout.splitlines()[-1].startswith("final test accuracy: ")
     again = _accuracies(run)

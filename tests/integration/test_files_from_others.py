@@ -6,7 +6,7 @@ The checkpoints name, in their method's record, its client-selection policy or i
 one on ``PYTHONPATH`` whose import writes a marker file, one in the checkpoint's own folder (and the working folder)
 that does the same, and the standard library's ``this`` (which prints the Zen of Python when imported). Every command
 that reads a checkpoint (``fit --ckpt_path``, ``fit --ckpt_path last``, ``validate``, ``test``, ``attack``) runs through
-the real entry point, one after another in one process (:mod:`cli_in_one_process`, whose ``python -c`` even puts the
+the real entry point, one after another (:mod:`cli_in_one_process`, whose ``python -c`` even puts the
 working folder on ``sys.path``)."""
 
 from __future__ import annotations

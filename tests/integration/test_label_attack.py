@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import lightning as L
 import pytest
 import torch
 from _helpers import REPO
-from cli_in_one_process import run_in_one_process
+from cli_in_one_process import run_command, run_in_one_process
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl.algorithms import SCALA
@@ -37,9 +35,8 @@ def _checkpoint(folder, binary_class=None, **kwargs):
 
 
 def _attack(ckpt, cwd, *args):
-    cmd = [sys.executable, "-m", "lightning_sfl.cli", "attack", "--attack", "labels", "--ckpt_path", str(ckpt), *args]
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SILENT"}
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+    out = run_command(["attack", "--attack", "labels", "--ckpt_path", str(ckpt), *args], cwd=cwd, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return out, json.loads((ckpt.parent / "attack-1" / "metrics.json").read_text())
 

@@ -46,7 +46,7 @@ def test_a_default_fit_and_its_validate_print_no_warning(tmp_path):
     appears in one of them (Python shows a warning once per place in a process)."""
     config = ["--config", str(REPO / "configs/digits/scala.yaml")]
     commands = [["fit", *config, "--trainer.max_epochs=2"], ["validate", *config, "--ckpt_path=last"]]
-    runs = run_in_one_process([(tmp_path, args) for args in commands], env=_env(tmp_path))
+    runs = run_in_one_process([(tmp_path, args) for args in commands], env=_env(tmp_path), fresh=True)
     _noise(runs, commands)
     assert "final test accuracy:" in runs[0].stdout and "test/acc" in runs[1].stdout
 
@@ -68,7 +68,7 @@ def test_an_attack_a_compare_and_a_two_process_fit_print_no_warning(tmp_path):
     commands += [["attack", *config, "--ckpt_path=ckpt/last.ckpt", "--epochs=1", "--out=attack"]]
     commands += [["compare", *config, "--methods", "fedavg", "--out=compared", "--", "--trainer.max_epochs=1"]]
     commands += [["fit", *config, "--trainer.max_epochs=1", "--trainer.precision=bf16-mixed"]]  # (model summary)
-    _noise(run_in_one_process([(tmp_path, args) for args in commands], env=_env(tmp_path)), commands)
+    _noise(run_in_one_process([(tmp_path, args) for args in commands], env=_env(tmp_path), fresh=True), commands)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = str(sock.getsockname()[1])

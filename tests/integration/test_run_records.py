@@ -2,7 +2,7 @@
 keep their records in ``<run>/<command>-<n>/`` without changing a byte of what ``fit`` wrote; its ``config.yaml``
 re-runs the fit in a new folder; ``--ckpt_path last`` evaluates the run that reached the rounds the command names.
 
-The commands run through the command line's entry point, one after another in one process
+The commands run through the command line's entry point, one after another
 (:func:`cli_in_one_process.run_in_one_process`), with W&B offline: its files are part of what must not change."""
 
 from __future__ import annotations

@@ -174,8 +174,8 @@ DEFENCE_OPTIONS = (
 
 @pytest.mark.extended  # ~30 s on two cores; every defence trains in CI below
 def test_every_defence_runs_from_a_digits_config(tmp_path):
-    """Each defence option on the digits SCALA config, through the command line's entry point (one process for the
-    five, so Lightning is imported once): a finished fit, no warning."""
+    """Each defence option on the digits SCALA config, through the command line's entry point (Lightning imported
+    once for the five: :mod:`cli_in_one_process`): a finished fit, no warning."""
     from cli_in_one_process import run_in_one_process
 
     base = ["fit", "--config", str(REPO / "configs/digits/scala.yaml"), "--trainer.max_epochs=2"]

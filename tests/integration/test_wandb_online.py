@@ -7,10 +7,9 @@ from __future__ import annotations
 import os
 import re
 import socket
-import subprocess
-import sys
 
 from _helpers import REPO
+from cli_in_one_process import run_command
 
 from lightning_sfl.wandb.online import logs_online, offline_reason
 
@@ -51,10 +50,9 @@ def test_a_server_that_refuses_the_run_gives_an_offline_run_and_one_line(tmp_pat
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(WANDB_MODE="online", WANDB_BASE_URL=wandb_401, WANDB_API_KEY="k" * 40, PYTHONWARNINGS="ignore")
-    cmd = [sys.executable, "-m", "lightning_sfl.cli", "fit", "--config", str(REPO / "configs/digits/scala.yaml")]
+    cmd = ["fit", "--config", str(REPO / "configs/digits/scala.yaml")]
     cmd += ["--trainer.max_epochs=2", "--trainer.enable_progress_bar=false"]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=600)  # fmt: skip
+    proc = run_command(cmd, cwd=tmp_path, env=env, merged=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
     lines = proc.stdout.strip().splitlines()
     said = [line for line in lines if line.startswith("W&B:")]

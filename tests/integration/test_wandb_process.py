@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from _helpers import REPO
+from cli_in_one_process import run_command
 
 from lightning_sfl.callbacks.partition_report import PNG_NAME
 from lightning_sfl.wandb.offline import read_offline_run
@@ -71,7 +72,7 @@ def test_the_cli_logger_writes_the_run_lightnings_logger_writes(tmp_path):
         (tmp_path / "lightning.yaml").write_text(LIGHTNING_LOGGERS)
         cwd = tmp_path / name
         cwd.mkdir()
-        proc = subprocess.run([*FIT, *extra], cwd=cwd, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
+        proc = run_command([*FIT[3:], *extra], cwd=cwd, env=_env(tmp_path))
         assert proc.returncode == 0, proc.stderr[-3000:]
         (run_folder,) = (cwd / "runs").iterdir()
         assert len(list((run_folder / "wandb").glob("offline-run-*"))) == 1

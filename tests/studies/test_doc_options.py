@@ -6,10 +6,9 @@ later folder would meet a misspelt option)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 from _helpers import REPO
+from cli_in_one_process import run_command
 
 from lightning_sfl.defences import LEGACY_OPTIONS
 
@@ -26,8 +25,6 @@ DOCS = [
     *(REPO / "callbacks").rglob("*.py"),
     *(REPO / "benchmarks").rglob("*.py"),
 ]
-
-CLI = [sys.executable, "-m", "lightning_sfl.cli"]
 
 #: Options named on purpose as mistakes (the README's one-line error example; the CLI's comment on abbreviations).
 MISTAKES = {"model.nosuch", "data.num_client"}
@@ -56,7 +53,7 @@ def offered_options() -> set[str]:
     from lightning_sfl.system.devices import EdgeDevices
     from lightning_sfl.system.wireless import WirelessCell
 
-    out = subprocess.run([*CLI, "fit", "--help"], capture_output=True, text=True, timeout=120)
+    out = run_command(["fit", "--help"], cwd=REPO)
     assert out.returncode == 0, out.stderr
     offered = {m.split(".", 1)[0] + "." + m.split(".")[1] for m in re.findall(r"--([a-z_]+\.[a-z0-9_.]+)", out.stdout)}
     offered |= {f"model.{p}" for entry in REGISTRY.values() for p in init_parameters(entry.cls)}
@@ -99,13 +96,10 @@ def documented_commands() -> dict[str, dict[str, list[str]]]:
 def test_every_flag_of_a_documented_command_is_offered():
     documented = documented_commands()
     assert {"fit", "compare", "attack"} <= set(documented), sorted(documented)
-    helps = {  # at once: each is a process that imports the CLI
-        sub: subprocess.Popen([*CLI, sub, "--help"], stdout=subprocess.PIPE, text=True) for sub in documented
-    }
+    helps = {sub: run_command([sub, "--help"], cwd=REPO) for sub in documented}
     unknown = {}
     for sub, flags in documented.items():
-        out, _ = helps[sub].communicate(timeout=120)
         assert helps[sub].returncode == 0, sub
-        offered = set(re.findall(r"--([a-z_]+)", out))
+        offered = set(re.findall(r"--([a-z_]+)", helps[sub].stdout))
         unknown |= {f"{sub} --{flag}": where[:3] for flag, where in flags.items() if flag not in offered}
     assert not unknown, unknown
