@@ -224,8 +224,8 @@ def _files(folder: Path) -> list[str]:
 
 
 def _in_one_process(folders: list[Path], cases: list[tuple[list[str], str]]) -> list[str]:
-    """Each ``(argv, expected error)`` of ``cases`` run in its folder (:mod:`cli_in_one_process`); the problems found (exit
-    code, error lines, traceback, files left behind at any depth, device lines)."""
+    """Each ``(argv, expected error)`` of ``cases`` run in its folder (:mod:`cli_in_one_process`); the problems found
+    (exit code, error lines, traceback, files left behind at any depth, device lines)."""
     before = {f: _files(f) for f in folders}
     runs = run_in_one_process([(f, argv) for f, (argv, _) in zip(folders, cases)], env=_env())
     problems = []
