@@ -61,6 +61,10 @@ def _dispatch(argv: list[str], args: list[str] | None) -> None:
 
     retain_freed_memory()  # a training process reuses its freed memory (no page faults on bank-sized gradients)
     quiet_dependencies()  # no warning a user can do nothing about (each filter says why)
+    if argv[0] != "sweep":  # (a sweep's trials are commands of their own, which load them)
+        from lightning_sfl.plugins import load_plugins
+
+        load_plugins()  # installed methods by name (--model NAME), before any argument is read
     if argv[0] == "compare":
         from lightning_sfl.compare import main as compare_main
 

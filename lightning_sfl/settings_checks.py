@@ -227,6 +227,16 @@ def with_config_file(line: str, argv) -> str:
     return line
 
 
+def _method_path(cls: type) -> str:
+    """The class path ``--model`` gets for ``cls``: ``lightning_sfl.algorithms.<Name>`` for the library's methods (as
+    the configs spell them), the defining module's for a plugin's."""
+    import lightning_sfl.algorithms as algorithms
+
+    if getattr(algorithms, cls.__name__, None) is cls:
+        return f"lightning_sfl.algorithms.{cls.__name__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def resolve_algorithm_names(argv: list[str]) -> list[str]:
     """Let ``--model scala`` (a registry name) or ``--model SCALA`` stand for the class path, and the same for
     ``--model.help``; an unknown name is a one-line error listing the valid ones."""
@@ -250,6 +260,6 @@ def resolve_algorithm_names(argv: list[str]) -> list[str]:
             raise ConfigError(
                 f"{option.removeprefix('--')}={value!r} is not one of: {', '.join(ALGORITHMS)} (or their class names)"
             )
-        path = f"lightning_sfl.algorithms.{names[value].__name__}"
+        path = _method_path(names[value])
         out[j] = path if j != i else f"{option}={path}"
     return out

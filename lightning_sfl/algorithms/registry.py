@@ -16,10 +16,10 @@ methods (the synchronous families), the documentation's table of methods and the
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["FAMILIES", "REGISTRY", "MethodEntry", "methods", "names", "register"]
+__all__ = ["FAMILIES", "REGISTRY", "LiveMethods", "MethodEntry", "methods", "names", "register"]
 
 #: Family -> what its methods share. The order is the order of every listing (then the names, alphabetically).
 #:
@@ -94,3 +94,27 @@ def methods(family: str | tuple[str, ...] | None = None) -> dict[str, type]:
 def names(family: str | tuple[str, ...] | None = None) -> tuple[str, ...]:
     """Registered names (in :func:`methods`' order), of ``family`` where given."""
     return tuple(methods(family))
+
+
+class LiveMethods(Mapping):
+    """Registered name -> class, read from :data:`REGISTRY` at each use (:func:`methods`' order): a method registered
+    after the library was imported (a plugin's, a user's ``@register``) is in it at once.
+
+    >>> live = LiveMethods()
+    >>> "scala" in live and live["scala"] is REGISTRY["scala"].cls
+    True
+    >>> list(live) == list(methods())
+    True
+    """
+
+    def __getitem__(self, name: str) -> type:
+        return REGISTRY[name].cls
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(methods())
+
+    def __len__(self) -> int:
+        return len(REGISTRY)
+
+    def __repr__(self) -> str:
+        return f"LiveMethods({', '.join(self)})"

@@ -1,0 +1,79 @@
+"""Plugins: methods from installed packages, by name.
+
+A package publishes a method with a Python entry point in the group ``lightning_sfl.methods`` (name: the registry
+name, value: ``module:Class``), in its ``pyproject.toml``::
+
+    [project.entry-points."lightning_sfl.methods"]
+    prox_scala = "my_methods:ProxSCALA"
+
+Once the package is installed, ``--model prox_scala``, ``--model.help prox_scala``, ``compare --methods prox_scala``
+and ``attack`` on its checkpoints work as for the library's own methods: every command loads the installed entry
+points (:func:`load_plugins`) before it reads its arguments. The class must be a
+:class:`~lightning_sfl.algorithms.SplitFedAlgorithm`; where its module does not ``@register`` it under the entry point's
+name, it is registered there, in the family of the nearest registered class it derives from (a subclass of SCALA is a
+split method).
+
+Only installed entry points (and the user's own command line) name code to import: a class path read from a file is
+never imported on the file's word (:mod:`lightning_sfl.known`), but a plugin's class, imported here, is known.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint, entry_points
+
+from lightning_sfl.errors import ConfigError
+
+__all__ = ["METHODS_GROUP", "load_plugins"]
+
+#: The entry point group of methods.
+METHODS_GROUP = "lightning_sfl.methods"
+
+_loaded = False
+
+
+def _where(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    name = f" of {dist.name} {dist.version}" if dist is not None else ""
+    return f"plugin {ep.name!r} ({METHODS_GROUP} entry point{name}: {ep.value})"
+
+
+def _family_of(cls: type) -> str | None:
+    from lightning_sfl.algorithms.registry import REGISTRY
+
+    families = {entry.cls: entry.family for entry in REGISTRY.values()}
+    return next((families[base] for base in cls.__mro__[1:] if base in families), None)
+
+
+def _load(ep: EntryPoint) -> None:
+    from lightning_sfl.algorithms import REGISTRY, SplitFedAlgorithm, register
+
+    try:
+        obj = ep.load()
+    except Exception as exc:  # a broken plugin: the user can fix or uninstall it, not the library
+        raise ConfigError(f"{_where(ep)} does not load: {type(exc).__name__}: {exc}") from None
+    if not (isinstance(obj, type) and issubclass(obj, SplitFedAlgorithm)):
+        raise ConfigError(f"{_where(ep)} names {obj!r}, which is not a SplitFedAlgorithm class")
+    known = REGISTRY.get(ep.name)
+    if known is not None:
+        if known.cls is not obj:
+            where = f"{known.cls.__module__}.{known.cls.__qualname__}"
+            raise ConfigError(f"{_where(ep)}: the name {ep.name!r} is taken by {where}")
+        return
+    family = _family_of(obj)
+    if family is None:
+        raise ConfigError(f"{_where(ep)}: {obj.__qualname__} derives from no registered method (@register it)")
+    try:
+        register(ep.name, family=family)(obj)
+    except ValueError as exc:
+        raise ConfigError(f"{_where(ep)}: {exc}") from None
+
+
+def load_plugins() -> None:
+    """Import every installed method plugin and register it (once per process); a broken one is one line
+    (:class:`~lightning_sfl.errors.ConfigError`) naming its distribution and entry point."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for ep in sorted(entry_points(group=METHODS_GROUP), key=lambda ep: ep.name):
+        _load(ep)
