@@ -3,6 +3,8 @@ offline so no test can reach a server; a test session that leaves a run's output
 
 import http.server
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -19,11 +21,50 @@ RUN_OUTPUTS = ("runs", "wandb", "lightning_logs", "client_state")
 _OUTPUTS_BEFORE = {name for name in RUN_OUTPUTS if (REPO / name).exists()}
 
 
+#: The documentation build that a session with the site's tests starts first (:func:`pytest_sessionstart`), and where
+#: it says how it ended: its exit code, then its output (``tests/studies/test_docs_site.py`` waits for it).
+SITE_BUILD = ["-m", "sphinx", "-n", "-W", "--keep-going", "-q", "-b", "html", "docs", "docs/_build/html"]
+SITE_BUILD_LOG = REPO / "docs" / "_build" / "sphinx.log"
+_site_build: subprocess.Popen | None = None
+
+
+def _tests_the_site(config) -> bool:
+    """Whether the session runs ``tests/studies`` (all of it, or a file or test of it)."""
+    studies = REPO / "tests" / "studies"
+    for arg in config.args:
+        path = Path(str(arg).split("::", 1)[0]).resolve()
+        if path == studies or studies in path.parents or path in studies.parents:
+            return True
+    return False
+
+
+def pytest_sessionstart(session):
+    """In the main process of a session that tests the site: build it in the background (nitpicky, warnings are
+    errors), beside the tests, so that its ~70 s on one core overlap them; the build ends by writing its exit code and
+    output to :data:`SITE_BUILD_LOG`."""
+    global _site_build
+    if hasattr(session.config, "workerinput") or not _tests_the_site(session.config):
+        return
+    SITE_BUILD_LOG.parent.mkdir(exist_ok=True)
+    SITE_BUILD_LOG.unlink(missing_ok=True)
+    script = (
+        "import subprocess, sys; from pathlib import Path\n"
+        "out = subprocess.run(sys.argv[2:], capture_output=True, text=True)\n"
+        "part = Path(sys.argv[1] + '.partial'); part.write_text(f'{out.returncode}\\n{out.stdout}{out.stderr}')\n"
+        "part.rename(sys.argv[1])\n"
+    )
+    _site_build = subprocess.Popen([sys.executable, "-c", script, str(SITE_BUILD_LOG), sys.executable, *SITE_BUILD],
+                                   cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Fail the session (in the main process, after every worker) if a test wrote a run into the repository's folder:
-    tests run commands in their own folders (``run_dir``, ``cwd=tmp_path``)."""
+    tests run commands in their own folders (``run_dir``, ``cwd=tmp_path``). A site build still running is waited
+    for (a session that stops early leaves no build behind)."""
     if hasattr(session.config, "workerinput"):
         return
+    if _site_build is not None:
+        _site_build.wait()
     left = [name for name in RUN_OUTPUTS if (REPO / name).exists() and name not in _OUTPUTS_BEFORE]
     if left:
         print(f"\nerror: the tests left {', '.join(left)} in {REPO}: a test ran a command in the repository's folder")

@@ -15,12 +15,6 @@ FIT = textwrap.dedent(
     import sys, torch, lightning as L
     from lightning.pytorch.loggers import CSVLogger
     from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
-    if sys.argv[1] == "fast":
-        from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
-        assert skip_redundant_metric_moves() and skip_redundant_metric_moves()  # idempotent
-        assert _ResultMetric.to._lightning_sfl
-    else:
-        assert not getattr(_ResultMetric.to, "_lightning_sfl", False)
 
     class M(L.LightningModule):
         def __init__(self):
@@ -50,23 +44,30 @@ FIT = textwrap.dedent(
         def val_dataloader(self):
             return torch.utils.data.DataLoader(torch.randn(20, 3, generator=torch.Generator().manual_seed(1)), 7)
 
-    torch.manual_seed(0)
-    trainer = L.Trainer(max_epochs=3, logger=CSVLogger(sys.argv[2], name="", version=""), log_every_n_steps=2,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    trainer.fit(M())
-    print(sorted((k, float(v)) for k, v in trainer.callback_metrics.items()))
+    for mode, folder in zip(sys.argv[1::2], sys.argv[2::2]):  # Lightning's path first: the fast one stays once on
+        if mode == "fast":
+            from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
+            assert skip_redundant_metric_moves() and skip_redundant_metric_moves()  # idempotent
+            assert _ResultMetric.to._lightning_sfl
+        else:
+            assert not getattr(_ResultMetric.to, "_lightning_sfl", False)
+        torch.manual_seed(0)
+        trainer = L.Trainer(max_epochs=3, logger=CSVLogger(folder, name="", version=""), log_every_n_steps=2,
+                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+        trainer.fit(M())
+        print(mode, sorted((k, float(v)) for k, v in trainer.callback_metrics.items()))
     """
 )
 
 
 def test_fit_logs_the_same_with_the_fast_path(tmp_path):
-    out = {}
-    for mode in ("lightning", "fast"):
-        proc = subprocess.run(
-            [sys.executable, "-c", FIT, mode, str(tmp_path / mode)], capture_output=True, text=True, timeout=300
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        out[mode] = (proc.stdout.strip().splitlines()[-1], (tmp_path / mode / "metrics.csv").read_text())
+    """The same fit with Lightning's path, then (in the same process, once it is switched on) with the fast one."""
+    modes = ("lightning", "fast")
+    args = [arg for mode in modes for arg in (mode, str(tmp_path / mode))]
+    proc = subprocess.run([sys.executable, "-c", FIT, *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = dict(line.split(" ", 1) for line in proc.stdout.strip().splitlines()[-2:])
+    out = {mode: (printed[mode], (tmp_path / mode / "metrics.csv").read_text()) for mode in modes}
     assert out["fast"] == out["lightning"]
     assert "train/loss_epoch" in out["fast"][1] and "val/loss" in out["fast"][1]
 

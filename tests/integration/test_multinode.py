@@ -261,10 +261,12 @@ def _error_lines(out: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ the tests
-#: CI's two-node start (~45 s on two cores) leaves out the one-process reference (~15 s more): the weights and metrics
+#: The two-node start (~40 s on two cores) leaves out the one-process reference (~15 s more): the weights and metrics
 #: of one process are checked for two processes in CI by test_ddp.py (the same arithmetic; which launcher started the
 #: processes changes nothing in it), and for two nodes by the extended tests below (five starts, SLURM's tasks,
-#: Lightning's own launcher).
+#: Lightning's own launcher). In CI instead: two SLURM tasks agreeing on rank 0's run folder (its stop, below),
+#: torchrun's ranks and store (test_each_launcher_gives_the_rank_size_and_store).
+@pytest.mark.extended
 def test_two_torchrun_nodes_write_one_run_folder(tmp_path):
     """The problem measured: two torchrun nodes started at once, each choosing a folder of its own, raced (one stopped
     with "was just created by another process", the other crashed in gloo's C++ traceback) or wrote ``…-v2``. Now
@@ -275,7 +277,7 @@ def test_two_torchrun_nodes_write_one_run_folder(tmp_path):
     assert sorted(_rounds(run)) == [1, 2] and (run / "checkpoints" / "last.ckpt").is_file()
 
 
-@pytest.mark.extended  # ~4.5 min on two cores (46-54 s a start); one start runs in CI above
+@pytest.mark.extended  # ~4.5 min on two cores (46-54 s a start); one start of two SLURM tasks runs in CI below
 def test_five_simultaneous_two_node_starts_each_take_the_next_folder(tmp_path):
     """Five starts of the same two-node command in the same folder, one after another, each pair at once (node 0 or
     node 1 first, with or without a pause between them): each start writes one new folder (``…``, ``…-v2``, …,
@@ -302,7 +304,7 @@ def test_five_simultaneous_two_node_starts_each_take_the_next_folder(tmp_path):
     print(f"five two-node starts: {', '.join(f'{s:.0f} s' for s in seconds)}")
 
 
-@pytest.mark.extended  # ~3.5 min on two cores; a two-node start runs in CI above (kill -9 and resume: test_resume's)
+@pytest.mark.extended  # ~3.5 min on two cores; two SLURM tasks start in CI below (kill -9 and resume: test_resume's)
 def test_both_nodes_killed_then_restarted_with_ckpt_path_last_continue_the_run(tmp_path):
     """kill -9 of both nodes (each torchrun with its worker) after a round's checkpoint; the same two commands with
     ``--ckpt_path last`` continue in the same folder (its lock, left by the killed rank 0, taken over) and end with the
@@ -350,7 +352,7 @@ def test_two_slurm_tasks_run_the_documented_srun_line(tmp_path):
     _assert_equal_runs(run, _run_of(one), ROUNDS)
 
 
-@pytest.mark.extended  # ~50 s on two cores; torchrun's nodes in CI above
+@pytest.mark.extended  # ~50 s on two cores; two SLURM tasks in CI below
 def test_two_nodes_of_lightnings_own_launcher_run_the_documented_lines(tmp_path):
     """The tutorial's ``MASTER_ADDR=… MASTER_PORT=… NODE_RANK=k lightning-sfl fit …`` on each node: one folder, the
     one-process run."""

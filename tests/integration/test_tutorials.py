@@ -511,8 +511,9 @@ def test_every_page_runs_a_block_and_every_mark_says_why(page):
 #: Pages whose runs are left out of CI (``pytest -m extended`` runs them, as written) to keep it within 15 minutes on
 #: two cores, with what checks the same in CI: ddp-and-slurm ~45 s (two DDP processes and a submitit job; test_ddp's
 #: SCALA case), privacy ~40 s (test_attack, test_fsha, test_splitguard), asynchronous ~80 s as written (GAS's 100
-#: rounds; test_gas, test_fedbuff).
-EXTENDED = ("ddp-and-slurm", "privacy", "asynchronous")
+#: rounds; test_gas, test_fedbuff), sweeps ~35 s (test_sweeps, test_sweep_offline, test_trial_status),
+#: semi-supervised ~22 s (test_semi_sfl, test_semi_baselines, the registry-driven tests of the semi family).
+EXTENDED = ("ddp-and-slurm", "privacy", "asynchronous", "sweeps", "semi-supervised")
 
 
 @pytest.mark.parametrize(

@@ -14,17 +14,50 @@ import importlib.util
 import json
 import posixpath
 import re
+import time
 from html.parser import HTMLParser
+from types import SimpleNamespace
 
 import pytest
 from _helpers import REPO
+from conftest import SITE_BUILD, SITE_BUILD_LOG, _tests_the_site
 
 import lightning_sfl
 from lightning_sfl.algorithms.registry import FAMILIES, methods
 
 DOCS = REPO / "docs"
-#: The site's build (``.ci/run`` builds it before pytest; a local test run may not have).
+#: The site's build: a session that runs ``tests/studies`` builds it first, in the background (``conftest.py``).
 INVENTORY = DOCS / "_build" / "html" / "objects.inv"
+#: The longest the site's tests wait for the build (seconds).
+BUILD_TIMEOUT = 900
+_CONFIG: list = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _session_config(request):
+    _CONFIG[:] = [request.config]
+
+
+@functools.cache
+def site_built() -> bool:
+    """Whether the site is built: in a session that builds it, once its build has ended, failing on a warning or an
+    error of the build (nitpicky, warnings are errors); else whether an earlier build is there."""
+    if not (_CONFIG and _tests_the_site(_CONFIG[0])):
+        return INVENTORY.exists()
+    deadline = time.monotonic() + BUILD_TIMEOUT
+    while not SITE_BUILD_LOG.exists():
+        assert time.monotonic() < deadline, f"the site's build took more than {BUILD_TIMEOUT} s"
+        time.sleep(0.5)
+    code, _, output = SITE_BUILD_LOG.read_text().partition("\n")
+    assert code == "0", f"sphinx-build {' '.join(SITE_BUILD[2:])} exited with {code}:\n{output[-6000:]}"
+    return True
+
+
+def test_the_site_builds_without_a_warning():
+    """Nitpicky (every cross-reference resolves), warnings are errors: what ``sphinx-build -n -W`` checks."""
+    if not (_CONFIG and _tests_the_site(_CONFIG[0])):
+        pytest.skip("the site is built by a session that runs tests/studies")
+    assert site_built() and INVENTORY.exists()
 
 
 def _api_pages():
@@ -46,7 +79,7 @@ def test_the_api_reference_documents_every_public_name():
         target = api.documented_at(name)
         assert f"`{name} <{target}>`" in index, name
         assert target.rsplit(".", 1)[0] in rendered or target.rsplit(".", 2)[0] in rendered, (name, target)
-    if INVENTORY.exists():
+    if site_built():
         from sphinx.util.inventory import InventoryFile
 
         with INVENTORY.open("rb") as f:
@@ -69,11 +102,20 @@ def test_the_readme_is_a_front_page():
 
 
 def test_ci_runs_the_readmes_test_command():
+    """CI's command is the README's, and its pytest runs ``tests/studies`` (which builds the site: lint, the
+    documentation build and the tests in one command)."""
     readme = (REPO / "README.md").read_text()
     ci = (REPO / ".ci" / "run").read_text()
     command = next(line for line in ci.splitlines() if line.startswith("python3 -m venv"))
     assert f"```bash\n{command}\n```" in readme
-    assert "sphinx-build -n -W" in command and "pytest" in command
+    assert "ruff check" in command and "pytest" in command
+    pytest_args = command.split("pytest", 1)[1].split()
+    assert not [a for a in pytest_args if not a.startswith("-") and a not in ("auto", "worksteal")], pytest_args
+    testpaths = [REPO / p for p in _CONFIG[0].getini("testpaths")]  # what a pytest without paths runs
+    assert _tests_the_site(SimpleNamespace(args=testpaths)) and "-W" in SITE_BUILD and "-n" in SITE_BUILD
+    quick = SimpleNamespace(args=[REPO / "tests" / "unit", REPO / "tests" / "integration"])  # the quick command's
+    one = SimpleNamespace(args=[f"{REPO}/tests/studies/test_docs_site.py::test_x"])
+    assert not _tests_the_site(quick) and _tests_the_site(one)
 
 
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
@@ -181,10 +223,10 @@ class _Page(HTMLParser):
 @functools.cache
 def built_pages() -> dict[str, _Page]:
     """Every page of the latest build (the documents its search index lists, and the indices), parsed once; skips
-    when the site is not built (``.ci/run`` builds it before pytest; a local test run may not have)."""
+    when the site is not built (a session that runs ``tests/studies`` builds it)."""
     index = SITE / "searchindex.js"
-    if not index.exists():
-        pytest.skip("the site is not built (sphinx-build ... docs docs/_build/html)")
+    if not site_built() or not index.exists():
+        pytest.skip("the site is not built (pytest tests/studies builds it)")
     docnames = json.loads(re.search(r'"docnames":(\[[^\]]*\])', index.read_text())[1])
     pages = {}
     for name in [*docnames, "genindex", "search", "py-modindex"]:
