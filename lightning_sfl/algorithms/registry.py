@@ -50,6 +50,9 @@ class MethodEntry:
     family: str
 
 
+#: Registered name -> :class:`MethodEntry` of every method, filled by :func:`register` (and by plugins).
+#:
+#: :meta hide-value:
 REGISTRY: dict[str, MethodEntry] = {}
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 

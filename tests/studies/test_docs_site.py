@@ -49,7 +49,8 @@ def site_built() -> bool:
         assert time.monotonic() < deadline, f"the site's build took more than {BUILD_TIMEOUT} s"
         time.sleep(0.5)
     code, _, output = SITE_BUILD_LOG.read_text().partition("\n")
-    assert code == "0", f"sphinx-build {' '.join(SITE_BUILD[2:])} exited with {code}:\n{output[-6000:]}"
+    said = [line for line in output.splitlines() if re.search(r"\b(WARNING|ERROR|CRITICAL)\b", line)]
+    assert code == "0" and not said, f"sphinx-build {' '.join(SITE_BUILD[2:])} exited with {code}:\n{output[-6000:]}"
     return True
 
 
