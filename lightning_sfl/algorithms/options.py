@@ -50,25 +50,31 @@ class MissingClassFloor:
         method.__dict__["_missing_class_floor"] = checked_floor(value)
 
 
-def option_defaults(cls: type) -> dict[str, object]:
-    """The keyword arguments ``cls(...)`` accepts (its ``__init__`` and, through ``**kwargs``, its bases'), each with
-    the default of its nearest definition (a subclass's wins).
-
-    >>> from lightning_sfl.algorithms import FedYogi
-    >>> option_defaults(FedYogi)["server_lr"], option_defaults(FedYogi)["beta2"]
-    (0.01, 0.99)
-    """
-    found: dict[str, object] = {}
+def option_parameters(cls: type) -> dict[str, inspect.Parameter]:
+    """The keyword arguments ``cls(...)`` accepts: its ``__init__`` parameters and, while an ``__init__`` takes
+    ``**kwargs``, those of the next ``__init__`` up the MRO (how ``SCALA(**kwargs)`` reaches the base), each as its
+    nearest definition (a subclass's default wins)."""
+    found: dict[str, inspect.Parameter] = {}
     for klass in cls.__mro__:
         if klass is object or "__init__" not in vars(klass):
             continue
         params = list(inspect.signature(klass.__init__).parameters.values())[1:]
         for p in params:
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-                found.setdefault(p.name, p.default)
+                found.setdefault(p.name, p)
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             break
     return found
+
+
+def option_defaults(cls: type) -> dict[str, object]:
+    """The default of each keyword argument ``cls(...)`` accepts (:func:`option_parameters`).
+
+    >>> from lightning_sfl.algorithms import FedYogi
+    >>> option_defaults(FedYogi)["server_lr"], option_defaults(FedYogi)["beta2"]
+    (0.01, 0.99)
+    """
+    return {name: p.default for name, p in option_parameters(cls).items()}
 
 
 def check_unused(unused: Mapping[str, str], values: Mapping, defaults: Mapping) -> None:

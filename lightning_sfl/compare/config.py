@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import inspect
 import json
 import os
 import re
@@ -78,19 +77,10 @@ def unused_settings(cls: type, init_args: dict) -> dict[str, object]:
 
 
 def init_parameters(cls: type) -> set[str]:
-    """Keyword arguments ``cls(...)`` accepts: its ``__init__`` parameters and, while an ``__init__`` takes
-    ``**kwargs``, those of the next ``__init__`` up the MRO (how ``SCALA(**kwargs)`` reaches the base)."""
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        if klass is object:
-            break
-        if "__init__" not in vars(klass):
-            continue
-        params = list(inspect.signature(klass.__init__).parameters.values())[1:]
-        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            break
-    return names
+    """Keyword arguments ``cls(...)`` accepts (:func:`~lightning_sfl.algorithms.options.option_parameters`)."""
+    from lightning_sfl.algorithms.options import option_parameters
+
+    return set(option_parameters(cls))
 
 
 # ====================================================================== configs

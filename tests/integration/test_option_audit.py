@@ -39,6 +39,7 @@ from _helpers import data_kwargs, method_kwargs, quiet_trainer
 from fingerprints import fingerprint
 
 from lightning_sfl.algorithms import REGISTRY, methods
+from lightning_sfl.algorithms.options import option_parameters
 from lightning_sfl.algorithms.split_method import SplitMethod
 from lightning_sfl.callbacks import CommunicationBytes, SimulatedClock
 from lightning_sfl.data import FederatedDataModule
@@ -187,19 +188,8 @@ REPRESENTATIVES = ("minibatch_sfl", "fedavg", "async_sfl", "fedbuff", "fedswitch
 # ------------------------------------------------------------------------------------------------ the cases
 @functools.cache
 def options(cls: type) -> dict[str, inspect.Parameter]:
-    """The keyword arguments ``cls(...)`` accepts (its ``__init__`` and, through ``**kwargs``, its bases'), the
-    nearest definition of each (a subclass's default wins), as ``compare`` and the checkpoints read them."""
-    found: dict[str, inspect.Parameter] = {}
-    for klass in cls.__mro__:
-        if klass is object or "__init__" not in vars(klass):
-            continue
-        params = list(inspect.signature(klass.__init__).parameters.values())[1:]
-        for p in params:
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-                found.setdefault(p.name, p)
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            break
-    return found
+    """The keyword arguments ``cls(...)`` accepts, as ``compare`` and the checkpoints read them."""
+    return option_parameters(cls)
 
 
 @functools.cache
