@@ -108,7 +108,7 @@ def log_to_wandb(
         kind, where = _log_run(wandb, project, metrics, history, grid, trained_by, mode)
     if kind == "offline":
         return f"W&B offline run {shown_path(where)} (upload: wandb sync {shown_path(where)})"
-    return f"W&B run {where}"
+    return f"W&B run {where}" if where else ""  # (WANDB_MODE=disabled: no run, nothing to say)
 
 
 def _log_run(wandb, project, metrics, history, grid, trained_by, mode: str) -> tuple[str, str]:

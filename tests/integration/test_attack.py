@@ -289,3 +289,15 @@ def test_checkpoints_of_earlier_versions_still_load(tmp_path):
     hp["gamma"], hp["threshold"] = 0.7, 0.2
     model, name, _ = _trained_method(ckpt, "older")
     assert name == "SCALAPE" and (model.defences.inversion.gamma, model.defences.inversion.threshold) == (0.7, 0.2)
+
+
+def test_an_attack_with_wandb_disabled_names_no_wandb_run(tmp_path, monkeypatch):
+    """``WANDB_MODE=disabled``: no run, so the result line says nothing of W&B (it said ``W&B run None``)."""
+    from lightning_sfl.attack_io import log_to_wandb
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    summary = tmp_path / "attack-1" / "metrics.md"
+    summary.parent.mkdir()
+    summary.write_text("| metric | value |\n|---|---|\n| clusters | 1.0 |\n")
+    metrics = {"attack": "labels", "method": "SCALA", "clusters": 1.0}
+    assert log_to_wandb("lightning-sfl", metrics, [], summary, None, offline=False) == ""
