@@ -36,6 +36,7 @@ class CutRow:
     client_flops: float
     server_flops: float
     tail_points: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
 
     def round_bytes(self, samples: int) -> int:
         """Traffic of one client in a round over ``samples`` samples: its half down and up, activations up,
@@ -43,9 +44,11 @@ class CutRow:
         return 2 * self.client_bytes + 2 * self.activation_bytes * samples
 
 
-def cut_table(arch: str, num_classes: int = 10, input_shape: Sequence[int] | None = None) -> list[CutRow]:
-    """The :class:`CutRow` of every cut point of zoo model ``arch`` (``input_shape`` default: the zoo's
-    ``EXAMPLE_SHAPES[arch]``).
+def cut_table(arch: object, num_classes: int = 10, input_shape: Sequence[int] | None = None) -> list[CutRow]:
+    """The :class:`CutRow` of every cut of model ``arch``: a zoo name (``input_shape`` default: the zoo's
+    ``EXAMPLE_SHAPES[arch]``), a class path with init args or a module, as ``--model.arch`` takes it
+    (:class:`~lightning_sfl.models.source.ModelSource`; its cuts are its modules' names, see
+    :mod:`~lightning_sfl.models.graph_cut`).
 
     >>> rows = cut_table("cnn_fedlc")
     >>> [(r.cut, r.activation_shape, r.activation_bytes) for r in rows]
@@ -53,15 +56,22 @@ def cut_table(arch: str, num_classes: int = 10, input_shape: Sequence[int] | Non
     """
     import torch
 
-    from lightning_sfl.models import activation_shape, build_model, split_model
+    from lightning_sfl.errors import ConfigError
+    from lightning_sfl.models import activation_shape, split_model
+    from lightning_sfl.models.source import ModelSource
     from lightning_sfl.models.split import tail_points
     from lightning_sfl.models.zoo import EXAMPLE_SHAPES
     from lightning_sfl.system.flops import cut_costs, training_flops_per_sample
 
-    shape = tuple(input_shape) if input_shape is not None else EXAMPLE_SHAPES[arch]
+    if isinstance(arch, str) and arch not in EXAMPLE_SHAPES and "." not in arch:
+        raise ConfigError(f"arch={arch!r} is not one of: {', '.join(EXAMPLE_SHAPES)}, nor a class path (module.Class)")
+    if input_shape is None:
+        if not isinstance(arch, str) or arch not in EXAMPLE_SHAPES:
+            raise ConfigError("input_shape: give one sample's shape (--input_shape C H W) for a model outside the zoo")
+        input_shape = EXAMPLE_SHAPES[arch]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = build_model(arch, num_classes, shape)
+        model = ModelSource(arch, num_classes, tuple(input_shape)).model
     whole = training_flops_per_sample(model, model.input_shape)
     rows = []
     for cut, cost in cut_costs(model).items():
@@ -78,6 +88,7 @@ def cut_table(arch: str, num_classes: int = 10, input_shape: Sequence[int] | Non
                 client_flops=client_flops,
                 server_flops=whole - client_flops,
                 tail_points=tuple(tail_points(model.cut_points, cut, server)),
+                aliases=tuple(a for a, c in model.aliases.items() if c == cut),
             )
         )
     return rows
@@ -110,32 +121,80 @@ def _positive(text: str) -> int:
     return value
 
 
+def _init_args(extra: Sequence[str], parser) -> dict:
+    """``--model.arch.KEY VALUE`` (or ``--arch.KEY``, ``--model.arch.init_args.KEY``; ``=`` too) as init args, each
+    value read as YAML (``[2,2,2,2]``, ``true``, a class path)."""
+    import yaml
+
+    args, items = {}, list(extra)
+    while items:
+        token = items.pop(0)
+        key, eq, value = token.partition("=")
+        for prefix in ("--model.arch.init_args.", "--arch.init_args.", "--model.arch.", "--arch."):
+            if key.startswith(prefix) and key[len(prefix) :].isidentifier():
+                break
+        else:
+            parser.error(f"unrecognized arguments: {token}")
+        if not eq:
+            if not items:
+                parser.error(f"argument {key}: expected one value")
+            value = items.pop(0)
+        try:
+            args[key[len(prefix) :]] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            args[key[len(prefix) :]] = value
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """``lightning-sfl cuts``: print the cost of every cut point of ``--arch``."""
+    """``lightning-sfl cuts``: print the cost of every cut of ``--model.arch`` (a zoo name or a class path)."""
     from lightning_sfl.errors import OneLineArgumentParser
     from lightning_sfl.models.zoo import EXAMPLE_SHAPES, MODELS
 
     parser = OneLineArgumentParser(
         prog="lightning-sfl cuts",
-        description="Per cut point of a zoo model: client half size, activation size and FLOPs on each side.",
+        description="Per cut of a model (a zoo model's s1…s5, any other model's module names): client half size, "
+        "activation size and FLOPs on each side.",
     )
-    parser.add_argument("--arch", required=True, choices=MODELS, help="zoo model")
+    parser.add_argument(
+        "--model.arch", "--arch", dest="arch", required=True, metavar="ARCH",
+        help=f"a zoo model ({', '.join(MODELS)}) or the class path of any nn.Module, its init args as "
+        "--model.arch.NAME VALUE (e.g. --model.arch torchvision.models.ResNet --model.arch.block "
+        "torchvision.models.resnet.BasicBlock --model.arch.layers [2,2,2,2] --input_shape 3 32 32)",
+    )  # fmt: skip
     parser.add_argument("--num_classes", type=_positive, default=10, help="output classes (default 10)")
     parser.add_argument(
-        "--input_shape", type=_positive, nargs=3, metavar=("C", "H", "W"), help="one sample's shape (default: the "
-        "dataset the model is for: " + ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in EXAMPLE_SHAPES.items())
-        + ")",
+        "--input_shape", type=_positive, nargs=3, metavar=("C", "H", "W"), help="one sample's shape (default, for a "
+        "zoo model: the dataset it is for: "
+        + ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in EXAMPLE_SHAPES.items()) + ")",
     )  # fmt: skip
     parser.add_argument("--samples", type=_positive, help="samples a client trains on per round: adds its traffic")
     parser.add_argument("--format", choices=("md", "csv"), default="md", help="output format (default md)")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    init_args = _init_args(extra, parser)
+    arch = {"class_path": args.arch, "init_args": init_args} if init_args else args.arch
+    if init_args and args.arch in MODELS:
+        parser.error(f"argument --model.arch: {args.arch!r} is a zoo model: it takes no init args")
+    if args.arch not in MODELS and "." in args.arch:  # (the user's own module, on PYTHONPATH, or an installed one)
+        _import_module_of(args.arch, parser)
     from lightning_sfl.errors import ConfigError
 
     try:
-        rows = cut_table(args.arch, args.num_classes, args.input_shape)
+        rows = cut_table(arch, args.num_classes, args.input_shape)
     except ConfigError as exc:
         parser.error(str(exc))
     shape = "x".join(map(str, args.input_shape or EXAMPLE_SHAPES[args.arch]))
     if args.format == "md":
         sys.stdout.write(f"{args.arch}, input {shape}, {args.num_classes} classes; float32\n\n")
     sys.stdout.write(format_table(rows, args.samples, args.format))
+
+
+def _import_module_of(path: str, parser) -> None:
+    """Import the module of the class path the command line names (the user's command line names code to import)."""
+    import importlib
+
+    module = path.rpartition(".")[0]
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        parser.error(f"argument --model.arch: {path!r}: its module {module!r} cannot be imported ({exc})")

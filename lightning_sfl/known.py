@@ -50,13 +50,23 @@ def _library_module(module: str) -> bool:
     return parts[0] == "lightning_sfl" and all(p.isidentifier() and not p.startswith("__") for p in parts)
 
 
+def _in_packages(module: str, packages: tuple[str, ...]) -> bool:
+    parts = module.split(".")
+    return parts[0] in packages and all(p.isidentifier() and not p.startswith("__") for p in parts)
+
+
 def known_class(
-    path: str, base: type, names: Mapping[str, type] | None = None, moved: Mapping[str, str] | None = None
+    path: str,
+    base: type,
+    names: Mapping[str, type] | None = None,
+    moved: Mapping[str, str] | None = None,
+    importable: tuple[str, ...] = (),
 ) -> type | None:
     """The subclass of ``base`` that ``path`` names, if the library knows it (see the module docstring), else ``None``.
 
     ``names``: short names (``{"NoPeek": NoPeek}``); ``moved``: modules that classes were defined in before
-    (``{old: new}``). A module that is neither imported nor the library's is never imported.
+    (``{old: new}``); ``importable``: other packages whose modules may be imported to look a name up (``torchvision``
+    for a model). A module that is neither imported nor the library's (nor of ``importable``) is never imported.
 
     >>> from lightning_sfl.loop.selection import ClientSelection, FedCBSSelection
     >>> known_class("lightning_sfl.loop.selection.FedCBSSelection", ClientSelection) is FedCBSSelection
@@ -72,7 +82,7 @@ def known_class(
         module, _, name = path.rpartition(".")
         module = (moved or {}).get(module, module)
         loaded = sys.modules.get(module)
-        if loaded is None and _library_module(module):
+        if loaded is None and (_library_module(module) or _in_packages(module, importable)):
             try:
                 if importlib.util.find_spec(module) is not None:
                     loaded = importlib.import_module(module)
@@ -95,9 +105,10 @@ class ComponentKind:
     base: type
     names: Mapping[str, type] = field(default_factory=dict)
     moved: Mapping[str, str] = field(default_factory=dict)
+    importable: tuple[str, ...] = ()
 
     def resolve(self, path: str) -> type | None:
-        return known_class(path, self.base, self.names, self.moved)
+        return known_class(path, self.base, self.names, self.moved, self.importable)
 
 
 #: Option name -> the components it takes, for every option of a method that a checkpoint records as class paths;
@@ -109,11 +120,16 @@ COMPONENT_KINDS: dict[str, ComponentKind] = {}
 
 
 def register_component_kind(
-    option: str, base: type, names: Mapping[str, type] | None = None, moved: Mapping[str, str] | None = None
+    option: str,
+    base: type,
+    names: Mapping[str, type] | None = None,
+    moved: Mapping[str, str] | None = None,
+    importable: tuple[str, ...] = (),
 ) -> None:
     """Say that the option ``option`` of a method takes subclasses of ``base`` (``names``: their short names;
-    ``moved``: modules they were defined in before)."""
-    COMPONENT_KINDS[option] = ComponentKind(base, dict(names or {}), dict(moved or {}))
+    ``moved``: modules they were defined in before; ``importable``: packages besides the library whose modules may be
+    imported to find one)."""
+    COMPONENT_KINDS[option] = ComponentKind(base, dict(names or {}), dict(moved or {}), tuple(importable))
 
 
 def component_kinds() -> dict[str, ComponentKind]:

@@ -34,7 +34,13 @@ from lightning_sfl import trainer_view
 from lightning_sfl.algorithms import banks, evaluation, federated, state
 from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots
 from lightning_sfl.algorithms.guards import check_global_weights
-from lightning_sfl.algorithms.halves import DEFAULT_SPLIT_POINT, ClientModule, ServerModule, split_halves
+from lightning_sfl.algorithms.halves import (
+    DEFAULT_SPLIT_POINT,
+    ClientModule,
+    ServerModule,
+    recorded_arch,
+    split_halves,
+)  # fmt: skip
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy
 from lightning_sfl.algorithms.options import MissingClassFloor, check_training_options, check_unused, option_defaults
 from lightning_sfl.algorithms.processes import disable_ddp_reducer, sum_gradients_over_processes, world_size
@@ -44,6 +50,8 @@ from lightning_sfl.defences import Defences
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import ClientStats, Federate, Federation, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.loop.selection import ClientSelection, UniformSelection, resolve_selection
+from lightning_sfl.models import SplittableModel
+from lightning_sfl.models.source import ModelSource
 from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
 from lightning_sfl.system.comm import CommLedger
 from lightning_sfl.system.timing import ClientCosts, SystemModel
@@ -54,9 +62,14 @@ class SplitFedAlgorithm(L.LightningModule):
     """Base of every method: builds the split model, runs the schedule's steps, aggregates, evaluates.
 
     Args:
-        arch: model name (see ``lightning_sfl.models.MODELS``).
-        split_point: cut point ``s1``…``s5`` (shallow to deep); the client holds the layers before it. Refused (other
-            than the default) by a method without a server half (:meth:`unused_options`).
+        arch: the model (:class:`~lightning_sfl.models.source.ModelSource`): a zoo name
+            (``lightning_sfl.models.MODELS``), a class path with init args of any ``nn.Module``
+            (``--model.arch torchvision.models.ResNet --model.arch.layers [2,2,2,2] …``; its ``num_classes`` argument,
+            if any, is set from the data), or (from Python) a module. A model other than the zoo's is cut at a
+            module's name (``split_point: layer2``).
+        split_point: where the model is cut: ``s1``…``s5`` (shallow to deep) for a zoo model, a module's name as
+            ``named_modules()`` spells it for any model (``layer2``: the cut is after it); the client holds what runs
+            before it. Refused (other than the default) by a method without a server half (:meth:`unused_options`).
         local_iters: ``T``, local iterations per global round.
         lr: ``η``, SGD learning rate of clients and server.
         momentum: SGD momentum, in [0, 1) (the papers use plain SGD: 0).
@@ -89,7 +102,7 @@ class SplitFedAlgorithm(L.LightningModule):
 
     def __init__(
         self,
-        arch: str = "cnn_small",
+        arch: nn.Module | str = "cnn_small",
         split_point: str = DEFAULT_SPLIT_POINT,
         local_iters: int = 5,
         lr: float = 0.01,
@@ -114,7 +127,9 @@ class SplitFedAlgorithm(L.LightningModule):
         self.hparams["client_selection"] = self.selection.config()  # a config, so checkpoints load safely
         self.federation: Federation | None = None  # handed over when a fit starts (federate)
         self._schedule: Schedule | None = None  # configured on first use (schedule), after the whole construction
-        client_net, server_net = self.build_halves(arch, split_point, num_classes, tuple(input_shape))
+        self.model_source = ModelSource(recorded_arch(arch, self.hparams), num_classes, tuple(input_shape))
+        self.hparams["arch"] = self.model_source.config()  # the zoo name or the class path it was built with
+        client_net, server_net = self.build_halves(self.model_source.model, split_point)
         self.client, self.server = ClientModule(client_net), ServerModule(server_net)
         self.client_banks = nn.ModuleDict()  # name of a client model -> its slots (built when a fit starts)
         self.server_bank: ClientBank | None = None
@@ -132,12 +147,11 @@ class SplitFedAlgorithm(L.LightningModule):
             return {}
         return {"split_point": f"{cls.__name__}'s clients train the whole model (no server half to cut off)"}
 
-    def build_halves(
-        self, arch: str, split_point: str, num_classes: int, input_shape: tuple[int, int, int]
-    ) -> tuple[nn.Sequential, nn.Sequential]:
-        """The client half ``[B, *input] -> [B, *act]`` and the server half ``[B, *act] -> [B, N]``
-        (:func:`~lightning_sfl.algorithms.halves.split_halves`; plain FL: the whole model and an empty server)."""
-        return split_halves(arch, split_point, num_classes, input_shape, self.has_server_half)
+    def build_halves(self, model: SplittableModel, split_point: str) -> tuple[nn.Sequential, nn.Sequential]:
+        """The client half ``[B, *input] -> [B, *act]`` and the server half ``[B, *act] -> [B, N]`` of ``model`` (the
+        method's :attr:`model_source`'s; :func:`~lightning_sfl.algorithms.halves.split_halves`; plain FL: the whole
+        model and an empty server)."""
+        return split_halves(model, split_point, self.has_server_half)
 
     def configure_schedule(self) -> Schedule:
         """How a round unfolds (executed by the data module): synchronous rounds of ``T`` local iterations. Called

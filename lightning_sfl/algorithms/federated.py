@@ -12,7 +12,6 @@ from lightning_sfl import trainer_view
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Federation, Schedule
 from lightning_sfl.loop.federation import legacy_federation_state
-from lightning_sfl.models import build_model
 from lightning_sfl.system.timing import ClientCosts
 
 __all__ = [
@@ -63,7 +62,7 @@ def client_costs(method) -> ClientCosts:
         shape,
         method.has_server_half,
         activation_shape=functools.partial(activation_shape, method),
-        cut_model=functools.partial(build_model, hp.arch, method.num_classes, shape),  # picklable (ddp_spawn)
+        cut_model=method.model_source.build,  # (picklable: ddp_spawn)
         cut_options=method.split_options() or [hp.split_point],
         nominal_cut=hp.split_point,
         tail=None if getattr(method, "tail", None) is None else method.tail.net,

@@ -248,7 +248,7 @@ class FedMatch(SemiSupervised):
         self.consistency_weight, self.l2_weight, self.l1_weight = map(float, (consistency_weight, l2_weight, l1_weight))
         self.helpers, self.helper_interval, self.mask_kl = int(helpers), int(helper_interval), bool(mask_kl)
         if decompose_(self.client.net, self.psi_factor) == 0:
-            raise ConfigError(f"arch={self.hparams.arch!r} has no linear or convolution layer to decompose")
+            raise ConfigError(f"arch={self.model_source.label!r} has no linear or convolution layer to decompose")
         self.register_buffer("probe", probe_image(self.hparams.input_shape), persistent=False)
         #: name and shape of each ψ tensor, in the order of ``_psi_vector`` (a helper's ψ_h is split back by it)
         self._psi_layout = [(n, p.shape) for n, p in self.client.net.named_parameters() if is_psi(n)]

@@ -3,13 +3,16 @@ the server half ``l(w_s; A)`` of :class:`~lightning_sfl.algorithms.base.SplitFed
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping
+
 import lightning as L
 import torch
 from torch import nn
 from typing_extensions import override
 
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.models import build_model, split_model
+from lightning_sfl.models import SplittableModel, split_model
 
 __all__ = ["DEFAULT_SPLIT_POINT", "ClientModule", "ServerModule", "split_halves"]
 
@@ -42,20 +45,31 @@ class ServerModule(L.LightningModule):
 DEFAULT_SPLIT_POINT = "s2"
 
 
+def recorded_arch(arch: object, hparams: Mapping) -> object:
+    """What to build the model from: ``arch``, or — for a module the command line's parser built from a class path
+    (the method's recorded hyperparameters hold that class path and its arguments) — that record, so that the model
+    is built again with the data's ``num_classes`` (the parser filled in the class's own default)."""
+    recorded = hparams.get("arch")
+    if isinstance(arch, nn.Module) and isinstance(recorded, Mapping) and isinstance(recorded.get("class_path"), str):
+        module, _, name = recorded["class_path"].rpartition(".")
+        if getattr(sys.modules.get(module), name, None) is type(arch):
+            return {"class_path": recorded["class_path"], "init_args": recorded.get("init_args") or {}}
+    return arch
+
+
 def split_halves(
-    arch: str, split_point: str, num_classes: int, input_shape: tuple[int, int, int], has_server_half: bool
+    model: SplittableModel, split_point: str, has_server_half: bool
 ) -> tuple[nn.Sequential, nn.Sequential]:
-    """The client half ``[B, *input_shape] -> [B, *act]`` and the server half ``[B, *act] -> [B, N]`` of ``arch`` cut
+    """The client half ``[B, *input_shape] -> [B, *act]`` and the server half ``[B, *act] -> [B, N]`` of ``model`` cut
     at ``split_point``; without a server half (plain FL) the whole model and an empty server."""
-    net = build_model(arch, num_classes, input_shape)
     if not has_server_half:
         if split_point != DEFAULT_SPLIT_POINT:  # (unused, but a cut point the model lacks is a mistake: one line)
-            split_model(net, split_point)
-        return net[:], nn.Sequential()
-    client, server = split_model(net, split_point)
+            split_model(model, split_point)
+        return model[:], nn.Sequential()
+    client, server = split_model(model, split_point)
     if not any(True for _ in client.parameters()):  # nothing for the clients to train: no split method can run
         raise ConfigError(
-            f"split_point={split_point!r} of model {arch!r} leaves the clients no parameters to train; a split method "
-            f"needs a client half with weights (another cut or model), or use an FL method (--model fedavg)"
+            f"split_point={split_point!r} of model {model.name!r} leaves the clients no parameters to train; a split "
+            f"method needs a client half with weights (another cut or model), or use an FL method (--model fedavg)"
         )
     return client, server

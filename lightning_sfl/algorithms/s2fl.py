@@ -28,7 +28,6 @@ from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.splitfed import MiniBatchSFL
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
-from lightning_sfl.models import build_model
 from lightning_sfl.system.timing import SystemModel
 
 __all__ = ["S2FL", "balanced_groups", "group_imbalance", "group_mean_loss"]
@@ -147,4 +146,4 @@ class S2FL(MiniBatchSFL):
         """(c): the cut points the clock may charge a client (``None``: only ``split_point``)."""
         if not self.adaptive_split:
             return None
-        return list(build_model(self.hparams.arch, self.num_classes, tuple(self.hparams.input_shape)).cut_points)
+        return list(self.model_source.cut_points)

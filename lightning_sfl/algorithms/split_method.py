@@ -32,7 +32,6 @@ from lightning_sfl.defences import Defence, Defences, resolve_defences
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 from lightning_sfl.loop.step import PROBE_KIND
-from lightning_sfl.models import build_model
 from lightning_sfl.models.split import cut_tail
 
 __all__ = ["SplitMethod", "defend"]
@@ -99,9 +98,10 @@ class SplitMethod(SplitFedAlgorithm):
         if tail_point is not None:
             if not self.supports_tail:
                 raise ConfigError(f"tail_point={tail_point!r}: {type(self).__name__} does not run U-shaped")
-            hp = self.hparams
-            cuts = build_model(hp.arch, self.num_classes, tuple(hp.input_shape)).cut_points
-            body, tail = cut_tail(self.server.net, cuts, hp.split_point, tail_point)
+            source = self.model_source
+            split = source.canonical_cut(self.hparams.split_point)
+            tail_at = source.model.canonical_cut(tail_point) or tail_point  # (cut_tail names the valid ones)
+            body, tail = cut_tail(self.server.net, source.cut_points, split, tail_at)
             self.server.net, self.tail = body, ClientModule(tail)
             if tail_aggregation == "none":  # every client's own tail, [K, P] (a per-client store)
                 self.add_client_state("client_tails", lambda: flat_parameters(self.tail.net).detach())

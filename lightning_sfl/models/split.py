@@ -24,12 +24,13 @@ __all__ = ["activation_shape", "add_bottleneck", "cut_tail", "split_model", "tai
 def _cut_index(model: SplittableModel, split_point: str) -> int:
     if not isinstance(model, SplittableModel):
         raise TypeError(f"expected a SplittableModel, got {type(model).__name__}")
-    if split_point not in model.cut_points:
+    canonical = model.canonical_cut(split_point)
+    if canonical is None:
         label = f" of model {model.name!r}" if model.name else ""
         raise ConfigError(
             f"split_point={split_point!r} is not a cut point{label}; valid: {', '.join(model.cut_points)}"
         )
-    return model.cut_points[split_point]
+    return model.cut_points[canonical]
 
 
 def split_model(model: SplittableModel, split_point: str) -> tuple[nn.Sequential, nn.Sequential]:

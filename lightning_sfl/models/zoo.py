@@ -51,7 +51,9 @@ class SplittableModel(nn.Sequential):
             strictly increasing from shallow to deep.
         input_shape: ``(C, H, W)`` of one sample the model was built for.
         num_classes: size of the output logits, i.e. the model maps ``[B, C, H, W] -> [B, num_classes]``.
-        name: the zoo name the model was built under (``""`` if built by hand).
+        name: the zoo name the model was built under (``""`` if built by hand), or the class path of the model it was
+            traced from (:mod:`~lightning_sfl.models.graph_cut`).
+        aliases: other names of cut points (name -> its name in ``cut_points``): modules that end where a cut does.
 
     Slicing (``model[a:b]``) returns a plain ``nn.Sequential`` sharing the modules and keeping their names.
     The cut points assume the layer list is not mutated after construction.
@@ -75,6 +77,11 @@ class SplittableModel(nn.Sequential):
         self.input_shape: Shape = tuple(int(s) for s in input_shape)  # type: ignore[assignment]
         self.num_classes: int = int(num_classes)
         self.name: str = name
+        self.aliases: dict[str, str] = {}
+
+    def canonical_cut(self, name: str) -> str | None:
+        """The name in :attr:`cut_points` of the cut ``name`` (itself or an alias), ``None`` if it is no cut."""
+        return name if name in self.cut_points else self.aliases.get(name)
 
     def __getitem__(self, idx: int | slice) -> nn.Module:
         # nn.Sequential would call ``self.__class__(OrderedDict)`` for a slice, which our __init__ does not take.

@@ -315,7 +315,7 @@ OTHER_COMMANDS = [
     (["test", "--config", CONFIG], "test needs a checkpoint: --ckpt_path PATH (a checkpoint file) or --ckpt_path last"),
     (["validate", "--config", CONFIG, "--ckpt_path", "best"], "ckpt_path='best': validate takes a checkpoint file, or"),
     (["test", "--config", CONFIG, "--ckpt_path", "foreign.ckpt"], "foreign.ckpt"),
-    (["cuts", "--arch", "resnet99"], "argument --arch: invalid choice: 'resnet99'"),  # no usage dump
+    (["cuts", "--arch", "resnet99"], "arch='resnet99' is not one of: alexnet_mnist"),  # no usage dump
     (["sweep", "broken.yaml"], "sweep='broken.yaml' is not valid YAML (expected the node content"),
     (["attack", "--ckpt_path", "other"], "ckpt_path='other' is a folder, not a checkpoint file"),
     (["cuts", "--arch", "cnn_small", "--input_shape", "1", "2", "2"], "expects input shape (C, H, W) with H, W >= 8"),

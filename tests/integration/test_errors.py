@@ -47,7 +47,7 @@ def _cli_error(capsys, *args: str) -> str:
         (["--data.num_clients=5000", "--data.participation=0.001"], "num_clients=5000 is larger than"),
         (["--model.split_point=s9"], "split_point='s9' is not a cut point of model 'cnn_small'; valid: s1, s2"),
         (["--model.arch=alexnet_cifar"], "model='alexnet_cifar' expects input shape (3, 32, 32), got (1, 8, 8)"),
-        (["--model.arch=bogus"], "model='bogus' is not one of: alexnet_mnist"),
+        (["--model.arch=bogus"], "arch='bogus' is not one of: alexnet_mnist"),
         (["--data.dataset=mnist"], "dataset='mnist' is not one of: digits, synthetic"),
         (["--data.partition=random"], "partition='random' is not one of: iid, quantity, dirichlet, shards"),
         (["--model=BogusAlgo"], "model='BogusAlgo' is not one of: ca_sfl, cs_sfl, lla_sfl, minibatch_sfl"),

@@ -54,7 +54,10 @@ def test_cli_prints_a_row_per_cut_and_csv_parses(capsys):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--arch", "foo"], "argument --arch: invalid choice: 'foo'"),
+        (["--arch", "foo"], "arch='foo' is not one of: alexnet_mnist"),
+        (["--arch", "torch.nn.Flatten"], "give one sample's shape (--input_shape C H W) for a model outside the zoo"),
+        (["--arch", "cnn_small", "--arch.width", "3"], "'cnn_small' is a zoo model: it takes no init args"),
+        (["--arch", "cnn_small", "--bogus", "3"], "unrecognized arguments: --bogus"),
         (["--arch", "alexnet_mnist", "--input_shape", "3", "32", "32"], "expects input shape (1, 28, 28)"),
         (["--arch", "vgg16", "--samples", "0"], "argument --samples: must be a positive integer, got '0'"),
         (["--arch", "cnn_small", "--format", "xls"], "argument --format: invalid choice: 'xls'"),
@@ -67,3 +70,18 @@ def test_bad_arguments_get_one_line(args, message, capsys):
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert len([line for line in err.splitlines() if "error" in line]) == 1
+
+
+def test_any_model_by_class_path_is_listed_by_module_name(capsys):
+    """torchvision's ResNet: its cuts are its modules' names (no residual crosses them), the two sides add up."""
+    resnet = ["--model.arch", "torchvision.models.ResNet", "--model.arch.block", "torchvision.models.resnet.BasicBlock"]
+    cli_main(["cuts", *resnet, "--model.arch.layers", "[1,1,1,1]", "--input_shape", "3", "32", "32"])
+    out = capsys.readouterr().out
+    cuts = [line.split(" | ")[0][2:] for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert cuts[1:] == ["conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool"]
+    # by hand: stem 3·64·7·7 + BN 128; layer1 2·(64·64·9 + 128); layer2 64·128·9 + 128·128·9 + 2·256 + 64·128 + 256
+    stem, layer1, layer2 = 9408 + 128, 2 * (36864 + 128), 73728 + 147456 + 512 + 8192 + 256
+    assert f"| layer2 | 6 | {stem + layer1 + layer2:,} |" in out and "| 128×4×4 |" in out
+    init = {"block": "torchvision.models.resnet.BasicBlock", "layers": [1, 1, 1, 1]}
+    rows = cut_table({"class_path": "torchvision.models.ResNet", "init_args": init}, 10, (3, 32, 32))
+    assert len({round(r.client_flops + r.server_flops) for r in rows}) == 1

@@ -19,6 +19,7 @@ def test_cut_costs_of_a_client_half_without_weights():
 
 def test_a_split_method_refuses_a_client_half_without_weights():
     with pytest.raises(ConfigError, match=r"split_point='s1' of model 'logistic' leaves the clients no parameters"):
-        split_halves("logistic", "s1", 10, (60, 1, 1), has_server_half=True)
-    client, server = split_halves("logistic", "s1", 10, (60, 1, 1), has_server_half=False)  # FL: the whole model
+        split_halves(build_model("logistic", 10, (60, 1, 1)), "s1", has_server_half=True)
+    # FL: the whole model
+    client, server = split_halves(build_model("logistic", 10, (60, 1, 1)), "s1", has_server_half=False)
     assert sum(p.numel() for p in client.parameters()) == 61 * 10 and len(server) == 0

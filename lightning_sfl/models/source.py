@@ -1,0 +1,256 @@
+"""The model a method is built on (``--model.arch``): a zoo name, a class path with init args, or a module.
+
+:class:`ModelSource` is the one place a method's model is made, and the one every consumer asks for it (the halves,
+the bytes and FLOPs of each cut, U-shaped tails, S²FL's sliding cut, ``lightning-sfl cuts``): no part rebuilds a
+model by its name. It takes
+
+- a zoo name (``cnn_small``, see :data:`~lightning_sfl.models.zoo.MODELS`): the zoo's :class:`SplittableModel`, cut
+  at ``s1``…``s5``;
+- a class path with init args of any ``nn.Module`` (``{"class_path": "torchvision.models.ResNet", "init_args":
+  {...}}``, or a dotted name alone for a class whose arguments all have defaults), built with the data's class
+  count as its ``num_classes`` argument when it has one;
+- an ``nn.Module`` instance (from Python), used as it is.
+
+A module that is not a :class:`SplittableModel` is traced and cut at its modules' names
+(:mod:`~lightning_sfl.models.graph_cut`). Its record (:meth:`ModelSource.config`, what the run's hyperparameters,
+``config.yaml``, W&B and checkpoints hold) is the zoo name or the class path with the arguments it was built with.
+
+>>> source = ModelSource("cnn_small", 10, (1, 8, 8))
+>>> source.config(), list(source.model.cut_points)
+('cnn_small', ['s1', 's2', 's3', 's4', 's5'])
+>>> source = ModelSource({"class_path": "torch.nn.Flatten"}, 10, (1, 8, 8))
+Traceback (most recent call last):
+...
+lightning_sfl.errors.ConfigError: arch='torch.nn.Flatten' maps one input of shape (1, 8, 8) to an output of shape \
+[1, 64], not logits [1, 10] for the data's 10 classes
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from torch import nn
+
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.known import register_component_kind
+from lightning_sfl.models.zoo import MODELS, SplittableModel, _dry_forward, build_model
+
+__all__ = ["ModelSource", "arch_label"]
+
+#: Packages whose modules a recorded class path may be imported from (a checkpoint of a torchvision model is opened in
+#: a process that has not imported torchvision's models yet); anything else must already be imported.
+IMPORTABLE = ("lightning_sfl", "torch", "torchvision")
+
+
+def arch_label(arch: object) -> str:
+    """How ``arch`` is named in messages and run records: the zoo name or the class path."""
+    if isinstance(arch, str):
+        return arch
+    if isinstance(arch, Mapping):
+        return str(arch.get("class_path"))
+    return f"{type(arch).__module__}.{type(arch).__qualname__}"
+
+
+def _importable(module: str) -> bool:
+    parts = module.split(".")
+    return parts[0] in IMPORTABLE and all(p.isidentifier() and not p.startswith("__") for p in parts)
+
+
+def _resolve(path: str, what: str) -> object:
+    """The object ``path`` (``module.Name``) names, from a module already imported or one of :data:`IMPORTABLE`
+    (nothing else is imported: a class path may come from a file)."""
+    module, _, name = path.rpartition(".")
+    loaded = sys.modules.get(module)
+    if loaded is None and module and _importable(module):
+        try:
+            loaded = importlib.import_module(module)
+        except ImportError:
+            loaded = None
+    found = getattr(loaded, name, None) if loaded is not None and name.isidentifier() else None
+    if found is None:
+        raise ConfigError(
+            f"{what} names {path!r}, which is not a model of the zoo ({', '.join(MODELS)}) nor a class of a module "
+            "this process has imported (give your model's module on the command line, e.g. PYTHONPATH=. with "
+            "--model.arch mymodule.MyNet, or install it)"
+        )
+    return found
+
+
+def _check_names(value: object, what: str) -> None:
+    """Refuse a dotted name in init args whose module is neither imported nor importable (:func:`_resolve`)."""
+    if isinstance(value, str) and "." in value and value.replace(".", "").replace("_", "").isalnum():
+        module = value.rpartition(".")[0]
+        if module not in sys.modules and not _importable(module) and not value[0].isdigit():
+            raise ConfigError(f"{what} names {value!r}, whose module is not imported: nothing is imported on its word")
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            _check_names(v, what)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _check_names(v, what)
+
+
+def _plain(value: object) -> object:
+    """``value`` as data for a record: classes and functions by their path, containers item by item."""
+    if isinstance(value, type) or inspect.isfunction(value):
+        return f"{value.__module__}.{value.__qualname__}"
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
+class ModelSource:
+    """Where a method's model comes from, and the model (see the module docstring).
+
+    Args:
+        arch: a zoo name, a class path (``{"class_path": ..., "init_args": {...}}`` or a dotted name), or an
+            ``nn.Module``.
+        num_classes: ``N``, the data's classes: the logits the model must give, and its ``num_classes`` argument.
+        input_shape: ``(C, H, W)`` of one sample.
+
+    Attributes:
+        model: the model, a :class:`SplittableModel` (built once, on construction).
+    """
+
+    def __init__(self, arch: object, num_classes: int, input_shape: Sequence[int]) -> None:
+        self.num_classes, self.input_shape = int(num_classes), tuple(int(s) for s in input_shape)
+        self.label = arch_label(arch)
+        self._instance: nn.Module | None = None
+        self._class: type | None = None
+        self._init_args: dict[str, Any] | None = None
+        if isinstance(arch, str) and arch in MODELS:
+            self.zoo: str | None = arch
+            self.model = build_model(arch, self.num_classes, self.input_shape)
+            return
+        self.zoo = None
+        if isinstance(arch, nn.Module):
+            self._instance = arch
+            module = arch
+        else:
+            self._class, self._init_args = self._recipe(arch)
+            module = self._construct()
+        self.model = self._splittable(module)
+        self._pristine = copy.deepcopy(self.model) if self._instance is not None else None
+
+    def _recipe(self, arch: object) -> tuple[type, dict[str, Any]]:
+        if isinstance(arch, str):
+            if "." not in arch:
+                raise ConfigError(f"arch={arch!r} is not one of: {', '.join(MODELS)}, nor a class path (module.Class)")
+            arch = {"class_path": arch}
+        if not isinstance(arch, Mapping) or not isinstance(arch.get("class_path"), str):
+            raise ConfigError(
+                f"arch={arch!r} must be a zoo name, a class path with init args or an nn.Module, not a "
+                f"{type(arch).__name__}"
+            )
+        if arch.get("instance"):
+            raise ConfigError(
+                f"arch: the model ({arch['class_path']}) was given as a module in Python, its arguments not recorded: "
+                "give it again (e.g. Method.load_from_checkpoint(path, arch=MyNet(...)))"
+            )
+        unknown = set(arch) - {"class_path", "init_args", "dict_kwargs"}
+        if unknown:
+            raise ConfigError(f"arch has keys {sorted(unknown)}: a class path takes class_path and init_args only")
+        init_args = dict(arch.get("init_args") or {})
+        _check_names(init_args, f"arch={self.label!r}")
+        cls = _resolve(arch["class_path"], "arch")
+        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+            raise ConfigError(f"arch={self.label!r} is not an nn.Module class")
+        return cls, init_args
+
+    def _takes_num_classes(self) -> bool:
+        try:
+            return "num_classes" in inspect.signature(self._class).parameters
+        except (TypeError, ValueError):
+            return False
+
+    def _construct(self) -> nn.Module:
+        """A new model of the recorded class, with the data's ``num_classes`` (init args converted by jsonargparse, as
+        the command line's: a class path given as text becomes the class)."""
+        from jsonargparse import ArgumentParser
+
+        init_args = dict(self._init_args)
+        if self._takes_num_classes():
+            given = init_args.get("num_classes")
+            default = inspect.signature(self._class).parameters["num_classes"].default
+            if given not in (None, default, self.num_classes):
+                raise ConfigError(
+                    f"arch={self.label!r} with num_classes={given}: the data has {self.num_classes} classes (leave "
+                    "num_classes out: it is set from the data)"
+                )
+            init_args["num_classes"] = self.num_classes
+        self._init_args = init_args
+        parser = ArgumentParser(exit_on_error=False)
+        parser.add_argument("--arch", type=nn.Module)
+        path = f"{self._class.__module__}.{self._class.__qualname__}"
+        try:
+            config = parser.parse_object({"arch": {"class_path": path, "init_args": init_args}})
+            return parser.instantiate(config).arch
+        except Exception as exc:  # (the class's own refusal of its arguments, or jsonargparse's)
+            reason = " ".join(str(exc).split())[:240]
+            raise ConfigError(f"arch={self.label!r} could not be built with {init_args}: {reason}") from None
+
+    def _splittable(self, module: nn.Module) -> SplittableModel:
+        from lightning_sfl.models.graph_cut import traced_splittable
+
+        try:
+            out = _dry_forward(module, self.input_shape)
+        except Exception as exc:
+            reason = " ".join(str(exc).split())[:200]
+            raise ConfigError(
+                f"arch={self.label!r} does not take one input of shape {self.input_shape} (the data's): {reason}"
+            ) from None
+        if not hasattr(out, "shape") or tuple(out.shape) != (1, self.num_classes):
+            shape = list(out.shape) if hasattr(out, "shape") else type(out).__name__
+            raise ConfigError(
+                f"arch={self.label!r} maps one input of shape {self.input_shape} to an output of shape {shape}, not "
+                f"logits [1, {self.num_classes}] for the data's {self.num_classes} classes"
+            )
+        if isinstance(module, SplittableModel):
+            return module
+        return traced_splittable(module, self.input_shape, self.num_classes, self.label)
+
+    def config(self) -> str | dict[str, Any]:
+        """The record of the model: the zoo name, or ``{"class_path", "init_args"}`` (for a module given as an
+        instance, ``init_args`` ``None`` and ``instance`` true: its arguments are not known, it cannot be rebuilt)."""
+        if self.zoo is not None:
+            return self.zoo
+        if self._instance is not None:
+            return {"class_path": self.label, "init_args": None, "instance": True}
+        return {"class_path": self.label, "init_args": _plain(self._init_args)}
+
+    def build(self) -> SplittableModel:
+        """A new model like :attr:`model` (its weights fresh for a zoo model or a class, copied for an instance): to
+        measure what another cut costs."""
+        if self.zoo is not None:
+            return build_model(self.zoo, self.num_classes, self.input_shape)
+        if self._pristine is not None:
+            return copy.deepcopy(self._pristine)
+        return self._splittable(self._construct())
+
+    @property
+    def cut_points(self) -> dict[str, int]:
+        """The model's cut points (name -> layers before it), shallow to deep."""
+        return self.model.cut_points
+
+    def canonical_cut(self, name: str, option: str = "split_point") -> str:
+        """The name in :attr:`cut_points` of the cut ``name`` (a module's name may be an alias); one line if none."""
+        found = self.model.canonical_cut(name)
+        if found is None:
+            raise ConfigError(
+                f"{option}={name!r} is not a cut point of model {self.label!r}; valid: {', '.join(self.cut_points)}"
+            )
+        return found
+
+
+#: A checkpoint's ``arch`` names an ``nn.Module`` class the library knows: imported already, or of the library, torch
+#: or torchvision (:mod:`~lightning_sfl.known`).
+register_component_kind("arch", nn.Module, importable=IMPORTABLE)
