@@ -117,6 +117,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--device", default="auto", help="where the decoder trains: auto (cuda if available), cpu, …")
     parser.add_argument("--wandb_project", default="lightning-sfl", help="W&B project (default lightning-sfl)")
     parser.add_argument("--no_wandb", action="store_true", help="do not log to W&B")
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module of your own to import first (repeatable): the one defining the checkpoint's model, dataset or "
+        "method, as fit's --model.arch mymodule.MyNet imported it (a checkpoint names no code to import)",
+    )
     argv = list(argv)
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
@@ -450,12 +459,26 @@ def _unsplit(args, model, splits, device, noise):
     return x_hat, _images(splits.test_x[targets]).to(device), splits.test_y[targets], details, history
 
 
+def import_modules(modules: list[str]) -> None:
+    """Import the modules the command line names (``--import``); one that cannot be imported is one line."""
+    import importlib
+
+    from lightning_sfl.errors import ConfigError
+
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigError(f"--import {module}: {exc} (is its folder on PYTHONPATH?)") from None
+
+
 def main(argv: list[str]) -> None:
     """``lightning-sfl attack ARGS``: bad settings end with one line on stderr (exit code 2)."""
     args = parse_args(argv)
     from lightning_sfl.errors import reported_cause
 
     try:
+        import_modules(args.imports)
         m = run_attack(args)
     except Exception as exc:
         cause = reported_cause(exc)

@@ -56,6 +56,7 @@ def cut_table(arch: object, num_classes: int = 10, input_shape: Sequence[int] | 
     """
     import torch
 
+    from lightning_sfl.class_paths import NAMED
     from lightning_sfl.errors import ConfigError
     from lightning_sfl.models import activation_shape, split_model
     from lightning_sfl.models.source import ModelSource
@@ -63,8 +64,9 @@ def cut_table(arch: object, num_classes: int = 10, input_shape: Sequence[int] | 
     from lightning_sfl.models.zoo import EXAMPLE_SHAPES
     from lightning_sfl.system.flops import cut_costs, training_flops_per_sample
 
-    if isinstance(arch, str) and arch not in EXAMPLE_SHAPES and "." not in arch:
-        raise ConfigError(f"arch={arch!r} is not one of: {', '.join(EXAMPLE_SHAPES)}, nor a class path (module.Class)")
+    if isinstance(arch, str) and arch not in EXAMPLE_SHAPES and "." not in arch and arch not in NAMED["arch"]:
+        names = ", ".join([*EXAMPLE_SHAPES, *NAMED["arch"]])
+        raise ConfigError(f"arch={arch!r} is not one of: {names}, nor a class path (module.Class)")
     if input_shape is None:
         if not isinstance(arch, str) or arch not in EXAMPLE_SHAPES:
             raise ConfigError("input_shape: give one sample's shape (--input_shape C H W) for a model outside the zoo")

@@ -153,7 +153,7 @@ def safe_hyperparameters(hparams: Mapping, where: str) -> dict:
     ...
     lightning_sfl.errors.ConfigError: ckpt_path='a.ckpt': client_selection names 'this.X', which the library does not \
 know (not imported: a file names no code to run); one of: uniform, fedcbs, class_balanced, or a ClientSelection \
-class imported by the command line
+class imported by the command line (attack: --import its module)
     """
     kinds = component_kinds()
     safe = {}
@@ -178,7 +178,7 @@ def _resolved(item, kind: ComponentKind, where: str, option: str):
         raise ConfigError(
             f"{where}: {option} names {item['class_path']!r}, which the library does not know (not imported: a file "
             f"names no code to run); one of: {_accepted(kind)}, or a {kind.base.__name__} class imported by the "
-            "command line"
+            "command line (attack: --import its module)"
         )
     init_args = item.get("init_args") or {}
     _no_class_path(init_args, f"{where}: {option}")

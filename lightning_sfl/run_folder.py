@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import csv
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -47,6 +48,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from typing_extensions import override
 
+from lightning_sfl.class_paths import dataset_name
 from lightning_sfl.errors import ConfigError, env_number
 from lightning_sfl.process.streams import ddp_child
 
@@ -79,7 +81,7 @@ def run_name(config: dict, key: str, with_seed: bool = True) -> str:
     parameter = {"dirichlet": "beta", "quantity": "alpha", "shards": "shards_per_client"}.get(partition)
     if parameter and data.get(parameter) is not None:
         partition += str(data.get(parameter))
-    parts = [method.rsplit(".", 1)[-1].lower(), str(data.get("dataset", "data")), partition]
+    parts = [method.rsplit(".", 1)[-1].lower(), dataset_name(data.get("dataset", "data")), partition]
     parts += [f"s{config.get('seed_everything')}"] if with_seed else []
     parts.append(key)
     return "-".join(re.sub(r"[^\w.]+", "_", p) for p in parts)
@@ -112,7 +114,15 @@ def run_key(config) -> str:
     values.pop("checkpoint", None)
     for display in ("max_epochs", "enable_progress_bar", "enable_model_summary", "logger"):  # change nothing computed
         values.get("trainer", {}).pop(display, None)
-    return hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return hashlib.sha1(json.dumps(values, sort_keys=True, default=_stable_text).encode()).hexdigest()[:10]
+
+
+def _stable_text(value: object) -> str:
+    """A value of a configuration as text that is the same in every process: a function by its path (its ``str``
+    holds its address, e.g. ImageFolder's ``loader``), anything else by ``str``."""
+    if inspect.isfunction(value) or inspect.isbuiltin(value):
+        return f"{value.__module__}.{value.__qualname__}"
+    return str(value)
 
 
 def seeds_group(config) -> str:

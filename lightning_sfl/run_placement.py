@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 
 from lightning_sfl.checkpoint import check_checkpoint
+from lightning_sfl.class_paths import dataset_name
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.process.streams import ddp_child
 from lightning_sfl.run_checkpoints import Resume, newest_intact, resume_point
@@ -205,7 +206,8 @@ class RunPlacement:
         model = config.get("model")
         method = str(getattr(model, "class_path", "")).rsplit(".", 1)[-1]
         data = config.get("data") or {}
-        tags = [t for t in (method, data.get("dataset"), data.get("partition")) if t]
+        dataset = dataset_name(data["dataset"]) if data.get("dataset") else None
+        tags = [t for t in (method, dataset, data.get("partition")) if t]
         tags.append(f"seed{config.get('seed_everything')}")
         for lg in loggers:
             init = getattr(lg, "init_args", None)

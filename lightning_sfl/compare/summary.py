@@ -9,6 +9,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_sfl.class_paths import dataset_name
+
 from .records import ACC_KEY, CUM_BYTES_KEY, TIME_KEY, Reach, RunResult, best_acc, final_acc, reach, total_bytes
 
 
@@ -217,7 +219,7 @@ def describe_data(data: dict[str, Any]) -> str:
     part = str(data.get("partition", "?"))
     if part in skew and skew[part][1] in data:
         part = f"{part} {skew[part][0]}={data[skew[part][1]]}"
-    bits = [str(data.get("dataset", "?"))]
+    bits = [dataset_name(data.get("dataset", "?"))]
     bits += [f"K={data['num_clients']}"] if "num_clients" in data else []
     bits.append(part)
     bits += [f"ρ={data['participation']}"] if "participation" in data else []

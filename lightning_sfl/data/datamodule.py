@@ -32,9 +32,18 @@ import torch
 from typing_extensions import override
 
 from lightning_sfl import trainer_view
+from lightning_sfl.class_paths import NAMED
 from lightning_sfl.data.datasets import DATASETS, DatasetSplits, load_dataset
 from lightning_sfl.data.partition import PARTITIONS, labelled_split, partition_rows, split_rows
 from lightning_sfl.data.partition import label_counts as count_labels
+from lightning_sfl.data.source import (
+    check_source_options,
+    dataset_label,
+    dataset_record,
+    load_source,
+    named_records,
+    recorded_source,
+)  # fmt: skip
 from lightning_sfl.errors import ConfigError, seed_number
 from lightning_sfl.loop.sampling import clients_per_round
 from lightning_sfl.loop.step import ClientStats, Step
@@ -102,7 +111,15 @@ class FederatedDataModule(L.LightningDataModule):
 
     Args:
         dataset: one of ``digits, synthetic, mnist5k, cifar10, cifar100, fashion_mnist, svhn, cinic10, imagenette,
-            leaf_synthetic`` (FedProx's Synthetic(λ, µ), drawn for ``num_clients`` clients with the seed).
+            leaf_synthetic`` (FedProx's Synthetic(λ, µ), drawn for ``num_clients`` clients with the seed); or any torch
+            ``Dataset`` of ``(x, y)`` by class path with init args (``--data.dataset torchvision.datasets.ImageFolder
+            --data.dataset.root images``) or, from Python, as an object: read once into memory (PIL images as
+            ``uint8``), cached in ``root`` for the next run (:mod:`~lightning_sfl.data.source`).
+        test_dataset: the test split of a ``dataset`` given as a class path (same form); without it, ``test_fraction``
+            of its rows are held out.
+        test_fraction: the fraction of rows held out as the test split, stratified by label and drawn with the seed,
+            of a dataset without a test split of its own (``digits``, ``mnist5k``, ``synthetic``, a class path without
+            ``test_dataset``).
         root: folder holding the dataset files.
         download: let torchvision download missing files (cifar10, cifar100, fashion_mnist, svhn).
         num_clients: ``K``, the number of clients.
@@ -133,7 +150,7 @@ class FederatedDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        dataset: str = "digits",
+        dataset: torch.utils.data.Dataset | str = "digits",
         root: str = "data",
         download: bool = False,
         num_clients: int = 20,
@@ -152,10 +169,18 @@ class FederatedDataModule(L.LightningDataModule):
         leaf_size_log_mean: float = 4.0,
         leaf_size_log_std: float = 2.0,
         binary_class: int | None = None,
+        test_dataset: torch.utils.data.Dataset | str | None = None,
+        test_fraction: float = 0.2,
     ) -> None:
         super().__init__()
-        if dataset not in DATASETS:
-            raise ConfigError(f"dataset={dataset!r} is not one of: {', '.join(DATASETS)}")
+        built_in = isinstance(dataset, str) and dataset in DATASETS
+        named = isinstance(dataset, str) and dataset in NAMED["dataset"] and not built_in  # (an installed plugin's)
+        if isinstance(dataset, str) and not (built_in or named) and "." not in dataset:
+            names = ", ".join([*DATASETS, *NAMED["dataset"]])
+            raise ConfigError(f"dataset={dataset!r} is not one of: {names}, nor a class path")
+        if named and test_dataset is not None:
+            raise ConfigError(f"test_dataset: dataset={dataset!r} (a plugin's) gives its own test split")
+        check_source_options(built_in, dataset, test_dataset, test_fraction, download, image_size)
         if partition not in PARTITIONS:
             raise ConfigError(f"partition={partition!r} is not one of: {', '.join(PARTITIONS)}")
         if num_clients < 1:
@@ -197,7 +222,22 @@ class FederatedDataModule(L.LightningDataModule):
         if binary_class is not None and not whole:
             raise ConfigError(f"binary_class={binary_class!r} must be a class of the dataset (a number >= 0) or null")
         self.save_hyperparameters()
-        self.dataset, self.root, self.download = dataset, Path(root), download
+        self._source = None if built_in else recorded_source(dataset, self.hparams.get("dataset"))
+        self._test_source = (
+            None if test_dataset is None else recorded_source(test_dataset, self.hparams.get("test_dataset"))
+        )
+        if named:  # (recorded by its name: the run's config.yaml names the plugin's dataset as the user did)
+            self._source, self._test_source = named_records(dataset, root)
+            if self._test_source is not None and test_fraction != 0.2:
+                raise ConfigError(
+                    f"test_fraction={test_fraction} changes nothing for dataset={dataset!r}, which has a test split"
+                )
+        self.hparams["dataset"] = dataset if built_in or named else dataset_record(self._source)
+        if test_dataset is not None:
+            self.hparams["test_dataset"] = dataset_record(self._test_source)
+        self.test_fraction = float(test_fraction)
+        self.dataset = dataset if built_in or named else dataset_label(self._source)  # (a name: the run's, the plots')
+        self.root, self.download = Path(root), download
         self.num_clients, self.partition, self.alpha, self.beta = num_clients, partition, alpha, beta
         self.shards_per_client, self.participation, self.batch_size = shards_per_client, participation, batch_size
         self.seed, self.test_batch_size, self.image_size = seed, test_batch_size, image_size
@@ -224,6 +264,8 @@ class FederatedDataModule(L.LightningDataModule):
         )
 
     def _dataset_splits(self) -> DatasetSplits:
+        if self._source is not None:
+            return load_source(self._source, self._test_source, self.test_fraction, self.seed, self.root)
         return load_dataset(
             self.dataset,
             root=self.root,
@@ -235,6 +277,7 @@ class FederatedDataModule(L.LightningDataModule):
             leaf_clients=self.num_clients,
             leaf_size_log_mean=self.leaf_size_log_mean,
             leaf_size_log_std=self.leaf_size_log_std,
+            test_fraction=self.test_fraction,
         )
 
     @property

@@ -9,6 +9,8 @@ model by its name. It takes
 - a class path with init args of any ``nn.Module`` (``{"class_path": "torchvision.models.ResNet", "init_args":
   {...}}``, or a dotted name alone for a class whose arguments all have defaults), built with the data's class
   count as its ``num_classes`` argument when it has one;
+- the name of a model an installed package publishes (entry point group ``lightning_sfl.models``,
+  :mod:`~lightning_sfl.plugins`), built as its class path;
 - an ``nn.Module`` instance (from Python), used as it is.
 
 A module that is not a :class:`SplittableModel` is traced and cut at its modules' names
@@ -28,84 +30,22 @@ lightning_sfl.errors.ConfigError: arch='torch.nn.Flatten' maps one input of shap
 from __future__ import annotations
 
 import copy
-import importlib
 import inspect
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from torch import nn
 
+from lightning_sfl.class_paths import IMPORTABLE, NAMED, build, label_of, plain, record_of, resolve
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.known import register_component_kind
 from lightning_sfl.models.zoo import MODELS, SplittableModel, _dry_forward, build_model
 
 __all__ = ["ModelSource", "arch_label"]
 
-#: Packages whose modules a recorded class path may be imported from (a checkpoint of a torchvision model is opened in
-#: a process that has not imported torchvision's models yet); anything else must already be imported.
-IMPORTABLE = ("lightning_sfl", "torch", "torchvision")
-
-
 def arch_label(arch: object) -> str:
     """How ``arch`` is named in messages and run records: the zoo name or the class path."""
-    if isinstance(arch, str):
-        return arch
-    if isinstance(arch, Mapping):
-        return str(arch.get("class_path"))
-    return f"{type(arch).__module__}.{type(arch).__qualname__}"
-
-
-def _importable(module: str) -> bool:
-    parts = module.split(".")
-    return parts[0] in IMPORTABLE and all(p.isidentifier() and not p.startswith("__") for p in parts)
-
-
-def _resolve(path: str, what: str) -> object:
-    """The object ``path`` (``module.Name``) names, from a module already imported or one of :data:`IMPORTABLE`
-    (nothing else is imported: a class path may come from a file)."""
-    module, _, name = path.rpartition(".")
-    loaded = sys.modules.get(module)
-    if loaded is None and module and _importable(module):
-        try:
-            loaded = importlib.import_module(module)
-        except ImportError:
-            loaded = None
-    found = getattr(loaded, name, None) if loaded is not None and name.isidentifier() else None
-    if found is None:
-        raise ConfigError(
-            f"{what} names {path!r}, which is not a model of the zoo ({', '.join(MODELS)}) nor a class of a module "
-            "this process has imported (give your model's module on the command line, e.g. PYTHONPATH=. with "
-            "--model.arch mymodule.MyNet, or install it)"
-        )
-    return found
-
-
-def _check_names(value: object, what: str) -> None:
-    """Refuse a dotted name in init args whose module is neither imported nor importable (:func:`_resolve`)."""
-    if isinstance(value, str) and "." in value and value.replace(".", "").replace("_", "").isalnum():
-        module = value.rpartition(".")[0]
-        if module not in sys.modules and not _importable(module) and not value[0].isdigit():
-            raise ConfigError(f"{what} names {value!r}, whose module is not imported: nothing is imported on its word")
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            _check_names(v, what)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            _check_names(v, what)
-
-
-def _plain(value: object) -> object:
-    """``value`` as data for a record: classes and functions by their path, containers item by item."""
-    if isinstance(value, type) or inspect.isfunction(value):
-        return f"{value.__module__}.{value.__qualname__}"
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return repr(value)
+    return label_of(arch)
 
 
 class ModelSource:
@@ -142,26 +82,11 @@ class ModelSource:
         self._pristine = copy.deepcopy(self.model) if self._instance is not None else None
 
     def _recipe(self, arch: object) -> tuple[type, dict[str, Any]]:
-        if isinstance(arch, str):
-            if "." not in arch:
-                raise ConfigError(f"arch={arch!r} is not one of: {', '.join(MODELS)}, nor a class path (module.Class)")
-            arch = {"class_path": arch}
-        if not isinstance(arch, Mapping) or not isinstance(arch.get("class_path"), str):
-            raise ConfigError(
-                f"arch={arch!r} must be a zoo name, a class path with init args or an nn.Module, not a "
-                f"{type(arch).__name__}"
-            )
-        if arch.get("instance"):
-            raise ConfigError(
-                f"arch: the model ({arch['class_path']}) was given as a module in Python, its arguments not recorded: "
-                "give it again (e.g. Method.load_from_checkpoint(path, arch=MyNet(...)))"
-            )
-        unknown = set(arch) - {"class_path", "init_args", "dict_kwargs"}
-        if unknown:
-            raise ConfigError(f"arch has keys {sorted(unknown)}: a class path takes class_path and init_args only")
-        init_args = dict(arch.get("init_args") or {})
-        _check_names(init_args, f"arch={self.label!r}")
-        cls = _resolve(arch["class_path"], "arch")
+        if isinstance(arch, str) and "." not in arch and arch not in NAMED["arch"]:
+            names = ", ".join([*MODELS, *NAMED["arch"]])
+            raise ConfigError(f"arch={arch!r} is not one of: {names}, nor a class path (module.Class)")
+        path, init_args = record_of(arch, "arch")
+        cls = resolve(path, "arch", f"a model of the zoo ({', '.join(MODELS)})")
         if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
             raise ConfigError(f"arch={self.label!r} is not an nn.Module class")
         return cls, init_args
@@ -175,8 +100,6 @@ class ModelSource:
     def _construct(self) -> nn.Module:
         """A new model of the recorded class, with the data's ``num_classes`` (init args converted by jsonargparse, as
         the command line's: a class path given as text becomes the class)."""
-        from jsonargparse import ArgumentParser
-
         init_args = dict(self._init_args)
         if self._takes_num_classes():
             given = init_args.get("num_classes")
@@ -188,15 +111,7 @@ class ModelSource:
                 )
             init_args["num_classes"] = self.num_classes
         self._init_args = init_args
-        parser = ArgumentParser(exit_on_error=False)
-        parser.add_argument("--arch", type=nn.Module)
-        path = f"{self._class.__module__}.{self._class.__qualname__}"
-        try:
-            config = parser.parse_object({"arch": {"class_path": path, "init_args": init_args}})
-            return parser.instantiate(config).arch
-        except Exception as exc:  # (the class's own refusal of its arguments, or jsonargparse's)
-            reason = " ".join(str(exc).split())[:240]
-            raise ConfigError(f"arch={self.label!r} could not be built with {init_args}: {reason}") from None
+        return build(self._class, init_args, nn.Module, "arch")
 
     def _splittable(self, module: nn.Module) -> SplittableModel:
         from lightning_sfl.models.graph_cut import traced_splittable
@@ -225,7 +140,8 @@ class ModelSource:
             return self.zoo
         if self._instance is not None:
             return {"class_path": self.label, "init_args": None, "instance": True}
-        return {"class_path": self.label, "init_args": _plain(self._init_args)}
+        path = f"{self._class.__module__}.{self._class.__qualname__}" if self.label in NAMED["arch"] else self.label
+        return {"class_path": path, "init_args": plain(self._init_args)}
 
     def build(self) -> SplittableModel:
         """A new model like :attr:`model` (its weights fresh for a zoo model or a class, copied for an instance): to

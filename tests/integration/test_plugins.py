@@ -145,3 +145,60 @@ def test_the_registry_is_live_and_a_plugin_takes_the_family_of_what_it_derives_f
         REGISTRY.pop("later_toy", None)
         REGISTRY.pop("later_toy_two", None)
     assert "later_toy" not in ALGORITHMS
+
+
+#: A distribution publishing a model (no ``num_classes`` default of the data's: it takes the argument) and a dataset
+#: with torchvision's ``root``/``train`` convention (class ``c``'s rows are shifted by ``c``: learnable).
+COMPONENTS = '''
+import torch
+from torch import nn
+
+
+class TinyNet(nn.Module):
+    def __init__(self, num_classes: int = 3):
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(16, 12), nn.ReLU())
+        self.head = nn.Linear(12, num_classes)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+class Shifted(torch.utils.data.Dataset):
+    def __init__(self, root: str = "data", train: bool = True):
+        g = torch.Generator().manual_seed(0 if train else 1)
+        self.y = torch.arange(120 if train else 40) % 4
+        self.x = torch.randn(len(self.y), 1, 4, 4, generator=g) + self.y[:, None, None, None].float()
+        self.root = root
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.x[i], int(self.y[i])
+'''
+
+
+def test_an_installed_model_and_dataset_run_by_their_names(tmp_path):
+    site = tmp_path / "site"
+    _install(site, "tiny-parts", "tiny_parts", COMPONENTS, "")
+    info = site / "tiny_parts-0.1.dist-info"
+    (info / "entry_points.txt").write_text(
+        "[lightning_sfl.models]\ntiny_net = tiny_parts:TinyNet\n\n[lightning_sfl.datasets]\nshifted = tiny_parts:Shifted\n"
+    )
+    fit = ["fit", "--model", "scala", "--model.arch", "tiny_net", "--model.split_point", "body", "--model.lr", "0.1",
+           "--data.dataset", "shifted", "--data.partition", "iid", "--data.num_clients", "4", "--data.batch_size",
+           "16", "--trainer.max_epochs", "4", "--trainer.enable_progress_bar=false"]  # fmt: skip
+    cuts = ["cuts", "--model.arch", "tiny_net", "--input_shape", "1", "4", "4", "--num_classes", "4"]
+    fitted, listed, misnamed = run_in_one_process(
+        [(tmp_path, fit), (tmp_path, cuts), (tmp_path, [*fit[:4], "tiny_nte", *fit[5:]])], env=_env(site)
+    )
+    assert fitted.code == 0, fitted.stderr[-3000:]
+    (run,) = (tmp_path / "runs").iterdir()
+    assert run.name.startswith("scala-shifted-iid-"), run.name
+    recorded = yaml.safe_load((run / "config.yaml").read_text())
+    assert recorded["model"]["init_args"]["arch"] == "tiny_net" and recorded["data"]["dataset"] == "shifted"
+    assert float(fitted.stdout.split("final test accuracy: ")[1].split()[0]) > 0.5  # (chance: 0.25)
+    assert listed.code == 0 and "| body |" in listed.stdout, listed.stderr[-2000:]
+    assert misnamed.code == 2 and "arch='tiny_nte' is not one of: alexnet_mnist" in misnamed.stderr
+    assert "logistic, tiny_net, nor a class path" in misnamed.stderr.strip().splitlines()[-1]

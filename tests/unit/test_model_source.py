@@ -129,7 +129,7 @@ def test_a_module_given_in_python_is_used_as_it_is_and_recorded_as_such():
     assert copy is not source.model and all(
         torch.equal(a, b) for a, b in zip(copy.state_dict().values(), source.model.state_dict().values(), strict=True)
     )
-    with pytest.raises(ConfigError, match=r"was given as a module in Python, its arguments not recorded"):
+    with pytest.raises(ConfigError, match=r"was given as an object in Python, its arguments not recorded"):
         ModelSource(source.config(), 10, (1, 8, 8))
 
 
