@@ -184,7 +184,8 @@ def test_an_installed_model_and_dataset_run_by_their_names(tmp_path):
     _install(site, "tiny-parts", "tiny_parts", COMPONENTS, "")
     info = site / "tiny_parts-0.1.dist-info"
     (info / "entry_points.txt").write_text(
-        "[lightning_sfl.models]\ntiny_net = tiny_parts:TinyNet\n\n[lightning_sfl.datasets]\nshifted = tiny_parts:Shifted\n"
+        "[lightning_sfl.models]\ntiny_net = tiny_parts:TinyNet\n\n"
+        "[lightning_sfl.datasets]\nshifted = tiny_parts:Shifted\n"
     )
     fit = ["fit", "--model", "scala", "--model.arch", "tiny_net", "--model.split_point", "body", "--model.lr", "0.1",
            "--data.dataset", "shifted", "--data.partition", "iid", "--data.num_clients", "4", "--data.batch_size",
