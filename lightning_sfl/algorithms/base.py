@@ -50,6 +50,7 @@ from lightning_sfl.defences import Defences
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import ClientStats, Federate, Federation, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.loop.selection import ClientSelection, UniformSelection, resolve_selection
+from lightning_sfl.loss_terms import ClientTerm, ClientTermInputs
 from lightning_sfl.models import SplittableModel
 from lightning_sfl.models.source import ModelSource
 from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
@@ -116,6 +117,7 @@ class SplitFedAlgorithm(L.LightningModule):
     ) -> None:
         super().__init__()
         self._states = state.DeclaredStates()  # what add_state declares
+        self._client_terms: list[ClientTerm] = []  # what add_client_term adds
         self._checkpoint_rounds: int | None = None  # rounds behind a checkpoint loaded for validate/test
         check_training_options(local_iters, lr, momentum, weight_decay, client_bank, nesterov)
         self.save_hyperparameters()
@@ -410,6 +412,23 @@ class SplitFedAlgorithm(L.LightningModule):
         activations, or the logits for plain FL; ``features``: inputs of the last layer when asked for), summed over
         this process's rows and normalised by global counts like the other losses; ``None``: nothing."""
         return None
+
+    def add_client_term(self, term: ClientTerm) -> None:
+        """Add ``term`` to the clients' objective (:mod:`~lightning_sfl.loss_terms`): the client iteration adds the
+        terms' sum to :meth:`client_regulariser`'s, so a method composes a term with its parent's loss."""
+        self._client_terms.append(term)
+
+    def client_terms(self, step: Step, outputs: torch.Tensor) -> torch.Tensor | None:
+        """The sum of the terms added by :meth:`add_client_term` for ``step``'s clients (``None``: none)."""
+        if not self._client_terms:
+            return None
+        slots = [self.bank.slots[k] for k in step.slots_list()]
+        inputs = ClientTermInputs(list(self.client.net.parameters()), slots, outputs)
+        total = None
+        for term in self._client_terms:
+            value = term(inputs)
+            total = value if total is None else total + value
+        return total
 
     def client_regulariser(
         self, step: Step, outputs: torch.Tensor, features: torch.Tensor | None = None

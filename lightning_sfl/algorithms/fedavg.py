@@ -44,6 +44,7 @@ from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import LocalEpochs, Schedule, Step
 from lightning_sfl.loop.selection import FedCBSSelection
+from lightning_sfl.loss_terms import ProximalTerm
 from lightning_sfl.system.comm import module_bytes
 
 __all__ = [
@@ -215,7 +216,8 @@ class FedProx(FedAvg):
     """FedProx (Li et al., MLSys 2020): FedAvg plus a proximal term.
 
     Client ``k`` minimises ``h_k(w) = F_k(w) + (μ/2)‖w − w_g‖²`` where ``w_g`` is the global model of the round
-    (``self.client.net``, unchanged during the round); its gradient adds ``μ(w − w_g)``.
+    (``self.client.net``, unchanged during the round); its gradient adds ``μ(w − w_g)``: FedAvg plus
+    :class:`~lightning_sfl.loss_terms.ProximalTerm`, by composition.
 
     Args:
         mu: ``μ >= 0``. Default 0.01: from the grid ``{0.001, 0.01, 0.1, 1}`` of Li et al. (§5.3), the value most
@@ -224,19 +226,10 @@ class FedProx(FedAvg):
     """
 
     def __init__(self, mu: float = 0.01, **kwargs) -> None:
-        if mu < 0:
-            raise ConfigError(f"mu={mu} must be >= 0")
+        term = ProximalTerm(mu)  # (checks mu first)
         super().__init__(**kwargs)
         self.mu = mu
-
-    @override
-    def client_regulariser(self, step: Step, logits: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
-        """``Σ_k (μ/2)‖w_k − w_g‖²`` over the step's slots."""
-        global_params = [p.detach() for p in self.client.net.parameters()]
-        total = logits.new_zeros(())
-        for slot in (self.bank.slots[k] for k in step.slots_list()):
-            total = total + sum((p - g).pow(2).sum() for p, g in zip(slot.parameters(), global_params))
-        return 0.5 * self.mu * total
+        self.add_client_term(term)
 
 
 # ----------------------------------------------------------------------------------------------- FedDyn

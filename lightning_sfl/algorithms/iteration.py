@@ -76,6 +76,9 @@ def client_side_terms(
     if defence_rows is not None:
         rows = defence_rows if rows is None else rows + defence_rows
     whole = method.client_regulariser(step, outputs, features)
+    terms = method.client_terms(step, outputs)  # (the terms a method composed its loss with: FedProx's)
+    if terms is not None:
+        whole = terms if whole is None else whole + terms
     if defence_whole is not None:
         whole = defence_whole if whole is None else whole + defence_whole
     return process_share(rows, whole, world_size())
