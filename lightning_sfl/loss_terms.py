@@ -8,13 +8,14 @@ their sum to the method's own :meth:`~lightning_sfl.algorithms.base.SplitFedAlgo
 split methods and the FL methods alike. FedProx is FedAvg plus :class:`ProximalTerm`; so is the tutorial's
 ProxSCALA SCALA plus the same term (:doc:`/tutorials/add-a-method`).
 
->>> import torch
+>>> import copy, torch
 >>> from torch import nn
->>> global_half, trained = nn.Linear(2, 1), nn.Linear(2, 1)
+>>> global_half = nn.Linear(2, 1)
+>>> trained = copy.deepcopy(global_half)
 >>> with torch.no_grad():
-...     _ = trained.weight.add_(1.0)
+...     _ = trained.weight.add_(1.0)  # both weights moved by 1, the bias not
 >>> inputs = ClientTermInputs(list(global_half.parameters()), [trained], torch.zeros(()))
->>> float(ProximalTerm(mu=0.5)(inputs))  # (μ/2)·‖w_k − w_g‖² = 0.25 · (1² + 1²)
+>>> float(ProximalTerm(mu=0.5)(inputs).detach())  # (μ/2)·‖w_k − w_g‖² = 0.25 · (1² + 1²)
 0.5
 """
 

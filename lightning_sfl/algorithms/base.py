@@ -151,7 +151,7 @@ class SplitFedAlgorithm(L.LightningModule):
 
     def build_halves(self, model: SplittableModel, split_point: str) -> tuple[nn.Sequential, nn.Sequential]:
         """The client half ``[B, *input] -> [B, *act]`` and the server half ``[B, *act] -> [B, N]`` of ``model`` (the
-        method's :attr:`model_source`'s; :func:`~lightning_sfl.algorithms.halves.split_halves`; plain FL: the whole
+        method's ``model_source``'s; :func:`~lightning_sfl.algorithms.halves.split_halves`; plain FL: the whole
         model and an empty server)."""
         return split_halves(model, split_point, self.has_server_half)
 

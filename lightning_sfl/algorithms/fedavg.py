@@ -228,8 +228,17 @@ class FedProx(FedAvg):
     def __init__(self, mu: float = 0.01, **kwargs) -> None:
         term = ProximalTerm(mu)  # (checks mu first)
         super().__init__(**kwargs)
-        self.mu = mu
+        self._proximal = term
         self.add_client_term(term)
+
+    @property
+    def mu(self) -> float:
+        """``μ``, the weight of the proximal term (its :class:`~lightning_sfl.loss_terms.ProximalTerm`'s)."""
+        return self._proximal.mu
+
+    @mu.setter
+    def mu(self, value: float) -> None:
+        self._proximal.mu = float(value)
 
 
 # ----------------------------------------------------------------------------------------------- FedDyn

@@ -64,14 +64,13 @@ class ModelSource:
     def __init__(self, arch: object, num_classes: int, input_shape: Sequence[int]) -> None:
         self.num_classes, self.input_shape = int(num_classes), tuple(int(s) for s in input_shape)
         self.label = arch_label(arch)
+        self.zoo: str | None = arch if isinstance(arch, str) and arch in MODELS else None
         self._instance: nn.Module | None = None
         self._class: type | None = None
         self._init_args: dict[str, Any] | None = None
-        if isinstance(arch, str) and arch in MODELS:
-            self.zoo: str | None = arch
-            self.model = build_model(arch, self.num_classes, self.input_shape)
+        if self.zoo is not None:
+            self.model = self.build()
             return
-        self.zoo = None
         if isinstance(arch, nn.Module):
             self._instance = arch
             module = arch
@@ -144,7 +143,7 @@ class ModelSource:
         return {"class_path": path, "init_args": plain(self._init_args)}
 
     def build(self) -> SplittableModel:
-        """A new model like :attr:`model` (its weights fresh for a zoo model or a class, copied for an instance): to
+        """A new model like ``model`` (its weights fresh for a zoo model or a class, copied for an instance): to
         measure what another cut costs."""
         if self.zoo is not None:
             return build_model(self.zoo, self.num_classes, self.input_shape)

@@ -157,9 +157,12 @@ def test_one_round_matches_independent_computation(cls, local_iters, kwargs):
 
 
 def _regularizer_grads(model):
-    """Gradient of ``model.client_regulariser`` for the current slots, per slot as a flat vector."""
+    """Gradient of ``model.client_regulariser`` and the terms it added (``client_terms``) for the current slots, per
+    slot as a flat vector."""
     step = make_step(model._last_clients, torch.ones(len(model.bank), dtype=torch.long))
-    reg = model.client_regulariser(step, torch.zeros(1, model.num_classes), None)
+    outputs = torch.zeros(1, model.num_classes)
+    terms = [model.client_regulariser(step, outputs, None), model.client_terms(step, outputs)]  # (FedProx: a term)
+    reg = sum(t for t in terms if t is not None)
     grads = []
     for slot in model.bank.slots:
         params = list(slot.parameters())
