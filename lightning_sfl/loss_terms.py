@@ -15,7 +15,7 @@ ProxSCALA SCALA plus the same term (:doc:`/tutorials/add-a-method`).
 >>> with torch.no_grad():
 ...     _ = trained.weight.add_(1.0)  # both weights moved by 1, the bias not
 >>> inputs = ClientTermInputs(list(global_half.parameters()), [trained], torch.zeros(()))
->>> float(ProximalTerm(mu=0.5)(inputs).detach())  # (μ/2)·‖w_k − w_g‖² = 0.25 · (1² + 1²)
+>>> round(float(ProximalTerm(mu=0.5)(inputs).detach()), 6)  # (μ/2)·‖w_k − w_g‖² = 0.25 · (1² + 1²)
 0.5
 """
 

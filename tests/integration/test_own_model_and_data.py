@@ -12,6 +12,7 @@ import re
 import textwrap
 
 import numpy as np
+import pytest
 import torch
 from _helpers import quiet_trainer
 from cli_in_one_process import run_in_one_process
@@ -120,6 +121,7 @@ def _weights(model) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for half in halves for p in half.parameters()])
 
 
+@pytest.mark.extended  # (CI: the tutorial's page, your-model-and-data.md, checks the same identity on ResNet-18)
 def test_splitfedv1_with_plain_sgd_equals_fedavg_on_torchvisions_resnet_cut_at_layer2():
     split = _train("splitfedv1", split_point="layer2")
     whole = _train("fedavg")
