@@ -110,7 +110,8 @@ def method_config(
     args = ["--model", class_path(cls), *kept]
     config = resolve_config(configs, args)
     unused = unused_settings(cls, (config.get("model") or {}).get("init_args") or {})
-    defaults = [tok for k, v in unused.items() for tok in (f"--model.{k}", json.dumps(v))]  # options it refuses
+    # options it refuses, at their defaults (a string as it is: a str option keeps JSON's quotes as part of its value)
+    defaults = [tok for k, v in unused.items() for tok in (f"--model.{k}", v if isinstance(v, str) else json.dumps(v))]
     if unused or check:
         config = resolve_config(configs, args + defaults, check=check)
     accepted = set((config.get("model") or {}).get("init_args") or {}) - set(unused)

@@ -309,6 +309,17 @@ def test_options_a_method_has_no_use_for_are_left_out_of_its_config():
     assert kept == ["--model.lr=0.1"] and dropped == ["--model.split_point=s1"]
 
 
+def test_a_shared_cut_is_left_at_its_default_for_a_method_without_one(tmp_path):
+    """A config cutting at s3 (or at a module's name) compared with FedAvg: FedAvg's config has the default cut,
+    ``s2`` as text (not the JSON ``"s2"``, quotes included, which no model has), and it is built."""
+    shared = tmp_path / "s3.yaml"
+    shared.write_text("model:\n  class_path: lightning_sfl.algorithms.SCALA\n  init_args:\n    split_point: s3\n")
+    configs = [str(REPO / "configs/digits/scala.yaml"), str(shared)]
+    config, dropped = compare.method_config(configs, compare.resolve_config(configs), ALGORITHMS["fedavg"], [],
+                                            check=True)  # fmt: skip
+    assert config["model"]["init_args"]["split_point"] == "s2" and "model.init_args.split_point" in dropped
+
+
 def test_model_overrides_a_class_does_not_accept_are_dropped_for_it():
     tokens = [
         "--model.concat_activations=false",
