@@ -66,6 +66,26 @@ def plain(text: str, code: str = "") -> str:
     return NAMED.sub(lambda m: m["text"], text)
 
 
+#: How many of the known subclasses an option's help names (an ``nn.Module`` option has hundreds: torch's layers).
+SUBCLASSES_SHOWN = 6
+
+
+def short_subclass_lists(text: str) -> str:
+    """``text`` with jsonargparse's ``known subclasses: ...`` list cut to :data:`SUBCLASSES_SHOWN` names and a count.
+
+    >>> short_subclass_lists("(type: M, known subclasses: " + ", ".join(f"a.C{i}" for i in range(9)) + ")")
+    '(type: M, known subclasses: a.C0, a.C1, a.C2, a.C3, a.C4, a.C5, … (9 in all; any subclass by its class path))'
+    """
+    match = re.search(r", known subclasses: ([^()]*)\)$", text)
+    if match is None:
+        return text
+    names = match[1].split(", ")
+    if len(names) <= SUBCLASSES_SHOWN:
+        return text
+    shown = ", ".join(names[:SUBCLASSES_SHOWN])
+    return f"{text[: match.start(1)]}{shown}, … ({len(names)} in all; any subclass by its class path))"
+
+
 class PlainHelp:
     """A help-formatter mixin (before an ``argparse`` formatter, jsonargparse's included, in the bases) whose headings
     (a class's group: its docstring's first line), descriptions and option helps are :func:`plain` text, before they
@@ -75,7 +95,7 @@ class PlainHelp:
         super().start_section(heading if heading is None else plain(heading))
 
     def _expand_help(self, action: argparse.Action) -> str:
-        return plain(super()._expand_help(action))
+        return short_subclass_lists(plain(super()._expand_help(action)))
 
     def _format_text(self, text: str) -> str:
         return super()._format_text(plain(text))
