@@ -336,13 +336,14 @@ def test_paper_sweeps_use_the_papers_values(name):
 
 
 #: Sweeps whose parameter sets are parsed with ``-m extended`` only (~5-35 s each on two cores); the others in CI
-#: (``digits_lr.yaml`` and ``cifar10_quantity_skew.yaml``: the same parsing of a sweep's sets against its config; the
-#: two ``num_clients`` sweeps differ from them in the value swept only).
+#: (``digits_lr.yaml``: the same parsing of a sweep's sets against its config; the CIFAR-10 sweeps differ from it in
+#: the config and the values swept only).
 PARSED_EXTENDED = [
     "cifar10_dirichlet_skew.yaml",
     "cifar10_lr.yaml",
     "cifar10_num_clients_k10_k20.yaml",
     "cifar10_num_clients_k50_k100.yaml",
+    "cifar10_quantity_skew.yaml",
     "cifar10_split_point_dirichlet.yaml",
     "cifar10_local_iters.yaml",
     "cifar10_participation.yaml",
