@@ -18,8 +18,8 @@ from typing import Any
 from lightning_sfl.errors import ConfigError
 
 __all__ = [
-    "IMPORTABLE", "NAMED", "build", "check_names", "dataset_name", "label_of", "plain", "record_of", "register_named",
-    "resolve",
+    "IMPORTABLE", "NAMED", "build", "check_names", "class_of", "dataset_name", "label_of", "plain", "record_of",
+    "recorded", "register_named", "resolve",
 ]  # fmt: skip
 
 #: Components registered by name (``kind`` -> name -> class): models (``arch``) and datasets (``dataset``) that
@@ -146,3 +146,24 @@ def build(cls: type, init_args: Mapping[str, Any], base: type, what: str) -> obj
     except Exception as exc:  # (the class's own refusal of its arguments, or jsonargparse's)
         reason = " ".join(str(exc).split())[:240]
         raise ConfigError(f"{what}={path!r} could not be built with {dict(init_args)}: {reason}") from None
+
+
+def class_of(value: object, what: str, base: type, hint: str) -> tuple[type, dict[str, Any]]:
+    """The class (a subclass of ``base``) and init args of the class path ``value`` (:func:`record_of`,
+    :func:`resolve`; ``hint``: what else ``what`` could name); one line if it names something else."""
+    path, init_args = record_of(value, what)
+    cls = resolve(path, what, hint)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ConfigError(f"{what}={path!r} is not a {base.__qualname__} class")
+    return cls, init_args
+
+
+def recorded(value: object, record: object, base: type) -> object:
+    """What a component option is built from: ``value``, or — for an object (a ``base``) the command line's parser
+    built from a class path, whose class path and arguments the recorded hyperparameters ``record`` hold — that
+    record, so that the component is built (with what the data gives it) and recorded as its class path."""
+    if isinstance(value, base) and isinstance(record, Mapping) and isinstance(record.get("class_path"), str):
+        module, _, name = record["class_path"].rpartition(".")
+        if getattr(sys.modules.get(module), name, None) is type(value):
+            return {"class_path": record["class_path"], "init_args": record.get("init_args") or {}}
+    return value

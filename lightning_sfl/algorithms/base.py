@@ -38,7 +38,6 @@ from lightning_sfl.algorithms.halves import (
     DEFAULT_SPLIT_POINT,
     ClientModule,
     ServerModule,
-    recorded_arch,
     split_halves,
 )  # fmt: skip
 from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy
@@ -46,6 +45,7 @@ from lightning_sfl.algorithms.options import MissingClassFloor, check_training_o
 from lightning_sfl.algorithms.processes import disable_ddp_reducer, sum_gradients_over_processes, world_size
 from lightning_sfl.algorithms.round_tracker import RoundTracker
 from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank
+from lightning_sfl.class_paths import recorded
 from lightning_sfl.defences import Defences
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import ClientStats, Federate, Federation, RoundEnd, Schedule, Step, SyncRounds
@@ -129,7 +129,8 @@ class SplitFedAlgorithm(L.LightningModule):
         self.hparams["client_selection"] = self.selection.config()  # a config, so checkpoints load safely
         self.federation: Federation | None = None  # handed over when a fit starts (federate)
         self._schedule: Schedule | None = None  # configured on first use (schedule), after the whole construction
-        self.model_source = ModelSource(recorded_arch(arch, self.hparams), num_classes, tuple(input_shape))
+        arch = recorded(arch, self.hparams.get("arch"), nn.Module)  # (built again from its class path, with N classes)
+        self.model_source = ModelSource(arch, num_classes, tuple(input_shape))
         self.hparams["arch"] = self.model_source.config()  # the zoo name or the class path it was built with
         client_net, server_net = self.build_halves(self.model_source.model, split_point)
         self.client, self.server = ClientModule(client_net), ServerModule(server_net)

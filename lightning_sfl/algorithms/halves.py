@@ -3,9 +3,6 @@ the server half ``l(w_s; A)`` of :class:`~lightning_sfl.algorithms.base.SplitFed
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Mapping
-
 import lightning as L
 import torch
 from torch import nn
@@ -43,18 +40,6 @@ class ServerModule(L.LightningModule):
 
 #: The cut point when none is given (methods without a server half take the whole model and ignore it).
 DEFAULT_SPLIT_POINT = "s2"
-
-
-def recorded_arch(arch: object, hparams: Mapping) -> object:
-    """What to build the model from: ``arch``, or — for a module the command line's parser built from a class path
-    (the method's recorded hyperparameters hold that class path and its arguments) — that record, so that the model
-    is built again with the data's ``num_classes`` (the parser filled in the class's own default)."""
-    recorded = hparams.get("arch")
-    if isinstance(arch, nn.Module) and isinstance(recorded, Mapping) and isinstance(recorded.get("class_path"), str):
-        module, _, name = recorded["class_path"].rpartition(".")
-        if getattr(sys.modules.get(module), name, None) is type(arch):
-            return {"class_path": recorded["class_path"], "init_args": recorded.get("init_args") or {}}
-    return arch
 
 
 def split_halves(

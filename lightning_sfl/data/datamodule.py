@@ -32,7 +32,7 @@ import torch
 from typing_extensions import override
 
 from lightning_sfl import trainer_view
-from lightning_sfl.class_paths import NAMED
+from lightning_sfl.class_paths import NAMED, recorded
 from lightning_sfl.data.datasets import DATASETS, DatasetSplits, load_dataset
 from lightning_sfl.data.partition import PARTITIONS, labelled_split, partition_rows, split_rows
 from lightning_sfl.data.partition import label_counts as count_labels
@@ -42,7 +42,6 @@ from lightning_sfl.data.source import (
     dataset_record,
     load_source,
     named_records,
-    recorded_source,
 )  # fmt: skip
 from lightning_sfl.errors import ConfigError, seed_number
 from lightning_sfl.loop.sampling import clients_per_round
@@ -222,10 +221,9 @@ class FederatedDataModule(L.LightningDataModule):
         if binary_class is not None and not whole:
             raise ConfigError(f"binary_class={binary_class!r} must be a class of the dataset (a number >= 0) or null")
         self.save_hyperparameters()
-        self._source = None if built_in else recorded_source(dataset, self.hparams.get("dataset"))
-        self._test_source = (
-            None if test_dataset is None else recorded_source(test_dataset, self.hparams.get("test_dataset"))
-        )
+        base, given = torch.utils.data.Dataset, self.hparams  # (the parser's record of a class path, if it built one)
+        self._source = None if built_in else recorded(dataset, given.get("dataset"), base)
+        self._test_source = None if test_dataset is None else recorded(test_dataset, given.get("test_dataset"), base)
         if named:  # (recorded by its name: the run's config.yaml names the plugin's dataset as the user did)
             self._source, self._test_source = named_records(dataset, root)
             if self._test_source is not None and test_fraction != 0.2:

@@ -29,19 +29,18 @@ import hashlib
 import json
 import math
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from lightning_sfl.class_paths import NAMED, build, dataset_name, label_of, plain, record_of, resolve
+from lightning_sfl.class_paths import NAMED, build, class_of, dataset_name, label_of, plain, record_of
 from lightning_sfl.errors import ConfigError
 
 __all__ = [
     "check_fits_in_memory", "check_source_options", "dataset_label", "dataset_record", "load_source", "materialise",
-    "named_records", "recorded_source",
+    "named_records",
 ]  # fmt: skip
 
 #: The built-in datasets whose test split is drawn from their rows (``test_fraction``); the others have their own.
@@ -116,26 +115,10 @@ def named_records(name: str, root: str) -> tuple[dict, dict | None]:
     }
 
 
-def recorded_source(value: object, recorded: object) -> object:
-    """What a dataset option is read from: ``value``, or — for a ``Dataset`` the command line's parser built from a
-    class path (the recorded hyperparameters hold that class path and its arguments) — the record, so that the run's
-    record and cache key are the class path and its arguments."""
-    if isinstance(value, torch.utils.data.Dataset) and isinstance(recorded, Mapping):
-        path = recorded.get("class_path")
-        if isinstance(path, str):
-            module, _, name = path.rpartition(".")
-            if getattr(sys.modules.get(module), name, None) is type(value):
-                return {"class_path": path, "init_args": recorded.get("init_args") or {}}
-    return value
-
-
 def _instance(value: object, what: str) -> torch.utils.data.Dataset:
     if isinstance(value, torch.utils.data.Dataset):
         return value
-    path, init_args = record_of(value, what)
-    cls = resolve(path, what, "a built-in dataset")
-    if not (isinstance(cls, type) and issubclass(cls, torch.utils.data.Dataset)):
-        raise ConfigError(f"{what}={path!r} is not a torch Dataset class")
+    cls, init_args = class_of(value, what, torch.utils.data.Dataset, "a built-in dataset")
     return build(cls, init_args, torch.utils.data.Dataset, what)
 
 

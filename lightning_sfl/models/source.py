@@ -36,7 +36,7 @@ from typing import Any
 
 from torch import nn
 
-from lightning_sfl.class_paths import IMPORTABLE, NAMED, build, label_of, plain, record_of, resolve
+from lightning_sfl.class_paths import IMPORTABLE, NAMED, build, class_of, label_of, plain
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.known import register_component_kind
 from lightning_sfl.models.zoo import MODELS, SplittableModel, _dry_forward, build_model
@@ -84,11 +84,7 @@ class ModelSource:
         if isinstance(arch, str) and "." not in arch and arch not in NAMED["arch"]:
             names = ", ".join([*MODELS, *NAMED["arch"]])
             raise ConfigError(f"arch={arch!r} is not one of: {names}, nor a class path (module.Class)")
-        path, init_args = record_of(arch, "arch")
-        cls = resolve(path, "arch", f"a model of the zoo ({', '.join(MODELS)})")
-        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-            raise ConfigError(f"arch={self.label!r} is not an nn.Module class")
-        return cls, init_args
+        return class_of(arch, "arch", nn.Module, f"a model of the zoo ({', '.join(MODELS)})")
 
     def _takes_num_classes(self) -> bool:
         try:
