@@ -127,8 +127,8 @@ def stacked_kernels_ms(group: int, repeats: int = 60) -> float:
     """Milliseconds per arrival of the bare kernels of ``group`` arrivals as one stacked computation: the client
     halves' forward and backward on the stacked bank (16 rows a client; ``group=1``: the plain client module) and one
     server forward and backward to the activations (GAS's ``G_k``); the median of ``repeats``."""
-    from lightning_sfl.algorithms.stacked_bank import StackedBank
     from lightning_sfl.models import build_model, split_model
+    from lightning_sfl.runtime.stacked_bank import StackedBank
 
     client, server = split_model(build_model("cnn_small", 10, (1, 8, 8)), "s2")
     bank = StackedBank(client, group) if group > 1 else lambda x, sizes, slots: client(x)  # one client: its module

@@ -75,11 +75,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from lightning_sfl.algorithms.scala import SCALA
-from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank
 from lightning_sfl.loop import ClientStats, Federation, Step
 from lightning_sfl.loop.sampling import client_batch_sizes
 from lightning_sfl.models import build_model, split_model
 from lightning_sfl.process.memory import retain_freed_memory
+from lightning_sfl.runtime.stacked_bank import StackedBank, make_bank
 from lightning_sfl.system.wireless import WirelessCell
 
 CUT = "s2"

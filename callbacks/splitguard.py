@@ -32,12 +32,12 @@ from typing import ClassVar
 import torch
 from typing_extensions import override
 
-from lightning_sfl.algorithms.iteration import activation_gradients
 from lightning_sfl.callbacks.round_callback import RoundCallback
 from lightning_sfl.errors import ConfigError, whole_number
 from lightning_sfl.loop import Federation, Step
 from lightning_sfl.loop.step import PROBE_KIND
 from lightning_sfl.privacy.splitguard import shifted_labels, splitguard_score
+from lightning_sfl.runtime.iteration import activation_gradients
 
 __all__ = ["SplitGuard", "probes", "server_gradients"]
 
@@ -136,7 +136,7 @@ def probes(method) -> bool:
     gradients back: what SplitGuard probes (not SFLLocalLoss, SplitFedV3, Semi-SFL or a plain FL method)."""
     from lightning_sfl.algorithms.split_method import SplitMethod  # (the method's package is imported by now)
 
-    split = isinstance(method, SplitMethod) and method.has_server_half
+    split = isinstance(method, SplitMethod)  # (a split method: its shape has a cut)
     return split and method.answers_with_gradients and not method.keeps_client_halves  # the probe: the global half
 
 

@@ -201,6 +201,7 @@ def _trained_method(ckpt: dict, path: str):
     ``[B, C, H, W] -> [B, *act]`` and the server half), in eval mode; its name and input shape."""
     from lightning_sfl.checkpoint import checkpoint_method, legacy_hyperparameters
     from lightning_sfl.errors import ConfigError
+    from lightning_sfl.runtime.shape import require_cut
 
     recorded = (ckpt.get("lightning_sfl") or {}).get("algorithm", "")
     cls = checkpoint_method(ckpt)  # (a name the library knows: never imported on the checkpoint's word)
@@ -209,8 +210,7 @@ def _trained_method(ckpt: dict, path: str):
             f"ckpt_path={path!r} was written by {recorded or 'an unknown method'}, a method the library does not know "
             "(a file names no code to import)"
         )
-    if not cls.has_server_half:
-        raise ConfigError(f"{cls.__name__} is not a split method (nothing crosses a cut): no activations to invert")
+    require_cut(cls, "no activations to invert")
     hparams = {k: v for k, v in (ckpt.get("hyper_parameters") or {}).items() if not k.startswith("_")}
     hparams = legacy_hyperparameters(cls, hparams)  # checkpoints of earlier versions
     model = cls(**hparams)

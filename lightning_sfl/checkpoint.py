@@ -109,7 +109,7 @@ def _algorithm_name(path: str, trusted: bool = True) -> str:
     """``path`` as checkpoints record it (``lightning_sfl.SCALA`` and ``lightning_sfl.algorithms.SCALA`` are one
     class). A name read from a checkpoint (``trusted=False``) is only looked up in the library, never imported."""
     from lightning_sfl.algorithms import ALGORITHMS
-    from lightning_sfl.algorithms.state import algorithm_path
+    from lightning_sfl.algorithms.registry import algorithm_path
 
     module, _, name = path.rpartition(".")
     library = {cls.__name__: cls for cls in ALGORITHMS.values()}

@@ -28,7 +28,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from lightning_sfl.algorithms import SplitFedAlgorithm
-from lightning_sfl.algorithms.state import algorithm_path
+from lightning_sfl.algorithms.registry import algorithm_path
 from lightning_sfl.callbacks import (
     CommunicationBytes,
     GradientDissimilarity,

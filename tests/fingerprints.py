@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from lightning_sfl.algorithms.state import dense_client_states
 from lightning_sfl.defences import renamed_legacy_state
+from lightning_sfl.runtime.state import dense_client_states
 
 #: Where the committed fingerprints are.
 COMMITTED = Path(__file__).with_name("fingerprints.json")

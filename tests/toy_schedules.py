@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from lightning_sfl.algorithms import SplitMethod
-from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank
 from lightning_sfl.loop import ClientStats, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.loop.sampling import round_generator
 from lightning_sfl.loop.selection import UniformSelection
+from lightning_sfl.runtime.client_bank import ClientBank, SequentialBank
 from lightning_sfl.system.comm import module_bytes
 
 _EMPTY = torch.zeros(0, dtype=torch.long)

@@ -17,7 +17,9 @@ from lightning_sfl.help_text import plain
 
 #: Part of the package -> its page's title. ``modules``: the top-level modules (the CLI, run folders, errors, …).
 PARTS: dict[str, str] = {
-    "algorithms": "Methods and their parts (lightning_sfl.algorithms)",
+    "algorithms": "Methods and their registry (lightning_sfl.algorithms)",
+    "runtime": "The runtime: shapes, banks, iterations, state (lightning_sfl.runtime)",
+    "losses": "Losses (lightning_sfl.losses)",
     "callbacks": "Callbacks (lightning_sfl.callbacks)",
     "data": "Data (lightning_sfl.data)",
     "loop": "The multi-client loop (lightning_sfl.loop)",

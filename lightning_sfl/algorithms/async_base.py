@@ -21,12 +21,12 @@ from __future__ import annotations
 import torch
 from typing_extensions import override
 
-from lightning_sfl.algorithms import banks, federated
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
-from lightning_sfl.algorithms.client_bank import ClientBank
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import AsyncEvents, Schedule
 from lightning_sfl.loop.async_events import UploadStep
+from lightning_sfl.runtime import banks, federated
+from lightning_sfl.runtime.client_bank import ClientBank
 from lightning_sfl.system.comm import module_bytes
 from lightning_sfl.system.wireless import WirelessCell
 

@@ -7,16 +7,16 @@ becomes part of the fit's :class:`~lightning_sfl.loop.Federation` (:meth:`SplitF
 executes it and every ``training_step`` receives one typed :class:`~lightning_sfl.loop.Step`, run by the handler of its
 kind (``step_handlers``; ``"local"``: the method's ``local_iteration``, which for a split method
 (:class:`~lightning_sfl.algorithms.split_method.SplitMethod`, with the hooks of the split iteration) runs
-:func:`~lightning_sfl.algorithms.iteration.split_iteration` and for a plain FL method
-:func:`~lightning_sfl.algorithms.iteration.full_model_iteration`). **One epoch = one global round**; the FL phase
+:func:`~lightning_sfl.runtime.iteration.split_iteration` and for a plain FL method
+:func:`~lightning_sfl.runtime.iteration.full_model_iteration`). **One epoch = one global round**; the FL phase
 (:meth:`SplitFedAlgorithm.aggregate`) runs inside the round's last training step, not in ``on_train_epoch_end``:
 Lightning validates before it, and evaluation must see the aggregated model.
 
 The base is one module with parts, not a stack of mixins: the federation's side
-(:mod:`~lightning_sfl.algorithms.federated`), declared state and its checkpoint entry
-(:mod:`~lightning_sfl.algorithms.state`), the evaluation (:mod:`~lightning_sfl.algorithms.evaluation`), the round's
-bookkeeping (:mod:`~lightning_sfl.algorithms.round_tracker`), the halves (:mod:`~lightning_sfl.algorithms.halves`),
-the clients' copies (:mod:`~lightning_sfl.algorithms.banks`) and a split method's defences (``defences``,
+(:mod:`~lightning_sfl.runtime.federated`), declared state and its checkpoint entry
+(:mod:`~lightning_sfl.runtime.state`), the evaluation (:mod:`~lightning_sfl.runtime.evaluation`), the round's
+bookkeeping (:mod:`~lightning_sfl.runtime.round_tracker`), the halves (:mod:`~lightning_sfl.runtime.halves`),
+the clients' copies (:mod:`~lightning_sfl.runtime.banks`) and a split method's defences (``defences``,
 :mod:`lightning_sfl.defences`), each reached from the hook where Lightning calls it.
 """
 
@@ -31,29 +31,26 @@ from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
 from lightning_sfl import trainer_view
-from lightning_sfl.algorithms import banks, evaluation, federated, state
-from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots
-from lightning_sfl.algorithms.guards import check_global_weights
-from lightning_sfl.algorithms.halves import (
-    DEFAULT_SPLIT_POINT,
-    ClientModule,
-    ServerModule,
-    split_halves,
-)  # fmt: skip
-from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy
-from lightning_sfl.algorithms.options import MissingClassFloor, check_training_options, check_unused, option_defaults
-from lightning_sfl.algorithms.processes import disable_ddp_reducer, sum_gradients_over_processes, world_size
-from lightning_sfl.algorithms.round_tracker import RoundTracker
-from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank
+from lightning_sfl.algorithms.registry import algorithm_path
 from lightning_sfl.class_paths import recorded
 from lightning_sfl.defences import Defences
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import ClientStats, Federate, Federation, RoundEnd, Schedule, Step, SyncRounds
 from lightning_sfl.loop.selection import ClientSelection, UniformSelection, resolve_selection
 from lightning_sfl.loss_terms import ClientTerm, ClientTermInputs
+from lightning_sfl.losses import logit_adjusted_cross_entropy
 from lightning_sfl.models import SplittableModel
 from lightning_sfl.models.source import ModelSource
 from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
+from lightning_sfl.runtime import banks, evaluation, federated, state
+from lightning_sfl.runtime.client_bank import ClientBank, SequentialBank, Slots
+from lightning_sfl.runtime.guards import check_global_weights
+from lightning_sfl.runtime.halves import DEFAULT_SPLIT_POINT, ClientModule, ServerModule
+from lightning_sfl.runtime.options import MissingClassFloor, check_training_options, check_unused, option_defaults
+from lightning_sfl.runtime.processes import disable_ddp_reducer, sum_gradients_over_processes, world_size
+from lightning_sfl.runtime.round_tracker import RoundTracker
+from lightning_sfl.runtime.shape import Split, make_shape
+from lightning_sfl.runtime.stacked_bank import StackedBank, make_bank
 from lightning_sfl.system.comm import CommLedger
 from lightning_sfl.system.timing import ClientCosts, SystemModel
 from lightning_sfl.system.wireless import WirelessCell
@@ -89,13 +86,16 @@ class SplitFedAlgorithm(L.LightningModule):
             the momentum buffer) for clients and server; needs ``momentum > 0``. Semi-SFL's optimiser (§V-A).
     """
 
-    #: False for plain FL methods: the "client half" is the whole model and there is no server half.
+    #: The method's shape, declared (:func:`~lightning_sfl.runtime.shape.make_shape` reads it once; every decision
+    #: that depends on it is the shape's, ``self.shape``): False for plain FL methods, whose "client half" is the
+    #: whole model and which have no server half.
     has_server_half: ClassVar[bool] = True
     #: Client-selection policy used when ``client_selection`` is not given.
     default_selection: ClassVar[type[ClientSelection]] = UniformSelection
-    #: True: one server-half copy per client, trained on its activations only and averaged each round (SplitFedV1);
-    #: False: one server half trained on the concatenated activations (eqs. 5-7).
-    server_copies: bool = False
+    #: Declared, like ``has_server_half``: True for one server-half copy per client, trained on its activations only
+    #: and averaged each round (SplitFedV1); False: one server half trained on the concatenated activations (eqs.
+    #: 5-7). A constructor that decides it from its options sets ``self.shape.server_copies``.
+    server_copies: ClassVar[bool] = False
     #: Step kind -> name of the method that runs such steps; ``None``: nothing to run (a round's closing
     #: ``"aggregate"`` step lists its clients but has no rows; the base then aggregates).
     step_handlers: ClassVar[dict[str, str | None]] = {"local": "local_iteration", "aggregate": None}
@@ -132,10 +132,12 @@ class SplitFedAlgorithm(L.LightningModule):
         arch = recorded(arch, self.hparams.get("arch"), nn.Module)  # (built again from its class path, with N classes)
         self.model_source = ModelSource(arch, num_classes, tuple(input_shape))
         self.hparams["arch"] = self.model_source.config()  # the zoo name or the class path it was built with
+        self.shape: Split = make_shape(type(self))  # (U-shaped: SplitMethod's tail_point)
         client_net, server_net = self.build_halves(self.model_source.model, split_point)
         self.client, self.server = ClientModule(client_net), ServerModule(server_net)
         self.client_banks = nn.ModuleDict()  # name of a client model -> its slots (built when a fit starts)
         self.server_bank: ClientBank | None = None
+        self.tail: ClientModule | None = None  # U-shaped runs' (the shape's tail)
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.defences = Defences()  # none but a split method's (split_method.defend)
         self.example_input_array = torch.zeros(1, *input_shape)  # the model summary counts FLOPs on it
@@ -145,16 +147,14 @@ class SplitFedAlgorithm(L.LightningModule):
     def unused_options(cls) -> dict[str, str]:
         """The options the method has no use for, each with why: one set to other than its default is refused at
         construction (one line: an option that changes nothing is not accepted silently), and ``compare`` leaves them
-        out of a config it runs several methods with. Here: ``split_point`` of a method without a server half."""
-        if cls.has_server_half:
-            return {}
-        return {"split_point": f"{cls.__name__}'s clients train the whole model (no server half to cut off)"}
+        out of a config it runs several methods with. Here: the shape's (``split_point`` of a method without a server
+        half)."""
+        return make_shape(cls).unused_options(cls.__name__)
 
     def build_halves(self, model: SplittableModel, split_point: str) -> tuple[nn.Sequential, nn.Sequential]:
         """The client half ``[B, *input] -> [B, *act]`` and the server half ``[B, *act] -> [B, N]`` of ``model`` (the
-        method's ``model_source``'s; :func:`~lightning_sfl.algorithms.halves.split_halves`; plain FL: the whole
-        model and an empty server)."""
-        return split_halves(model, split_point, self.has_server_half)
+        method's ``model_source``'s, cut by its :attr:`shape`; plain FL: the whole model and an empty server)."""
+        return self.shape.halves(model, split_point)
 
     def configure_schedule(self) -> Schedule:
         """How a round unfolds (executed by the data module): synchronous rounds of ``T`` local iterations. Called
@@ -164,7 +164,7 @@ class SplitFedAlgorithm(L.LightningModule):
     @property
     def schedule(self) -> Schedule:
         """The method's schedule (:meth:`configure_schedule`, given to the defences, then checked:
-        :func:`~lightning_sfl.algorithms.federated.checked_schedule`), made on first use."""
+        :func:`~lightning_sfl.runtime.federated.checked_schedule`), made on first use."""
         if self._schedule is None:
             schedule = self.configure_schedule()
             schedule = self.defences.configure_schedule(schedule, type(self).__name__, self.local_iters, self.selection)
@@ -177,14 +177,14 @@ class SplitFedAlgorithm(L.LightningModule):
         return self.defences.one_process_only()
 
     def client_models(self) -> dict[str, nn.Module]:
-        """The client-side models every client holds a copy of (broadcast, trained in a slot, aggregated):
-        name -> global module. SFLLocalLoss adds its auxiliary head."""
+        """The method's client-side models every client holds a copy of (broadcast, trained in a slot, aggregated):
+        name -> global module (the shape adds its own: U-shaped, the tail). SFLLocalLoss adds its auxiliary head."""
         return {"client": self.client.net}
 
     # ------------------------------------------------------------------ its parts: federation, state, evaluation
     def add_state(self, name: str, init) -> None:
         """Declare the checkpointed tensor ``self.<name>``, made by ``init()`` when a fit starts
-        (:class:`~lightning_sfl.algorithms.state.DeclaredStates`)."""
+        (:class:`~lightning_sfl.runtime.state.DeclaredStates`)."""
         self._states.add(name, init)
 
     def add_client_state(self, name: str, default) -> None:
@@ -201,13 +201,19 @@ class SplitFedAlgorithm(L.LightningModule):
             store.apply(fn)
         return self
 
+    @property
+    def u_shaped(self) -> bool:
+        """Whether the clients keep a tail (``tail_point``: the :attr:`shape` is
+        :class:`~lightning_sfl.runtime.shape.UShaped`)."""
+        return self.shape.u_shaped
+
     @override
     def configure_callbacks(self) -> list[L.Callback]:
         """For a fit, :class:`~lightning_sfl.loop.Federate`: builds (unless given) and connects the fit's federation."""
         return [Federate()] if self._trainer is None or trainer_view.is_fitting(self._trainer) else []
 
     def federate(self, federation: Federation) -> None:
-        """Receive the fit's federation, checked against the method (:mod:`~lightning_sfl.algorithms.federated`)."""
+        """Receive the fit's federation, checked against the method (:mod:`~lightning_sfl.runtime.federated`)."""
         self.federation = federated.checked_federation(self, federation)
 
     @property
@@ -247,7 +253,8 @@ class SplitFedAlgorithm(L.LightningModule):
     #: ``(save, load)`` of each part with an entry in checkpoints: the method's (its class, the W&B run; banks rebuilt
     #: every round left out) and the federation's; each keeps the others' keys, so their order does not matter.
     _checkpoint_parts = (
-        (state.save_method_entry, state.load_method_entry),
+        (lambda method, checkpoint: state.save_method_entry(method, checkpoint, algorithm_path(type(method))),
+         state.load_method_entry),
         (federated.save_federation_entry, federated.load_federation_entry),
     )
 
@@ -269,7 +276,7 @@ class SplitFedAlgorithm(L.LightningModule):
     @override
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
         """Accuracy of the global model after every round (also ``test_step``), logged as ``test/acc`` with ``round``
-        by the epoch's end (:mod:`~lightning_sfl.algorithms.evaluation`)."""
+        by the epoch's end (:mod:`~lightning_sfl.runtime.evaluation`)."""
         return evaluation.evaluation_step(self, batch)
 
     @override
@@ -317,7 +324,7 @@ class SplitFedAlgorithm(L.LightningModule):
         return [p for bank in banks.all_banks(self) for p in bank.parameters()]
 
     def _server_parameters(self) -> list[nn.Parameter]:
-        return [] if self.server_bank is not None else list(self.server.parameters())
+        return self.shape.trained_server(self.server, self.server_bank)
 
     @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -368,13 +375,15 @@ class SplitFedAlgorithm(L.LightningModule):
         state; per-client server copies are reset too. ``models``: bank name -> the module those slots download
         (default :meth:`client_models`; FedConcat's clients download their cluster's model)."""
         opt = self.optimizers()
-        models = self.client_models() if models is None else models
+        models = self.shape.shared_models(self.client_models()) if models is None else models
         banks.download(self, slots, models, getattr(opt, "optimizer", opt))  # the torch optimiser in Lightning's
 
     def start_round(self, step: Step) -> None:
         """Round start (hook 0): every client of the round gets the global halves in its slot (FL-style: the
-        client optimiser state starts fresh every round)."""
+        client optimiser state starts fresh every round); then the shape's (U-shaped, tails kept per client: each slot
+        takes its own)."""
         self.reset_slots()
+        self.shape.start_round(self, step)
 
     def aggregation_weights(self, step: Step) -> torch.Tensor:
         """Weights of the step's clients in :meth:`aggregate`, ``[S]``: ``|D_k|`` (eq. 10)."""
@@ -382,17 +391,17 @@ class SplitFedAlgorithm(L.LightningModule):
 
     def aggregate(self, step: Step) -> None:
         """FL phase (hook 7, eq. 10): global models ← weighted averages (:meth:`aggregation_weights`) of the step's
-        slots."""
+        slots; then the shape's (U-shaped, tails kept per client: each back into its store)."""
         weights = self.aggregation_weights(step)
         self.aggregate_slots(weights, step.slots)
-        if self.server_bank is not None:
-            self.server_bank.aggregate_into(self.server.net, weights, step.slots)
+        banks.aggregate_server(self, weights, step.slots)
+        self.shape.end_round(self, step)
 
     def aggregate_slots(self, weights: torch.Tensor, slots: Slots, models: dict[str, nn.Module] | None = None) -> None:
         """Eq. (10) for the client banks: each global module ← the ``weights``-weighted average of its bank's
         ``slots`` (uploads counted). ``models``: bank name -> the module to aggregate into (default
-        :meth:`client_models`)."""
-        banks.upload(self, weights, slots, self.client_models() if models is None else models)
+        the shape's :meth:`~lightning_sfl.runtime.shape.Split.shared_models` of :meth:`client_models`)."""
+        banks.upload(self, weights, slots, self.shape.shared_models(self.client_models()) if models is None else models)
 
     # ------------------------------------------------------------------ the losses (hooks 5-6)
     def cross_entropy(
@@ -436,7 +445,7 @@ class SplitFedAlgorithm(L.LightningModule):
     ) -> torch.Tensor | None:
         """Hook 5, a term every process computes in full (a function of the clients' parameters, such as FedProx's
         proximal term, or of this process's rows taken together); under DDP the processes' gradients of it are
-        averaged (:func:`~lightning_sfl.algorithms.iteration.process_share`). ``None``: nothing."""
+        averaged (:func:`~lightning_sfl.runtime.iteration.process_share`). ``None``: nothing."""
         return None
 
     def take_step(self, opt, count_step: bool = True, slots=None) -> None:
@@ -456,8 +465,8 @@ class SplitFedAlgorithm(L.LightningModule):
     @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The global model ``[w_c, w_s]``: logits ``[B, N]`` (evaluated after every round), with the activation
-        defences as deployed."""
-        return self.server(self.defences.upload(self.client(x)))
+        defences as deployed (U-shaped, then the tail)."""
+        return self.shape.global_logits(self.client, self.server, self.defences.upload, x)
 
 
 __all__ = ["ClientModule", "ServerModule", "SplitFedAlgorithm"]

@@ -29,22 +29,22 @@ import torch
 import torch.nn.functional as F
 from typing_extensions import override
 
-from lightning_sfl.algorithms import banks, federated
-from lightning_sfl.algorithms.aggregate import (
-    flat_parameters,
-    load_flat_parameters,
-    parameter_zeros,
-    slot_flat_parameters,
-)
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
-from lightning_sfl.algorithms.iteration import full_model_iteration
-from lightning_sfl.algorithms.losses import row_label_distribution
-from lightning_sfl.algorithms.options import option_defaults
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import LocalEpochs, Schedule, Step
 from lightning_sfl.loop.selection import FedCBSSelection
 from lightning_sfl.loss_terms import ProximalTerm
+from lightning_sfl.losses import row_label_distribution
+from lightning_sfl.runtime import banks, federated
+from lightning_sfl.runtime.aggregate import (
+    flat_parameters,
+    load_flat_parameters,
+    parameter_zeros,
+    slot_flat_parameters,
+)
+from lightning_sfl.runtime.iteration import full_model_iteration
+from lightning_sfl.runtime.options import option_defaults
 from lightning_sfl.system.comm import module_bytes
 
 __all__ = [
@@ -98,7 +98,7 @@ def fedlc_cross_entropy(
         floor: ``0`` (default) or the count a missing class is given (see :func:`fedlc_margin`).
 
     Absent classes enter with logit ``−inf``: softmax gives them probability 0 and their gradient is exactly 0
-    (finite), as for ``log P_k(y) = −inf`` in :func:`~lightning_sfl.algorithms.losses.log_prior`.
+    (finite), as for ``log P_k(y) = −inf`` in :func:`~lightning_sfl.losses.log_prior`.
     """
     calibrated = logits - fedlc_margin(counts.to(logits.dtype), tau, floor)
     return F.cross_entropy(calibrated, targets, reduction=reduction)
@@ -205,7 +205,7 @@ class FedAvg(SplitFedAlgorithm):
 
     def local_iteration(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
         """One local SGD step of every selected client: ``Σ_k [mean_{i∈k} ℓ_i + R_k]``, backward, step
-        (:func:`~lightning_sfl.algorithms.iteration.full_model_iteration`)."""
+        (:func:`~lightning_sfl.runtime.iteration.full_model_iteration`)."""
         loss = full_model_iteration(self, step, self.slot_forward, self.row_loss)
         return loss, loss
 
@@ -347,7 +347,7 @@ class FedLogit(FedAvg):
     adjustment of eq. (15), ``CE(f(x) + log P_k(y), y)``, ``P_k`` the client's local label distribution.
 
     A class absent from client ``k`` has ``log P_k = −∞`` and drops out of the softmax (see
-    :func:`~lightning_sfl.algorithms.losses.log_prior`).
+    :func:`~lightning_sfl.losses.log_prior`).
 
     Args:
         missing_class_floor: ``0`` (default): the limit above; ``> 0``: ``log(P_k + floor)`` (finite, as public code).

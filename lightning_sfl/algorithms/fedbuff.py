@@ -22,13 +22,13 @@ from __future__ import annotations
 import torch
 from typing_extensions import override
 
-from lightning_sfl.algorithms.aggregate import flat_parameters, load_flat_parameters, parameter_zeros
 from lightning_sfl.algorithms.async_base import AsyncMethod, choice
-from lightning_sfl.algorithms.client_bank import ClientBank
-from lightning_sfl.algorithms.iteration import full_model_iteration
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.async_events import UploadStep
+from lightning_sfl.runtime.aggregate import flat_parameters, load_flat_parameters, parameter_zeros
+from lightning_sfl.runtime.client_bank import ClientBank
+from lightning_sfl.runtime.iteration import full_model_iteration
 
 __all__ = ["CA2FL", "FedBuff"]
 

@@ -34,11 +34,11 @@ from torch import nn
 from typing_extensions import override
 
 from lightning_sfl import trainer_view
-from lightning_sfl.algorithms import banks
 from lightning_sfl.algorithms.fedavg import FedAvg
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
+from lightning_sfl.runtime import banks
 from lightning_sfl.system.comm import module_bytes
 
 __all__ = ["ConcatNet", "FedConcat", "cluster_clients"]

@@ -45,13 +45,13 @@ from torch import nn
 from torch.nn import functional as F
 from typing_extensions import override
 
-from lightning_sfl.algorithms.iteration import full_model_iteration
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.semi_baselines import client_means
 from lightning_sfl.algorithms.semi_supervised import SemiSupervised
 from lightning_sfl.data.augment import strong_view
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
+from lightning_sfl.runtime.iteration import full_model_iteration
 from lightning_sfl.system.comm import tensor_bytes
 
 __all__ = [
@@ -162,7 +162,7 @@ def per_row_consistency(
 ) -> torch.Tensor:
     """:func:`per_client_consistency` as rows ``[B]`` whose per-client means (over each client's ``B_k`` rows) sum to
     it: a row's CE scaled by ``B_k / confident_k`` and its KL by ``B_k / kl_rows_k``, what the FL step
-    (:func:`~lightning_sfl.algorithms.iteration.full_model_iteration`) averages.
+    (:func:`~lightning_sfl.runtime.iteration.full_model_iteration`) averages.
 
     >>> ce, kl, owner = torch.tensor([2.0, 0.0, 4.0]), torch.tensor([1.0, 3.0, 5.0]), torch.tensor([0, 0, 1])
     >>> rows = per_row_consistency(ce, kl, owner, torch.tensor([True, False, True]), torch.tensor([2, 1]), False)
@@ -352,7 +352,7 @@ class FedMatch(SemiSupervised):
     @override
     def unlabelled_step(self, step: Step) -> dict[str, torch.Tensor]:
         """One step of the round's clients on ``L_u(ψ)`` (module docstring), the FL step
-        (:func:`~lightning_sfl.algorithms.iteration.full_model_iteration`): the strong view's logits, the rows of
+        (:func:`~lightning_sfl.runtime.iteration.full_model_iteration`): the strong view's logits, the rows of
         ``λ_ICC·Φ`` (:meth:`consistency`), the regulariser as the clients' whole term (:meth:`client_regulariser`)."""
         self._phase = "unlabelled"
         if not self._slots_ready:

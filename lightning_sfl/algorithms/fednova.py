@@ -15,16 +15,16 @@ from __future__ import annotations
 import torch
 from typing_extensions import override
 
-from lightning_sfl.algorithms.aggregate import (
+from lightning_sfl.algorithms.fedavg import FedAvg
+from lightning_sfl.algorithms.registry import register
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop import Step
+from lightning_sfl.runtime.aggregate import (
     flat_parameters,
     load_flat_parameters,
     normalized_weights,
     slot_flat_parameters,
 )
-from lightning_sfl.algorithms.fedavg import FedAvg
-from lightning_sfl.algorithms.registry import register
-from lightning_sfl.errors import ConfigError
-from lightning_sfl.loop import Step
 
 __all__ = ["FedNova", "fednova_average", "momentum_norm"]
 

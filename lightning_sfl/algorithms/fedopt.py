@@ -22,17 +22,17 @@ from typing import ClassVar
 import torch
 from typing_extensions import override
 
-from lightning_sfl.algorithms.aggregate import (
+from lightning_sfl.algorithms.fedavg import FedAvg
+from lightning_sfl.algorithms.registry import register
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop import Step
+from lightning_sfl.runtime.aggregate import (
     averaging_weights,
     check_average,
     flat_parameters,
     load_flat_parameters,
     parameter_zeros,
 )
-from lightning_sfl.algorithms.fedavg import FedAvg
-from lightning_sfl.algorithms.registry import register
-from lightning_sfl.errors import ConfigError
-from lightning_sfl.loop import Step
 
 __all__ = [
     "FedAdagrad", "FedAdam", "FedAvgM", "FedOpt", "FedYogi", "SERVER_OPTIMIZERS", "flower_bias_corrected_lr",

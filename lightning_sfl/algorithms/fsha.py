@@ -37,16 +37,16 @@ import torch
 import torch.nn.functional as F
 from typing_extensions import override
 
-from lightning_sfl.algorithms.guards import check_finite
-from lightning_sfl.algorithms.iteration import split_iteration
-from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.split_method import SplitMethod
 from lightning_sfl.errors import ConfigError, whole_number
 from lightning_sfl.loop import Step
 from lightning_sfl.loop.sampling import round_generator
+from lightning_sfl.losses import sum_of_client_means
 from lightning_sfl.privacy.hijacking import feature_discriminator, gradient_penalty
 from lightning_sfl.privacy.metrics import images_from_inputs
+from lightning_sfl.runtime.guards import check_finite
+from lightning_sfl.runtime.iteration import split_iteration
 
 __all__ = ["FSHA"]
 

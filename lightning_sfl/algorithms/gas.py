@@ -40,19 +40,20 @@ import torch.nn.functional as F
 from typing_extensions import override
 
 from lightning_sfl import trainer_view
-from lightning_sfl.algorithms import async_base, federated
+from lightning_sfl.algorithms import async_base
 from lightning_sfl.algorithms.async_base import choice
-from lightning_sfl.algorithms.client_bank import SequentialBank
-from lightning_sfl.algorithms.iteration import split_iteration
-from lightning_sfl.algorithms.label_gaussians import COVARIANCES, LabelGaussians, generation_counts
-from lightning_sfl.algorithms.losses import row_label_distribution
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.split_method import SplitMethod
-from lightning_sfl.algorithms.stacked_bank import AUTO_STACKED_MIN_SLOTS_ASYNC_CPU, StackedBank, make_bank
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import AsyncEvents
 from lightning_sfl.loop.async_events import ArrivalStep, UploadStep
 from lightning_sfl.loop.sampling import round_generator
+from lightning_sfl.losses import row_label_distribution
+from lightning_sfl.models.label_gaussians import COVARIANCES, LabelGaussians, generation_counts
+from lightning_sfl.runtime import federated
+from lightning_sfl.runtime.client_bank import SequentialBank
+from lightning_sfl.runtime.iteration import split_iteration
+from lightning_sfl.runtime.stacked_bank import AUTO_STACKED_MIN_SLOTS_ASYNC_CPU, StackedBank, make_bank
 
 __all__ = ["GAS", "AsyncSFL"]
 
@@ -129,8 +130,8 @@ class AsyncSFL(SplitMethod):
     @override
     def make_bank(self, template: torch.nn.Module, num_slots: int) -> SequentialBank | StackedBank:
         """A bank of the configured kind; ``auto`` on a CPU stacks the arrivals' slots from
-        :data:`~lightning_sfl.algorithms.stacked_bank.AUTO_STACKED_MIN_SLOTS_ASYNC_CPU` slots on (arrivals one at a
-        time run the sequential bank: :func:`~lightning_sfl.algorithms.federated.checked_schedule`)."""
+        :data:`~lightning_sfl.runtime.stacked_bank.AUTO_STACKED_MIN_SLOTS_ASYNC_CPU` slots on (arrivals one at a
+        time run the sequential bank: :func:`~lightning_sfl.runtime.federated.checked_schedule`)."""
         device = trainer_view.device(self.trainer)
         return make_bank(
             template, num_slots, self.client_bank, device=device, min_slots_cpu=AUTO_STACKED_MIN_SLOTS_ASYNC_CPU

@@ -16,10 +16,11 @@ methods (the synchronous families), the documentation's table of methods and the
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["FAMILIES", "REGISTRY", "LiveMethods", "MethodEntry", "methods", "names", "register"]
+__all__ = ["FAMILIES", "REGISTRY", "LiveMethods", "MethodEntry", "algorithm_path", "methods", "names", "register"]
 
 #: Family -> what its methods share. The order is the order of every listing (then the names, alphabetically).
 #:
@@ -121,3 +122,12 @@ class LiveMethods(Mapping):
 
     def __repr__(self) -> str:
         return f"LiveMethods({', '.join(self)})"
+
+
+def algorithm_path(cls: type) -> str:
+    """The name a checkpoint records for a method's class: ``lightning_sfl.algorithms.<Name>`` for the library's
+    methods (however they were imported or spelled in a config), ``module.Name`` for methods defined elsewhere."""
+    library = sys.modules.get("lightning_sfl.algorithms")  # (imported with this module: it exports the methods)
+    if library is not None and getattr(library, cls.__name__, None) is cls:
+        return f"lightning_sfl.algorithms.{cls.__name__}"
+    return f"{cls.__module__}.{cls.__qualname__}"

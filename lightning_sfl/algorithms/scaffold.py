@@ -23,7 +23,10 @@ from __future__ import annotations
 import torch
 from typing_extensions import override
 
-from lightning_sfl.algorithms.aggregate import (
+from lightning_sfl.algorithms.fedavg import FedAvg
+from lightning_sfl.algorithms.registry import register
+from lightning_sfl.loop import Step
+from lightning_sfl.runtime.aggregate import (
     AVERAGES,
     averaging_weights,
     check_average,
@@ -31,9 +34,6 @@ from lightning_sfl.algorithms.aggregate import (
     parameter_zeros,
     slot_flat_parameters,
 )
-from lightning_sfl.algorithms.fedavg import FedAvg
-from lightning_sfl.algorithms.registry import register
-from lightning_sfl.loop import Step
 from lightning_sfl.system.comm import tensor_bytes
 
 __all__ = ["AVERAGES", "Scaffold", "control_variate_update"]

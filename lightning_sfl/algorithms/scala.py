@@ -28,11 +28,11 @@ from __future__ import annotations
 import torch
 from typing_extensions import override
 
-from lightning_sfl.algorithms.losses import distribution_from_counts, row_label_distribution
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.split_method import SplitMethod
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
+from lightning_sfl.losses import distribution_from_counts, row_label_distribution
 
 
 @register("scala", family="split")
@@ -54,7 +54,7 @@ class SCALA(SplitMethod):
             eq. 14 for the body, the clients sending their label counts every iteration so that the server can
             return ``P_s`` (which reveals the batch's label counts to it) and a second gradient of their tails under
             ``log P_s``; ``False`` (default): no ``P_s``, the body trains on the clients' eq.-15 losses
-            (:mod:`~lightning_sfl.algorithms.u_shape`). Refused without ``server_logit_adjustment`` or with
+            (:mod:`~lightning_sfl.runtime.u_shape`). Refused without ``server_logit_adjustment`` or with
             ``concat_activations=False``: the body would use no ``P_s``, and the counts would be sent for nothing
             (while the label attack credits the server with them).
         **kwargs: see :class:`~lightning_sfl.algorithms.split_method.SplitMethod`.
@@ -81,7 +81,7 @@ class SCALA(SplitMethod):
             )
         self.missing_class_floor = missing_class_floor
         self.pooled_label_counts = bool(pooled_label_counts)
-        self.server_copies = not concat_activations
+        self.shape.server_copies = not concat_activations  # (one server half, or a copy per client)
         self.concat_activations = concat_activations
         self.server_logit_adjustment = server_logit_adjustment
         self.client_logit_adjustment = client_logit_adjustment

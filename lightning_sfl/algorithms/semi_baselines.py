@@ -46,14 +46,14 @@ import torch
 from torch import nn
 from typing_extensions import override
 
-from lightning_sfl.algorithms.aggregate import flat_parameters, load_flat_parameters, parameter_zeros
 from lightning_sfl.algorithms.async_base import choice
 from lightning_sfl.algorithms.fedopt import server_step
 from lightning_sfl.algorithms.registry import register
-from lightning_sfl.algorithms.semi_losses import pseudo_labels
 from lightning_sfl.algorithms.semi_supervised import SemiSupervised, ViewedStep
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
+from lightning_sfl.losses.semi import pseudo_labels
+from lightning_sfl.runtime.aggregate import flat_parameters, load_flat_parameters, parameter_zeros
 
 __all__ = [
     "FedSwitch",
@@ -153,8 +153,7 @@ class FedSwitchSL(SemiSupervised):
             return super().pseudo_label(step, weak, teacher_logits)
         with torch.no_grad():
             student_acts = self.bank(weak, step.local_sizes, step.slots)
-            if self.has_server_half:  # the student's weak view travels up too
-                self.ledger.add_rows("up", "activations", student_acts, step.sizes, step.slots)
+            self.shape.count_up(self.ledger, "activations", student_acts, step)  # the student's weak view too
             student_logits = self.server(student_acts)
         logits, use_student = switch_logits(student_logits, teacher_logits.detach(), step.owner, len(step.clients))
         self.log("train/student_labels", use_student.float().mean(), on_step=False, on_epoch=True, batch_size=1)

@@ -4,7 +4,7 @@ regularisation and an adaptive number of supervised steps ``K_s``.
 
 Model ``w = (w_c, w_s, w_p)``: the client half, the server half (classifier) and a projection head
 ``[Linear(d, d) → ReLU → Linear(d, proj_dim)]`` on the flattened activation, L2-normalised. Teacher ``w̃`` = the EMA of
-``w`` (:func:`~lightning_sfl.algorithms.semi_losses.ema_update`, warm-up ``γ_t = min(1 − 1/(t+1), γ)`` with ``t`` the
+``w`` (:func:`~lightning_sfl.losses.semi.ema_update`, warm-up ``γ_t = min(1 − 1/(t+1), γ)`` with ``t`` the
 supervised steps so far). Accuracy is the teacher's.
 
 Semi-SFL is :class:`~lightning_sfl.algorithms.semi_supervised.SemiSupervised` (the rounds, views, teachers and
@@ -39,13 +39,13 @@ import torch
 from torch import nn
 from typing_extensions import override
 
-from lightning_sfl.algorithms import federated
 from lightning_sfl.algorithms.registry import register
-from lightning_sfl.algorithms.semi_losses import contrastive_loss, queue_positives, same_label_positives
 from lightning_sfl.algorithms.semi_supervised import KS_OPTIONS, SemiSupervised, ViewedStep, cosine_lr
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 from lightning_sfl.loop.phases import SupervisedOnlyRounds
+from lightning_sfl.losses.semi import contrastive_loss, queue_positives, same_label_positives
+from lightning_sfl.runtime import federated
 
 __all__ = ["SemiSFL", "SupervisedOnly", "cosine_lr"]
 

@@ -6,7 +6,7 @@ Round ``h`` (:class:`~lightning_sfl.loop.phases.Phases`):
 
 A. ``K_s`` supervised steps on the server's labelled set (:meth:`SemiSupervised.supervised_step`: cross-entropy on the
    weak view, plus a method's term, :meth:`SemiSupervised.supervised_loss`), each followed by one update of the EMA
-   teacher ``w̃ ← γ_t·w̃ + (1 − γ_t)·w`` (:func:`~lightning_sfl.algorithms.semi_losses.ema_update`, warm-up
+   teacher ``w̃ ← γ_t·w̃ + (1 − γ_t)·w`` (:func:`~lightning_sfl.losses.semi.ema_update`, warm-up
    ``γ_t = min(1 − 1/(t+1), γ)`` with ``t`` the supervised steps so far).
 B. The round's clients download the student's and the teacher's client halves (:meth:`SemiSupervised.download`).
 C. ``K_u`` cross-entity steps: the step's two views of every client's batch (:class:`Views`, weak and strong, drawn
@@ -36,20 +36,19 @@ from torch import nn
 from typing_extensions import override
 
 from lightning_sfl import trainer_view
-from lightning_sfl.algorithms import federated
 from lightning_sfl.algorithms.async_base import choice
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
-from lightning_sfl.algorithms.client_bank import clip_gradients_
-from lightning_sfl.algorithms.guards import check_finite
-from lightning_sfl.algorithms.iteration import full_model_iteration, split_iteration
-from lightning_sfl.algorithms.losses import sum_of_client_means
-from lightning_sfl.algorithms.options import option_defaults
-from lightning_sfl.algorithms.semi_losses import ema_decay, ema_update, pseudo_labels
 from lightning_sfl.data.augment import strong_view, weak_view
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 from lightning_sfl.loop.ks_control import SupervisedSteps
 from lightning_sfl.loop.phases import Phases, UnlabelledStep
+from lightning_sfl.losses import sum_of_client_means
+from lightning_sfl.losses.semi import ema_decay, ema_update, pseudo_labels
+from lightning_sfl.runtime import federated
+from lightning_sfl.runtime.client_bank import clip_gradients_
+from lightning_sfl.runtime.guards import check_finite
+from lightning_sfl.runtime.options import option_defaults
 
 __all__ = ["KS_OPTIONS", "SemiSupervised", "ViewedStep", "Views", "cosine_lr"]
 
@@ -274,17 +273,13 @@ class SemiSupervised(SplitFedAlgorithm):
     def unlabelled_step(self, step: Step) -> dict[str, torch.Tensor]:
         """Handler of ``"unlabelled"`` steps: the step's :class:`Views`, then one local step of the round's clients on
         them (a split iteration, or without a server half the FL one:
-        :func:`~lightning_sfl.algorithms.iteration.full_model_iteration`; both read the views from the
+        :func:`~lightning_sfl.runtime.iteration.full_model_iteration`; both read the views from the
         :class:`ViewedStep`), then the clients' teachers follow their students (``client_teacher="ema"``)."""
         if not self._slots_ready:  # B.: the round's clients download w_c and w̃_c
             self.download()
             self._slots_ready = True
         step = ViewedStep.of(step, self.views(step))
-        if self.has_server_half:
-            server_loss, client_loss = split_iteration(self, step)
-        else:  # the whole model on the clients: its logits are what the students "upload"
-            forward = lambda s: (None, self.upload_views(s))  # noqa: E731
-            server_loss = client_loss = full_model_iteration(self, step, forward, self.pseudo_labelled_rows)
+        server_loss, client_loss = self.local_step(step)
         if self.client_teacher == "ema":  # eq. 8: w̃_c,i ← γ·w̃_c,i + (1 − γ)·w_c,i
             self._client_teachers_follow(step)
         self.on_unlabelled_step_end(step)
@@ -292,6 +287,13 @@ class SemiSupervised(SplitFedAlgorithm):
         self.log("train/mask_rate", mask.float().mean(), on_step=False, on_epoch=True, batch_size=len(mask))
         losses = {"server_loss": server_loss.detach(), "client_loss": client_loss.detach()}
         return {**losses, "pseudo_labels": labels, "mask": mask}  # the labels for metrics (PseudoLabelQuality)
+
+    def local_step(self, step: ViewedStep) -> tuple[torch.Tensor, torch.Tensor]:
+        """One local step of the round's clients on the step's views, the shape's: a split iteration (the hooks
+        below), or without a server half the FL one, whose logits on the students' views are what they "upload"
+        (:meth:`upload_views`) and whose rows' loss is :meth:`pseudo_labelled_rows`."""
+        forward = lambda s: (None, self.upload_views(s))  # noqa: E731
+        return self.shape.iteration(self, step, forward=forward, row_loss=self.pseudo_labelled_rows)
 
     def views(self, step: Step) -> Views:
         """The step's two views of its rows ``step.x``, from its generator (``_generator``), weak first."""
@@ -341,9 +343,8 @@ class SemiSupervised(SplitFedAlgorithm):
 
     def send_up(self, step: Step, acts: torch.Tensor, teacher_acts: torch.Tensor) -> None:
         """Bytes of what the clients send per step: ``e_i`` and ``ẽ_i`` (no labels); nothing in full-model FL."""
-        if self.has_server_half:
-            for tensor in (acts, teacher_acts):
-                self.ledger.add_rows("up", "activations", tensor, step.sizes, step.slots)
+        for tensor in (acts, teacher_acts):
+            self.shape.count_up(self.ledger, "activations", tensor, step)
 
     def teacher_keys(self, teacher_acts: torch.Tensor) -> torch.Tensor | None:
         """What the server keeps of the teachers' upload besides their logits (Semi-SFL: projections); none here."""

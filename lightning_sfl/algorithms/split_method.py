@@ -1,6 +1,6 @@
 """The base of the split methods whose clients upload ``h(w_c; X)`` of the half they download: the base plus the hooks
 of the split iteration (hooks 1-4 of SCALA's Algorithm 2, run by
-:func:`~lightning_sfl.algorithms.iteration.split_iteration`: the upload, the server forward, the server's and the
+:func:`~lightning_sfl.runtime.iteration.split_iteration`: the upload, the server forward, the server's and the
 clients' losses) and the clients' defences
 (:mod:`lightning_sfl.defences`), which plain FL methods and the semi-supervised ones do not have.
 
@@ -11,28 +11,13 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-from torch import nn
-from typing_extensions import override
 
-from lightning_sfl.algorithms.aggregate import flat_parameters
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
-from lightning_sfl.algorithms.guards import check_finite
-from lightning_sfl.algorithms.halves import ClientModule
-from lightning_sfl.algorithms.iteration import split_iteration
-from lightning_sfl.algorithms.losses import sum_of_client_means
-from lightning_sfl.algorithms.processes import world_size
-from lightning_sfl.algorithms.u_shape import (
-    TAIL_AGGREGATIONS,
-    keep_tails,
-    load_tails,
-    shared_models,
-    u_shaped_iteration,
-)
 from lightning_sfl.defences import Defence, Defences, resolve_defences
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
-from lightning_sfl.loop.step import PROBE_KIND
-from lightning_sfl.models.split import cut_tail
+from lightning_sfl.losses import sum_of_client_means
+from lightning_sfl.runtime.guards import check_finite
 
 __all__ = ["SplitMethod", "defend"]
 
@@ -61,7 +46,7 @@ class SplitMethod(SplitFedAlgorithm):
             aggregator of their own, the same average, which the body's server never sees (in the simulation the
             server-side code is never handed a tail); ``none``: each client keeps its own tail across rounds (a
             per-client store; the evaluated tail is their ``|D_k|``-weighted mean, as SplitFedV3's client halves).
-        tail_point: U-shaped split learning (:mod:`~lightning_sfl.algorithms.u_shape`): a second cut point, deeper
+        tail_point: U-shaped split learning (:mod:`~lightning_sfl.runtime.u_shape`): a second cut point, deeper
             than ``split_point``; the layers from it on (the tail) stay with the clients, which compute the loss, so
             that the labels never leave them; the server holds the layers between the cuts (the body). ``None``
             (default): the server holds every layer from ``split_point`` on. Methods whose step is not the plain
@@ -76,7 +61,7 @@ class SplitMethod(SplitFedAlgorithm):
     #: probes: SFLLocalLoss (no gradient crosses the cut), the semi-supervised methods (two views uploaded).
     answers_with_gradients: ClassVar[bool] = True
     #: False if the method cannot run U-shaped (``tail_point``): its step is not the split iteration of
-    #: :mod:`~lightning_sfl.algorithms.u_shape` (the asynchronous methods, FSHA, S²FL's sliding cut, SCALA-PE's
+    #: :mod:`~lightning_sfl.runtime.u_shape` (the asynchronous methods, FSHA, S²FL's sliding cut, SCALA-PE's
     #: decoders, SFLLocalLoss's local loss) or its clients keep their own halves (SplitFedV3).
     supports_tail: ClassVar[bool] = True
 
@@ -88,80 +73,23 @@ class SplitMethod(SplitFedAlgorithm):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        self.tail: ClientModule | None = None
-        if tail_aggregation not in TAIL_AGGREGATIONS:
-            allowed = ", ".join(TAIL_AGGREGATIONS)
-            raise ConfigError(f"tail_aggregation={tail_aggregation!r} must be one of: {allowed}")
-        if tail_aggregation != "server" and tail_point is None:
-            raise ConfigError(f"tail_aggregation={tail_aggregation!r} is an option of U-shaped runs: give tail_point")
         self.tail_aggregation = tail_aggregation
-        if tail_point is not None:
-            if not self.supports_tail:
-                raise ConfigError(f"tail_point={tail_point!r}: {type(self).__name__} does not run U-shaped")
-            source = self.model_source
-            split = source.canonical_cut(self.hparams.split_point)
-            tail_at = source.model.canonical_cut(tail_point) or tail_point  # (cut_tail names the valid ones)
-            body, tail = cut_tail(self.server.net, source.cut_points, split, tail_at)
-            self.server.net, self.tail = body, ClientModule(tail)
-            if tail_aggregation == "none":  # every client's own tail, [K, P] (a per-client store)
-                self.add_client_state("client_tails", lambda: flat_parameters(self.tail.net).detach())
+        split_point = self.hparams.split_point
+        self.shape = self.shape.with_tail(self, self.model_source, split_point, tail_point, tail_aggregation)
+        self.tail = self.shape.tail
         defend(self, defences, self.default_defences())
-        needing = [type(d).__name__ for d in self.defences.values() if d.needs_tail]
-        if needing and self.tail is None:
-            raise ConfigError(f"defences: {needing[0]} defends what U-shaped clients send up: give tail_point too")
-
-    @property
-    def u_shaped(self) -> bool:
-        """Whether the clients keep the tail (``tail_point``)."""
-        return self.tail is not None
-
-    @override
-    def client_models(self) -> dict[str, nn.Module]:
-        """The client half and, U-shaped, the tail (averaged with it each round)."""
-        models = super().client_models()
-        return {**models, "tail": self.tail.net} if self.tail is not None else models
-
-    @override
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The global model: ``[w_c, w_s]``, U-shaped ``tail(body(head(x)))``; logits ``[B, N]``."""
-        out = super().forward(x)
-        return out if self.tail is None else self.tail(out)
-
-    @override
-    def reset_slots(self, slots=None, models: dict[str, nn.Module] | None = None) -> None:
-        """The base's, without the tail when the clients keep their own (``tail_aggregation="none"``)."""
-        super().reset_slots(slots, shared_models(self) if models is None else models)
-
-    @override
-    def start_round(self, step: Step) -> None:
-        """The base's; with tails kept per client, each client's slot takes its own tail."""
-        super().start_round(step)
-        if self.tail_aggregation == "none":
-            load_tails(self, step)
-
-    @override
-    def aggregate_slots(self, weights: torch.Tensor, slots, models: dict[str, nn.Module] | None = None) -> None:
-        """The base's, without the tail when the clients keep their own: their tails are kept, and the evaluated
-        tail is their ``|D_k|``-weighted mean (:func:`~lightning_sfl.algorithms.u_shape.keep_tails`)."""
-        super().aggregate_slots(weights, slots, shared_models(self) if models is None else models)
-
-    @override
-    def aggregate(self, step: Step) -> None:
-        super().aggregate(step)
-        if self.tail_aggregation == "none":
-            keep_tails(self, step)
+        self.shape.check_defences([type(d).__name__ for d in self.defences.values() if d.needs_tail])
 
     def body_prior(self, step: Step) -> torch.Tensor | None:
         """U-shaped: the label distribution of the body's own objective, which the clients then compute for it from
-        their tails (:mod:`~lightning_sfl.algorithms.u_shape`); ``None``: the body trains on the clients' losses."""
+        their tails (:mod:`~lightning_sfl.runtime.u_shape`); ``None``: the body trains on the clients' losses."""
         return None
 
     def split_step(self, step: Step, count_step: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """One split iteration of ``step``'s clients: :func:`~lightning_sfl.algorithms.iteration.split_iteration`, or
-        U-shaped :func:`~lightning_sfl.algorithms.u_shape.u_shaped_iteration`."""
-        if self.tail is not None:
-            return u_shaped_iteration(self, step, count_step)
-        return split_iteration(self, step, count_step)
+        """One split iteration of ``step``'s clients, the shape's:
+        :func:`~lightning_sfl.runtime.iteration.split_iteration`, or U-shaped
+        :func:`~lightning_sfl.runtime.u_shape.u_shaped_iteration`."""
+        return self.shape.iteration(self, step, count_step)
 
     @classmethod
     def default_defences(cls) -> list[Defence]:
@@ -175,10 +103,8 @@ class SplitMethod(SplitFedAlgorithm):
 
     def server_forward(self, a: torch.Tensor, step: Step) -> torch.Tensor:
         """Hook 2: logits ``[B, N]`` of the server half (or of each client's server copy) on activations ``a``; a probe
-        step (``PROBE_KIND``) gets the global server half."""
-        if self.server_bank is None or step.kind == PROBE_KIND:
-            return self.server(a)
-        return self.server_bank(a, step.local_sizes, step.slots)
+        step gets the global server half (:meth:`~lightning_sfl.runtime.shape.Split.server_forward`)."""
+        return self.shape.server_forward(self.server, self.server_bank, a, step)
 
     def server_prior(self, step: Step) -> torch.Tensor | None:
         """Label distribution added (as ``log``) to the logits of the server loss; ``None``: plain CE."""
@@ -190,13 +116,9 @@ class SplitMethod(SplitFedAlgorithm):
 
     def server_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor:
         """Hook 3, the loss whose gradient updates ``w_s`` (eq. 7): the mean over the concatenated batch (on a DDP
-        shard, its sum over the global ``B``), or with server copies the sum over copies of each one's mean."""
-        prior = self.server_prior(step)
-        if self.server_bank is not None:
-            return sum_of_client_means(self.cross_entropy(logits, step.y, prior), step.owner, step.sizes)
-        if world_size() == 1 or len(step.y) == int(step.sizes.sum()):  # every row is here
-            return self.cross_entropy(logits, step.y, prior, "mean")
-        return self.cross_entropy(logits, step.y, prior, "sum") / int(step.sizes.sum())
+        shard, its sum over the global ``B``), or with server copies the sum over copies of each one's mean
+        (:meth:`~lightning_sfl.runtime.shape.Split.server_mean`)."""
+        return self.shape.server_mean(self, logits, step, self.server_prior(step))
 
     def client_loss(self, logits: torch.Tensor, step: Step) -> torch.Tensor | None:
         """Hook 4, the loss whose gradient w.r.t. the activations is sent to the clients (eq. 8): each client's
@@ -208,8 +130,7 @@ class SplitMethod(SplitFedAlgorithm):
         labels) and a detached copy that requires a gradient, for the server (``∂/∂`` it gives ``G_k``)."""
         acts = self.defences.upload(self.client_forward(step), self.defences.training_noise(step))
         self.ledger.add_rows("up", "activations", acts, step.sizes, step.slots)
-        if self.tail is None:  # U-shaped, the labels stay with the clients
-            self.ledger.add_rows("up", "labels", step.y, step.sizes, step.slots)
+        self.shape.upload_labels(self.ledger, step)  # (U-shaped, the labels stay with the clients)
         return acts, acts.detach().requires_grad_(True)
 
     def split_losses(
@@ -224,8 +145,9 @@ class SplitMethod(SplitFedAlgorithm):
     def answer_loss(self, a: torch.Tensor, step: Step) -> torch.Tensor:
         """The loss whose gradient w.r.t. the activations ``a`` the server sends the clients (what SplitGuard probes):
         hook 4 on hook 2; FSHA answers with its critic instead."""
-        if self.tail is not None:
-            raise ConfigError(f"U-shaped {type(self).__name__}'s server computes no loss: SplitGuard cannot probe it")
+        refusal = self.shape.probe_refusal(type(self).__name__)
+        if refusal is not None:
+            raise ConfigError(refusal)
         client_loss = self.client_loss(self.server_forward(a, step), step)
         if client_loss is None:
             name = type(self).__name__
@@ -234,6 +156,6 @@ class SplitMethod(SplitFedAlgorithm):
 
     def local_iteration(self, step: Step) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Handler of ``"local"`` steps: one split iteration (hooks 1-6,
-        :func:`~lightning_sfl.algorithms.iteration.split_iteration`, or U-shaped
-        :func:`~lightning_sfl.algorithms.u_shape.u_shaped_iteration`)."""
+        :func:`~lightning_sfl.runtime.iteration.split_iteration`, or U-shaped
+        :func:`~lightning_sfl.runtime.u_shape.u_shaped_iteration`)."""
         return self.split_step(step)

@@ -24,14 +24,14 @@ import torch
 from torch import nn
 from typing_extensions import override
 
-from lightning_sfl.algorithms.aggregate import flat_parameters
 from lightning_sfl.algorithms.base import ClientModule
-from lightning_sfl.algorithms.client_bank import SequentialBank
-from lightning_sfl.algorithms.losses import row_label_distribution, sum_of_client_means
 from lightning_sfl.algorithms.registry import register
 from lightning_sfl.algorithms.split_method import SplitMethod
 from lightning_sfl.loop import Step
 from lightning_sfl.loop.selection import ClassBalancedSelection
+from lightning_sfl.losses import row_label_distribution, sum_of_client_means
+from lightning_sfl.runtime.aggregate import flat_parameters
+from lightning_sfl.runtime.client_bank import SequentialBank
 
 
 @register("minibatch_sfl", family="split")

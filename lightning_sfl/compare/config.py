@@ -70,15 +70,15 @@ def unused_options(cls: type) -> dict[str, str]:
 def unused_settings(cls: type, init_args: dict) -> dict[str, object]:
     """The options of ``init_args`` (a resolved config's) that ``cls`` has no use for, set to other than their
     defaults: option -> its default."""
-    from lightning_sfl.algorithms.options import option_defaults
+    from lightning_sfl.runtime.options import option_defaults
 
     defaults = option_defaults(cls)
     return {k: defaults.get(k) for k in unused_options(cls) if k in init_args and init_args[k] != defaults.get(k)}
 
 
 def init_parameters(cls: type) -> set[str]:
-    """Keyword arguments ``cls(...)`` accepts (:func:`~lightning_sfl.algorithms.options.option_parameters`)."""
-    from lightning_sfl.algorithms.options import option_parameters
+    """Keyword arguments ``cls(...)`` accepts (:func:`~lightning_sfl.runtime.options.option_parameters`)."""
+    from lightning_sfl.runtime.options import option_parameters
 
     return set(option_parameters(cls))
 

@@ -14,7 +14,7 @@ or in a config::
             init_args: {channels: 8}
 
 Only split methods have the option (a plain FL method uploads no activations; Semi-SFL's clients upload two views).
-Where each defence acts in a split iteration (:func:`~lightning_sfl.algorithms.iteration.split_iteration`):
+Where each defence acts in a split iteration (:func:`~lightning_sfl.runtime.iteration.split_iteration`):
 
 =============================  ================================  ====================================================
 defence                        hook                              what it does
@@ -44,7 +44,7 @@ from __future__ import annotations
 import re
 
 from lightning_sfl.defences.activations import ActivationNoise, NoPeek
-from lightning_sfl.defences.base import Defence, Defences, resolve_defences
+from lightning_sfl.defences.base import DEFENCES, Defence, Defences, resolve_defences
 from lightning_sfl.defences.bottleneck import Bottleneck
 from lightning_sfl.defences.gradients import GradientNoise, MaxNorm
 from lightning_sfl.defences.inversion import InversionRegulariser
@@ -68,13 +68,10 @@ __all__ = [
     "resolve_defences",
 ]
 
-#: Short name -> class of every defence of the library.
-#:
-#: :meta hide-value:
-DEFENCES: dict[str, type[Defence]] = {
-    cls.__name__: cls
+DEFENCES.update(
+    (cls.__name__, cls)
     for cls in (NoPeek, ActivationNoise, Bottleneck, InversionRegulariser, GradientNoise, MaxNorm, RandomisedLabels)
-}
+)  # (the table resolve_defences names them from)
 register_component_kind("defences", Defence, DEFENCES)  # what a checkpoint may name
 
 #: The options every method had before defences were parts -> (defence, its option).

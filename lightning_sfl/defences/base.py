@@ -106,19 +106,25 @@ class Defence(nn.Module):
 
     def gradient_upload(self, g: torch.Tensor, step: Step) -> torch.Tensor:
         """U-shaped split learning: what leaves the clients instead of ``g`` ``[B, *h]``, the gradients of their
-        losses w.r.t. the body's outputs (:mod:`~lightning_sfl.algorithms.u_shape`), in training step ``step``."""
+        losses w.r.t. the body's outputs (:mod:`~lightning_sfl.runtime.u_shape`), in training step ``step``."""
         return g
 
     def client_terms(self, step: Step, sent: torch.Tensor, log: Log) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The terms the clients add to their loss for the activations ``sent`` ``[B, *act]`` (as uploaded):
         ``(over rows, whole)`` — a sum over this process's rows normalised by global counts, and a term every process
-        computes in full (:func:`~lightning_sfl.algorithms.iteration.process_share`); ``None`` for none."""
+        computes in full (:func:`~lightning_sfl.runtime.iteration.process_share`); ``None`` for none."""
         return None, None
 
     def one_process_only(self) -> str | None:
         """What of this defence runs on one process only (``None``: it runs on several)."""
         return None
 
+
+
+#: Short name -> class of every defence of the library (filled by :mod:`lightning_sfl.defences`, which imports them).
+#:
+#: :meta hide-value:
+DEFENCES: dict[str, type[Defence]] = {}
 
 class Defences(nn.ModuleDict):
     """A method's defences, keyed by :attr:`Defence.key` in the order given; each hook asks them in turn. Empty for a
@@ -229,8 +235,6 @@ def resolve_defences(value) -> list[Defence]:
 def _resolve_one(value) -> Defence:
     if isinstance(value, Defence):
         return copy.deepcopy(value)  # a method's own: one object given to two methods would share its state
-    from lightning_sfl.defences import DEFENCES
-
     if isinstance(value, dict) and "class_path" in value:  # (a checkpoint's: never imported on its word)
         cls = known_class(str(value["class_path"]), Defence, names=DEFENCES)
         if cls is not None:

@@ -1,4 +1,4 @@
-"""Defences of the labels in U-shaped split learning (:mod:`~lightning_sfl.algorithms.u_shape`): noise on what the
+"""Defences of the labels in U-shaped split learning (:mod:`~lightning_sfl.runtime.u_shape`): noise on what the
 clients send up, the gradients ``g`` ``[B_k, *h]`` of their losses w.r.t. the body's outputs, each client's batch on
 its own (hook ``gradient_upload``). Both are Li et al.'s ("Label Leakage and Protection in Two-party Split Learning",
 ICLR 2022): the isotropic Gaussian baseline and the max-norm heuristic, as the authors' code computes them.

@@ -9,7 +9,7 @@ Each client ``k`` owns a simulated inversion model ``w_v,k``
     ``f_k(w_c) = l(w_s; h(w_c; D̃_k)) + γ·R(L(w_v,k; h(w_c; D̃_k)), D̃_k)``:
 
 on top of what the method's clients backpropagate, each adds ``γ·R_k`` on its own activations (a term over rows of
-the clients' extra terms, :func:`~lightning_sfl.algorithms.iteration.client_side_terms`; the server never sees
+the clients' extra terms, :func:`~lightning_sfl.runtime.iteration.client_side_terms`; the server never sees
 ``R``). ``R_k`` (:func:`~lightning_sfl.privacy.metrics.regulariser`): ``max(mean SSIM(x̂, x) − τ, 0)`` (ResSFL's
 hinge) or ``−mean MSE(x̂, x)``, ``x`` the input de-normalised to ``[0, 1]``, ``x̂ = L(w_v,k; A_k)`` with the decoder in
 eval mode and not updated by this term. Every ``every`` local iterations (before the client steps) each client's

@@ -3,7 +3,7 @@ NeurIPS 2021, RR_ε): every training row's label is randomised once, before trai
 ``e^ε / (e^ε + N − 1)``, else replaced by one of the other ``N − 1`` classes uniformly. Each row's label is drawn
 once from the run's seed and used in every round (drawing again every pass would compose ε); the labels are then
 ``ε``-label-DP, whatever the training does with them. The clients train on them in every split method: a plain split
-sends them to the server, a U-shaped one (:mod:`~lightning_sfl.algorithms.u_shape`) computes its losses with them.
+sends them to the server, a U-shaped one (:mod:`~lightning_sfl.runtime.u_shape`) computes its losses with them.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ end with its simulated time (:meth:`Federation.end_round`) and delivers both to 
 ``on_round_start``/``on_round_end``, then to the method's own hook, then to the schedule (e.g. Semi-SFL's ``K_s``).
 
 Its state (the schedule's, the system model's draws, the simulated time) is checkpointed by the method
-(:mod:`lightning_sfl.algorithms.federated`). A federation serves one fit: a later fit of the same method builds its
+(:mod:`lightning_sfl.runtime.federated`). A federation serves one fit: a later fit of the same method builds its
 own (with the method's schedule, which continues, and the same system model).
 
 >>> import lightning_sfl.loop.federation as federation

@@ -7,7 +7,7 @@ the first iteration of the next round would send, every client starting from the
 * a plain split method: its labels (the server computes the loss). Every attack is exact by construction: the
   reference arm (AUC 1, accuracy 1, histogram error 0), unless the labels were randomised
   (:class:`~lightning_sfl.defences.labels.RandomisedLabels`): then each score is that of the labels received;
-* U-shaped (``--model.tail_point``, :mod:`~lightning_sfl.algorithms.u_shape`): ``g_i = ∂L_k/∂h_i``, ``L_k`` the
+* U-shaped (``--model.tail_point``, :mod:`~lightning_sfl.runtime.u_shape`): ``g_i = ∂L_k/∂h_i``, ``L_k`` the
   method's client loss on its ``B_k`` rows (with SCALA's ``log P_k``), ``h = body(head(x))`` (through the clients'
   activation defences).
 

@@ -1,4 +1,4 @@
-"""What the per-row gradients a U-shaped server receives reveal of the labels (:mod:`~lightning_sfl.algorithms.u_shape`:
+"""What the per-row gradients a U-shaped server receives reveal of the labels (:mod:`~lightning_sfl.runtime.u_shape`:
 each client uploads ``g_i = ∂L_k/∂h_i``, ``[B, *h]``): pure functions, scored against the true labels.
 
 * :func:`norm_scores` and :func:`direction_scores`, Li et al., "Label Leakage and Protection in Two-party Split

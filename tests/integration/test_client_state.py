@@ -12,8 +12,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl import client_store
 from lightning_sfl.algorithms import ALGORITHMS
-from lightning_sfl.algorithms.state import dense_client_states
 from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.runtime.state import dense_client_states
 
 #: Each method's settings in :mod:`test_resume` (SCALA-PE's regulariser on from the first step, FedMatch's λ_L2).
 FIXED = {

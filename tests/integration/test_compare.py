@@ -21,9 +21,9 @@ from _helpers import REPO
 
 from lightning_sfl import compare
 from lightning_sfl.algorithms import ALGORITHMS, REGISTRY, SCALA, SplitFedAlgorithm, SplitMethod
-from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.compare import RunResult
 from lightning_sfl.lightning_cli import SFLCLI
+from lightning_sfl.losses import sum_of_client_means
 
 CONFIG = str(REPO / "configs/digits/scala.yaml")
 

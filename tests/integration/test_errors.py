@@ -14,12 +14,12 @@ from _helpers import REPO, round_steps
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl.algorithms import SCALA
-from lightning_sfl.algorithms.guards import check_finite
 from lightning_sfl.checkpoint import check_checkpoint
 from lightning_sfl.cli import main
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError, NonFiniteError
 from lightning_sfl.loop import Step
+from lightning_sfl.runtime.guards import check_finite
 
 DIGITS = str(REPO / "configs" / "digits" / "scala.yaml")
 

@@ -10,11 +10,11 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl.algorithms import CA2FL, FedBuff
-from lightning_sfl.algorithms.aggregate import flat_parameters
 from lightning_sfl.callbacks import SimulatedClock
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Federation
+from lightning_sfl.runtime.aggregate import flat_parameters
 from lightning_sfl.system.wireless import WirelessCell
 
 #: 8 clients, 3 in flight, E = 2 local iterations of b = 8 rows, a server update every 2 uploads.

@@ -24,8 +24,8 @@ from lightning_sfl.algorithms.fedmatch import (
     per_client_consistency,
     per_row_consistency,
 )
-from lightning_sfl.algorithms.losses import sum_of_client_means
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.losses import sum_of_client_means
 
 TINY = dict(psi_factor=0.2, supervised_weight=1.0)
 

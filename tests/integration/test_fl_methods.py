@@ -12,7 +12,6 @@ import torch
 from _helpers import make_step, round_steps
 from torch.func import functional_call
 
-from lightning_sfl.algorithms.banks import traffic_kind
 from lightning_sfl.algorithms.fedavg import (
     FedAvg,
     FedDecorr,
@@ -23,8 +22,9 @@ from lightning_sfl.algorithms.fedavg import (
     feddecorr_loss,
     fedlc_cross_entropy,
 )
-from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy
 from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.losses import logit_adjusted_cross_entropy
+from lightning_sfl.runtime.banks import traffic_kind
 
 METHODS = (FedAvg, FedProx, FedDyn, FedLC, FedLogit, FedDecorr)
 LR = 0.1

@@ -303,8 +303,8 @@ def test_the_synchronous_baselines_of_a_gas_config_take_b_rows_a_client(dataset)
 def test_auto_bank_stacks_the_arrivals_waves_from_sixteen_slots_on_a_cpu(cls, concurrency, batch_arrivals, stacked):
     """``client_bank="auto"`` on a CPU: the stacked bank for the activation arrivals in waves from 16 slots on (what
     ``benchmarks/async_arrivals.py`` measured faster), the sequential bank below and for arrivals one at a time."""
-    from lightning_sfl.algorithms.client_bank import SequentialBank
-    from lightning_sfl.algorithms.stacked_bank import AUTO_STACKED_MIN_SLOTS_ASYNC_CPU, StackedBank
+    from lightning_sfl.runtime.client_bank import SequentialBank
+    from lightning_sfl.runtime.stacked_bank import AUTO_STACKED_MIN_SLOTS_ASYNC_CPU, StackedBank
 
     assert AUTO_STACKED_MIN_SLOTS_ASYNC_CPU == 16
     options = {**KW, "concurrency": concurrency, "batch_arrivals": batch_arrivals, "client_bank": "auto"}

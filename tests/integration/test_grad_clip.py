@@ -11,9 +11,9 @@ from _helpers import flat_params
 from test_semi_sfl import _fit
 from torch import nn
 
-from lightning_sfl.algorithms.client_bank import SequentialBank, clip_gradients_
-from lightning_sfl.algorithms.stacked_bank import StackedBank
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.runtime.client_bank import SequentialBank, clip_gradients_
+from lightning_sfl.runtime.stacked_bank import StackedBank
 
 
 def _template():

@@ -39,13 +39,13 @@ from _helpers import data_kwargs, method_kwargs, quiet_trainer
 from fingerprints import fingerprint
 
 from lightning_sfl.algorithms import REGISTRY, methods
-from lightning_sfl.algorithms.options import option_parameters
 from lightning_sfl.algorithms.split_method import SplitMethod
 from lightning_sfl.callbacks import CommunicationBytes, SimulatedClock
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Federation
 from lightning_sfl.loop.selection import UniformSelection
+from lightning_sfl.runtime.options import option_parameters
 from lightning_sfl.system.wireless import WirelessCell
 
 #: The data of every audited run: the registry-driven tests' digits setting, smaller (B = 16, a test batch of 64).
@@ -288,7 +288,7 @@ def other_value(name: str, option: str, param: inspect.Parameter, given: dict | 
 
 def _copies_with(name: str, option: str, default: bool) -> bool:
     try:
-        return build(name, **{option: not options(REGISTRY[name].cls)[option].default}).server_copies != default
+        return build(name, **{option: not options(REGISTRY[name].cls)[option].default}).shape.server_copies != default
     except ConfigError:
         return False
 
@@ -303,7 +303,7 @@ def topologies(name: str) -> dict[str, dict]:
         return found
     if cls.supports_tail:
         found["u_shaped"] = {"tail_point": TAIL_POINT}
-    default = build(name).server_copies
+    default = build(name).shape.server_copies
     flips = [o for o, p in options(cls).items() if isinstance(p.default, bool) and o not in NOT_CHOICES]
     for option in (o for o in flips if _copies_with(name, o, default)):
         found["copies"] = {option: not options(cls)[option].default}

@@ -15,9 +15,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_sfl.algorithms import ALGORITHMS
-from lightning_sfl.algorithms.state import banks_left_out, dense_client_states
 from lightning_sfl.callbacks import CommunicationBytes
 from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.runtime.state import banks_left_out, dense_client_states
 
 METHODS = ALGORITHMS
 #: Settings that otherwise follow max_epochs (FedConcat's stage split: half of max_epochs), fixed so that the

@@ -10,10 +10,10 @@ from _helpers import flat_params, quiet_trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_sfl.algorithms import SemiSFL, SupervisedOnly
-from lightning_sfl.algorithms.state import banks_left_out
 from lightning_sfl.callbacks import CommunicationBytes
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.runtime.state import banks_left_out
 
 SMALL = dict(
     supervised_steps=3,

@@ -1,4 +1,4 @@
-"""U-shaped split learning (``--model.tail_point``, :mod:`lightning_sfl.algorithms.u_shape`): the identity with the
+"""U-shaped split learning (``--model.tail_point``, :mod:`lightning_sfl.runtime.u_shape`): the identity with the
 plain split and with FedAvg at every tail point, the body's objective against the plain server's, no label reaching
 a server-side computation, the bytes of the two new crossings, exact resume, and one-line errors."""
 
@@ -10,10 +10,10 @@ from _helpers import extended_params, quiet_trainer
 from test_algorithms import _dm, train
 
 from lightning_sfl.algorithms import ALGORITHMS, SCALA, MiniBatchSFL, SplitFedV1
-from lightning_sfl.algorithms.aggregate import flat_parameters
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.models import build_model, split_model
 from lightning_sfl.models.split import tail_points
+from lightning_sfl.runtime.aggregate import flat_parameters
 
 #: cnn_small cut at s2: the tail points that leave weights in the body and in the tail.
 TAIL_POINTS = ("s3", "s4", "s5")
@@ -177,7 +177,7 @@ def test_resume_at_a_round_boundary_is_exact(aggregation, tmp_path):
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from lightning_sfl.algorithms.state import dense_client_states
+    from lightning_sfl.runtime.state import dense_client_states
 
     def fit(rounds: int, folder, ckpt_path=None):
         torch.manual_seed(0)

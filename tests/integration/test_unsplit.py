@@ -17,7 +17,6 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_sfl.algorithms import GAS, SCALA, FedAvg, SemiSFL, SplitFedV1
-from lightning_sfl.algorithms.state import banks_left_out
 from lightning_sfl.callbacks import CommunicationBytes
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.defences import ActivationNoise, InversionRegulariser, NoPeek
@@ -26,6 +25,7 @@ from lightning_sfl.models import build_model, split_model
 from lightning_sfl.privacy.defences import distance_correlation
 from lightning_sfl.privacy.metrics import mse_per_image
 from lightning_sfl.privacy.unsplit import UnSplitSettings, total_variation, unsplit
+from lightning_sfl.runtime.state import banks_left_out
 
 
 def test_total_variation_against_a_loop():

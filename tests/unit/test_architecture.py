@@ -98,6 +98,111 @@ def test_no_package_imports_another_in_a_circle():
     assert not found, detail
 
 
+#: The folders of the methods' side of the package: the methods, their runtime, the data, the defences.
+METHOD_SIDE = ("lightning_sfl/algorithms", "lightning_sfl/runtime", "lightning_sfl/data", "lightning_sfl/defences")
+
+
+def module_graph() -> dict[str, dict[str, list[str]]]:
+    """Module -> module it imports -> where (``file:line``), every ``import`` statement counted (inside functions and
+    ``if TYPE_CHECKING`` too); ``from package import name`` is an import of ``package.name`` where that is a module, of
+    ``package`` otherwise (``callbacks/`` is ``lightning_sfl.callbacks``)."""
+    files = {p: PACKAGE.parent for p in PACKAGE.rglob("*.py")}
+    files.update({p: None for p in (REPO / "callbacks").rglob("*.py")})
+    modules: dict[str, Path] = {}
+    for path, root in files.items():
+        parts = list(path.relative_to(REPO if root is None else root).with_suffix("").parts)
+        parts = ["lightning_sfl", *parts] if root is None else parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [known(a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [known(f"{node.module}.{a.name}") for a in node.names]
+            else:
+                continue
+            for target in targets:
+                if target is not None and target != module:
+                    graph[module][target].append(f"{path.relative_to(REPO)}:{node.lineno}")
+    return graph
+
+
+def test_no_module_imports_another_in_a_circle():
+    """Finer than packages: no two modules of the package import each other, directly or through others (a package's
+    ``__init__`` counts as a module: a defence's module does not import the package that imports it)."""
+    graph = module_graph()
+    assert {"lightning_sfl.runtime.shape", "lightning_sfl.algorithms.base"} <= set(graph)  # the graph was read
+    found = cycles(graph)
+    detail = {tuple(c): {s: {t: w for t, w in graph[s].items() if t in c} for s in c} for c in found}
+    assert not found, detail
+
+
+def test_algorithms_holds_the_methods_and_their_registry_only():
+    """Every module of ``lightning_sfl.algorithms`` but the registry defines a method (a ``SplitFedAlgorithm``); the
+    runtime they run on is :mod:`lightning_sfl.runtime`."""
+    import importlib
+    import inspect
+
+    from lightning_sfl.algorithms.base import SplitFedAlgorithm
+
+    without = []
+    for path in sorted((PACKAGE / "algorithms").glob("*.py")):
+        if path.stem in ("__init__", "registry"):
+            continue
+        module = importlib.import_module(f"lightning_sfl.algorithms.{path.stem}")
+        defined = [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == module.__name__]
+        if not any(issubclass(c, SplitFedAlgorithm) for c in defined):
+            without.append(path.name)
+    assert not without, without
+
+
+#: The topology a method declares (``has_server_half``, ``server_copies``, ``supports_tail``) and what it makes
+#: (``server_bank``, ``tail``): branched on in the runtime only, which decides through the method's shape
+#: (``lightning_sfl/runtime/shape.py``). The system model's ``ClientCosts.tail`` is its own field: the costs of a tail
+#: it is handed (0 without one).
+TOPOLOGY = {"has_server_half", "server_copies", "supports_tail", "server_bank", "tail"}
+
+
+def topology_branches(source: str) -> list[int]:
+    r"""The lines of ``source`` whose condition (``if``, ``while``, a conditional expression, ``and``/``or``, a
+    comprehension's ``if``, ``assert``) reads one of :data:`TOPOLOGY` as an attribute.
+
+    >>> topology_branches("if m.tail is None:\n    pass\nx = m.tail.net\ny = 1 if cls.has_server_half else 2")
+    [1, 4]
+    """
+    lines = set()
+    for node in ast.walk(ast.parse(source)):
+        tests = []
+        if isinstance(node, ast.If | ast.While | ast.IfExp | ast.Assert):
+            tests = [node.test]
+        elif isinstance(node, ast.BoolOp):
+            tests = node.values
+        elif isinstance(node, ast.comprehension):
+            tests = node.ifs
+        for test in tests:
+            if any(isinstance(n, ast.Attribute) and n.attr in TOPOLOGY for n in ast.walk(test)):
+                lines.add(test.lineno)
+    return sorted(lines)
+
+
+def test_the_topology_is_branched_on_in_the_runtime_only():
+    outside = [
+        p
+        for p in [*PACKAGE.rglob("*.py"), *(REPO / "callbacks").rglob("*.py")]
+        if "runtime" not in p.relative_to(PACKAGE.parent).parts and p != PACKAGE / "system" / "timing.py"
+    ]
+    hits = [f"{p.relative_to(REPO)}:{line}" for p in outside for line in topology_branches(p.read_text())]
+    assert not hits, hits
+    assert topology_branches((PACKAGE / "runtime" / "shape.py").read_text())  # (the test reads what it should)
+
+
 def _sources(*folders: str) -> list[Path]:
     return [p for f in folders for p in (REPO / f).rglob("*.py")]
 
@@ -106,7 +211,7 @@ def test_methods_and_the_data_module_never_reach_through_the_trainer():
     pattern = re.compile(r"trainer\.(datamodule|callbacks|lightning_module)\b")
     hits = [
         f"{p.relative_to(REPO)}:{i}"
-        for p in _sources("lightning_sfl/algorithms", "lightning_sfl/data", "lightning_sfl/defences")
+        for p in _sources(*METHOD_SIDE)
         for i, line in enumerate(p.read_text().splitlines(), 1)
         if pattern.search(line)
     ]
@@ -135,7 +240,7 @@ def test_methods_and_the_data_module_read_the_trainer_only_through_its_view():
     precision, the W&B run) comes from :mod:`lightning_sfl.trainer_view`, the one module that reads a trainer."""
     hits = [
         f"{p.relative_to(REPO)}:{line}"
-        for p in _sources("lightning_sfl/algorithms", "lightning_sfl/data", "lightning_sfl/defences")
+        for p in _sources(*METHOD_SIDE)
         for line in trainer_reads(p.read_text())
     ]
     assert not hits, hits
@@ -145,7 +250,8 @@ def test_the_clients_gradients_are_taken_in_one_place():
     """``autograd.grad`` in the methods' split iteration only (``iteration.py``, and its U-shaped form,
     ``u_shape.py``); of the defences, only the inversion regulariser's update of the clients' own simulated decoders
     (SCALA-PE's) takes one."""
-    files = {p.name for p in _sources("lightning_sfl/algorithms") if "autograd.grad(" in p.read_text()}
+    methods_and_runtime = _sources("lightning_sfl/algorithms", "lightning_sfl/runtime")
+    files = {p.name for p in methods_and_runtime if "autograd.grad(" in p.read_text()}
     assert files == {"iteration.py", "u_shape.py"}, files
     files = {p.name for p in _sources("lightning_sfl/defences") if "autograd.grad(" in p.read_text()}
     assert files == {"inversion.py"}, files

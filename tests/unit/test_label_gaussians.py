@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_sfl.algorithms.label_gaussians import LabelGaussians, generation_counts
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.models.label_gaussians import LabelGaussians, generation_counts
 
 
 def recursion(x: torch.Tensor, w: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:

@@ -12,7 +12,7 @@ from _helpers import make_step, quiet_trainer, small_digits
 from typing_extensions import override
 
 from lightning_sfl.algorithms import SCALA, FedLogit
-from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, row_label_distribution
+from lightning_sfl.losses import logit_adjusted_cross_entropy, row_label_distribution
 
 EPS = 0.1
 FLOOR = 1e-12

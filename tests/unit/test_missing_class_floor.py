@@ -11,9 +11,9 @@ from _helpers import quiet_trainer
 
 from lightning_sfl.algorithms import LLASFL, SCALA, FedLC, FedLogit
 from lightning_sfl.algorithms.fedavg import fedlc_margin
-from lightning_sfl.algorithms.losses import log_prior, logit_adjusted_cross_entropy
 from lightning_sfl.data import FederatedDataModule
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.losses import log_prior, logit_adjusted_cross_entropy
 
 
 def test_floored_log_prior_and_loss_by_hand():

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_sfl.algorithms.halves import split_halves
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.models import build_model
+from lightning_sfl.runtime.halves import split_halves
 from lightning_sfl.system.flops import cut_costs
 
 

@@ -1,4 +1,4 @@
-"""The round's bookkeeping (``algorithms/round_tracker.py``) against counts made by hand: events in order, the ledger's
+"""The round's bookkeeping (``runtime/round_tracker.py``) against counts made by hand: events in order, the ledger's
 round, per-slot clients, rows and local iterations, and the :class:`RoundEnd` the federation stamps."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import dataclasses
 import torch
 from _helpers import make_step
 
-from lightning_sfl.algorithms.round_tracker import RoundTracker
 from lightning_sfl.loop.warmup import WarmupStep
+from lightning_sfl.runtime.round_tracker import RoundTracker
 
 
 class _Ledger:

@@ -10,9 +10,9 @@ from _helpers import quiet_trainer, round_steps
 from torch.func import functional_call
 
 from lightning_sfl.algorithms import SCALA
-from lightning_sfl.algorithms.aggregate import weighted_average
-from lightning_sfl.algorithms.losses import logit_adjusted_cross_entropy, sum_of_client_means
 from lightning_sfl.data import FederatedDataModule
+from lightning_sfl.losses import logit_adjusted_cross_entropy, sum_of_client_means
+from lightning_sfl.runtime.aggregate import weighted_average
 
 
 # ----------------------------------------------------------------------------- the loss, by hand

@@ -9,7 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_sfl.algorithms.semi_losses import (
+from lightning_sfl.errors import ConfigError
+from lightning_sfl.loop.ks_control import SupervisedSteps
+from lightning_sfl.losses.semi import (
     contrastive_loss,
     ema_decay,
     ema_update,
@@ -17,8 +19,6 @@ from lightning_sfl.algorithms.semi_losses import (
     queue_positives,
     same_label_positives,
 )
-from lightning_sfl.errors import ConfigError
-from lightning_sfl.loop.ks_control import SupervisedSteps
 
 
 def _unit(n, d, seed):

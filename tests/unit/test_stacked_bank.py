@@ -10,12 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_sfl.algorithms.aggregate import weighted_average
-from lightning_sfl.algorithms.client_bank import ClientBank as ClientBankProtocol
-from lightning_sfl.algorithms.client_bank import SequentialBank
-from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.models import build_model, split_model
+from lightning_sfl.runtime.aggregate import weighted_average
+from lightning_sfl.runtime.client_bank import ClientBank as ClientBankProtocol
+from lightning_sfl.runtime.client_bank import SequentialBank
+from lightning_sfl.runtime.stacked_bank import StackedBank, make_bank
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 

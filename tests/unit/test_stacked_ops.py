@@ -16,12 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from lightning_sfl.algorithms.client_bank import SequentialBank
-from lightning_sfl.algorithms.stacked_bank import StackedBank, make_bank
-from lightning_sfl.algorithms.stacked_ops import StackedProgram
-from lightning_sfl.algorithms.stacked_plan import plan_groups
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.models import build_model, split_model
+from lightning_sfl.runtime.client_bank import SequentialBank
+from lightning_sfl.runtime.stacked_bank import StackedBank, make_bank
+from lightning_sfl.runtime.stacked_ops import StackedProgram
+from lightning_sfl.runtime.stacked_plan import plan_groups
 
 
 class Scale(nn.Module):
@@ -191,7 +191,7 @@ def test_auto_bank_is_stacked_on_cpu_from_ten_slots_without_batch_norm():
 FAULTS = textwrap.dedent(
     """
     import resource, sys, torch
-    from lightning_sfl.algorithms.stacked_bank import StackedBank
+    from lightning_sfl.runtime.stacked_bank import StackedBank
     from lightning_sfl.models import build_model, split_model
     from lightning_sfl.process.memory import retain_freed_memory
     torch.set_num_threads(1)

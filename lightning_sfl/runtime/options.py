@@ -6,8 +6,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 
-from lightning_sfl.algorithms.stacked_bank import BANK_KINDS
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.runtime.stacked_bank import BANK_KINDS
 
 __all__ = ["MissingClassFloor", "check_training_options", "check_unused", "checked_floor", "option_defaults"]
 
@@ -41,7 +41,7 @@ def checked_floor(value: float) -> float:
 class MissingClassFloor:
     """The ``missing_class_floor`` attribute: floor of the log-priors of the logit-adjusting losses (``0``:
     ``log 0 = −∞``, a class a client lacks leaves the softmax; ``> 0``: public code's finite version; see
-    :func:`~lightning_sfl.algorithms.losses.log_prior`); 0 until set, checked when set (:func:`checked_floor`)."""
+    :func:`~lightning_sfl.losses.log_prior`); 0 until set, checked when set (:func:`checked_floor`)."""
 
     def __get__(self, method, owner=None) -> float:
         return self if method is None else method.__dict__.get("_missing_class_floor", 0.0)

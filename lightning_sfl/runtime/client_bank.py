@@ -1,7 +1,7 @@
 """Client slots: the per-client copies of a model half held during training.
 
 :class:`ClientBank` is the protocol every bank follows; :class:`SequentialBank` keeps one module copy per slot
-and runs them one after another (the reference); :class:`~lightning_sfl.algorithms.stacked_bank.StackedBank`
+and runs them one after another (the reference); :class:`~lightning_sfl.runtime.stacked_bank.StackedBank`
 stacks the parameters on a client dimension and runs the slots in one batched call. Both must agree to float
 tolerance (tested for every method).
 
@@ -22,8 +22,8 @@ import torch
 from torch import nn
 from typing_extensions import override
 
-from lightning_sfl.algorithms.aggregate import weighted_average
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.runtime.aggregate import weighted_average
 
 __all__ = ["ClientBank", "SequentialBank", "Slots"]
 

@@ -1,7 +1,7 @@
 """Several processes (DDP): each holds a share of every client's rows; the gradients are summed over processes before
 every step, by the method, not by DDP's reducer (a step makes several backward passes over disjoint parameter sets,
 which DDP's reducer does not support). How each loss term is normalised so that the sum is the one-process gradient is
-:func:`lightning_sfl.algorithms.iteration.process_share`."""
+:func:`lightning_sfl.runtime.iteration.process_share`."""
 
 from __future__ import annotations
 

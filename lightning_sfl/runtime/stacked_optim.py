@@ -1,4 +1,4 @@
-"""Optimiser steps and state of some rows of a :class:`~lightning_sfl.algorithms.stacked_bank.StackedBank`'s stacked
+"""Optimiser steps and state of some rows of a :class:`~lightning_sfl.runtime.stacked_bank.StackedBank`'s stacked
 parameters: what a step that leaves slots out (asynchronous arrivals, local epochs) needs, and what a client taking a
 slot resets.
 

@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from lightning_sfl.algorithms.guards import check_finite
-from lightning_sfl.algorithms.losses import sum_of_client_means
-from lightning_sfl.algorithms.processes import world_size
+from lightning_sfl.losses import sum_of_client_means
+from lightning_sfl.runtime.guards import check_finite
+from lightning_sfl.runtime.processes import world_size
 
 if TYPE_CHECKING:
-    from lightning_sfl.algorithms.base import SplitFedAlgorithm
     from lightning_sfl.loop import Step
 
 __all__ = ["activation_gradients", "client_side_terms", "full_model_iteration", "process_share", "split_iteration"]
@@ -62,7 +61,7 @@ def process_share(row_terms: torch.Tensor | None, whole_terms: torch.Tensor | No
 
 
 def client_side_terms(
-    method: SplitFedAlgorithm, step: Step, outputs: torch.Tensor, features: torch.Tensor | None = None
+    method, step: Step, outputs: torch.Tensor, features: torch.Tensor | None = None
 ) -> torch.Tensor | None:
     """Hook 5 as this process backpropagates it: :meth:`~SplitFedAlgorithm.client_extra_loss` and the defences'
     terms over rows (the inversion regulariser's) plus :meth:`~SplitFedAlgorithm.client_regulariser` and the defences'
@@ -84,7 +83,7 @@ def client_side_terms(
     return process_share(rows, whole, world_size())
 
 
-def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = True, on_arrival=None):
+def split_iteration(method, step: Step, count_step: bool = True, on_arrival=None):
     """One split iteration of ``step``'s clients (see the module docstring); returns ``(server_loss, client_loss)``
     (the clients' extra terms included; ``None`` for a loss the method does not have).
 
@@ -107,8 +106,7 @@ def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = Tr
     grad = None
     if client_loss is not None:
         grad = activation_gradients(client_loss, a, keep_graph=server_loss is not None)
-        if method.has_server_half:
-            method.ledger.add_rows("down", "gradients", grad, step.sizes, step.slots)
+        method.shape.count_down(method.ledger, "gradients", grad, step)
     if server_loss is not None:  # into the optimised weights only (the leaf ``a`` has its gradient: G_k)
         params = [p for g in getattr(opt, "optimizer", opt).param_groups for p in g["params"]]
         method.manual_backward(server_loss, inputs=params)
@@ -123,7 +121,7 @@ def split_iteration(method: SplitFedAlgorithm, step: Step, count_step: bool = Tr
 
 
 def full_model_iteration(
-    method: SplitFedAlgorithm, step: Step, forward=None, row_loss=None, count_step: bool = True
+    method, step: Step, forward=None, row_loss=None, count_step: bool = True
 ) -> torch.Tensor:
     """One local SGD step of every slot of ``step`` on its whole model (plain FL: no cut), written once for the FL
     methods: ``forward(step)`` gives each slot's features (``None`` unless asked for) and logits ``[B, N]`` on its

@@ -1,12 +1,12 @@
 """Client slots with stacked parameters: the ``S`` per-client copies run as one batched computation.
 
-:class:`StackedBank` has the interface of :class:`~lightning_sfl.algorithms.client_bank.SequentialBank` (the
+:class:`StackedBank` has the interface of :class:`~lightning_sfl.runtime.client_bank.SequentialBank` (the
 reference it is tested against) but keeps, for every parameter ``p`` of the template, ONE ``nn.Parameter`` of
 shape ``[S, *p.shape]``, and likewise one stacked buffer per buffer (BatchNorm running statistics are per client).
 Slot ``j`` lives in row ``rows[j]`` of those tensors (the identity unless the bank moved its slots, see below).
 
 A forward pass runs the template's layers for many slots at once on a tensor ``[R, G, ...]`` (``R`` rows of each
-of ``G`` slots), layer by layer (:class:`~lightning_sfl.algorithms.stacked_ops.StackedProgram`: a grouped
+of ``G`` slots), layer by layer (:class:`~lightning_sfl.runtime.stacked_ops.StackedProgram`: a grouped
 convolution, a batched matmul, BatchNorm over ``G·C`` channels; ``vmap`` of ``functional_call`` for any layer
 without a rule, as in PyTorch's "model ensembling" tutorial).
 
@@ -39,7 +39,7 @@ Optimisers
       move them, where the reference skips them.
 
 Per-slot access (:attr:`StackedBank.slots`)
-    A read-only sequence of module-like views of the slots (:mod:`~lightning_sfl.algorithms.stacked_slots`).
+    A read-only sequence of module-like views of the slots (:mod:`~lightning_sfl.runtime.stacked_slots`).
 
 The template is kept on the ``meta`` device (not registered: it holds no state); only the stacked tensors are.
 Mixed train/eval flags inside one slot are not supported: the template follows the bank's ``training`` flag.
@@ -56,13 +56,13 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from typing_extensions import override
 
-from lightning_sfl.algorithms.aggregate import normalized_weights
-from lightning_sfl.algorithms.client_bank import ClientBank, SequentialBank, Slots, slot_list
-from lightning_sfl.algorithms.stacked_ops import StackedProgram
-from lightning_sfl.algorithms.stacked_optim import keep_rows, reset_rows_, row_index, sgd_rows_, sgd_settings
-from lightning_sfl.algorithms.stacked_plan import Plan, build_plan, group_cost_rows, plan_groups
-from lightning_sfl.algorithms.stacked_slots import SlotTensor, StackedSlot, StackedSlots
 from lightning_sfl.errors import ConfigError
+from lightning_sfl.runtime.aggregate import normalized_weights
+from lightning_sfl.runtime.client_bank import ClientBank, SequentialBank, Slots, slot_list
+from lightning_sfl.runtime.stacked_ops import StackedProgram
+from lightning_sfl.runtime.stacked_optim import keep_rows, reset_rows_, row_index, sgd_rows_, sgd_settings
+from lightning_sfl.runtime.stacked_plan import Plan, build_plan, group_cost_rows, plan_groups
+from lightning_sfl.runtime.stacked_slots import SlotTensor, StackedSlot, StackedSlots
 
 __all__ = ["AUTO_STACKED_MIN_SLOTS_ASYNC_CPU", "AUTO_STACKED_MIN_SLOTS_CPU", "BANK_KINDS", "SlotTensor", "StackedBank"]
 __all__ += ["StackedSlot", "StackedSlots", "make_bank"]
@@ -197,7 +197,7 @@ class StackedBank(ClientBank):
     @override
     def reset_optimizer_state(self, optimizer: torch.optim.Optimizer, slots: Slots = None) -> None:
         """All slots: drop the state of the stacked parameters. A subset: zero the slots' rows of every per-element
-        state tensor (:func:`~lightning_sfl.algorithms.stacked_optim.reset_rows_`: a fresh state for SGD without
+        state tensor (:func:`~lightning_sfl.runtime.stacked_optim.reset_rows_`: a fresh state for SGD without
         dampening; any other state cannot be reset per slot here: use ``client_bank=sequential``)."""
         if slots is None:
             for p in self.stacked_params:
@@ -214,9 +214,9 @@ class StackedBank(ClientBank):
         skips modules without a gradient; a momentum buffer the step creates starts at zero for the others, as
         :meth:`reset_optimizer_state` has it). Plain SGD: when the optimiser steps (a pre-step hook, so after whatever
         runs before it, such as a precision plugin's unscaling, and not at all when that skips the step), the slots'
-        rows take SGD's step (:func:`~lightning_sfl.algorithms.stacked_optim.sgd_rows_`) and the stacked parameters
+        rows take SGD's step (:func:`~lightning_sfl.runtime.stacked_optim.sgd_rows_`) and the stacked parameters
         hide their gradients from the optimiser's own step; another optimiser: the other rows are copied before and
-        written back after (:func:`~lightning_sfl.algorithms.stacked_optim.keep_rows`; other per-parameter state,
+        written back after (:func:`~lightning_sfl.runtime.stacked_optim.keep_rows`; other per-parameter state,
         such as Adam's shared step count, cannot be kept per slot: ``ConfigError``)."""
         rows = sorted(set(self._rows_of(slots))) if slots is not None else list(range(len(self)))
         if len(rows) == len(self):
@@ -489,7 +489,7 @@ def make_bank(
     in waves pass :data:`AUTO_STACKED_MIN_SLOTS_ASYNC_CPU`), unless the template has BatchNorm layers (their batch
     statistics need groups of equal ``B_k``, i.e. many small groups), else sequential (the benchmarks measure both).
     Other steps that leave slots out train one client a step and run the sequential bank
-    (:func:`~lightning_sfl.algorithms.federated.checked_schedule`).
+    (:func:`~lightning_sfl.runtime.federated.checked_schedule`).
     ``device``: where the bank will run; default the template's, but in a LightningModule's ``setup`` the template is
     still on the CPU: pass ``trainer.strategy.root_device``."""
     if kind not in BANK_KINDS:

@@ -22,24 +22,14 @@ import torch
 from torch import nn
 
 from lightning_sfl import trainer_view
-from lightning_sfl.algorithms.client_bank import ClientBank
 from lightning_sfl.client_store import ClientStore, client_stores, make_store  # noqa: F401 (client_stores: re-export)
 from lightning_sfl.defences import renamed_legacy_state
+from lightning_sfl.runtime.client_bank import ClientBank
 
 __all__ = [
-    "DeclaredStates", "algorithm_path", "banks_left_out", "dense_client_states", "load_client_stores",
+    "DeclaredStates", "banks_left_out", "dense_client_states", "load_client_stores",
     "load_method_entry", "save_method_entry",
 ]  # fmt: skip
-
-
-def algorithm_path(cls: type) -> str:
-    """The name a checkpoint records for a method's class: ``lightning_sfl.algorithms.<Name>`` for the library's
-    methods (however they were imported or spelled in a config), ``module.Name`` for methods defined elsewhere."""
-    import lightning_sfl.algorithms as library
-
-    if getattr(library, cls.__name__, None) is cls:
-        return f"lightning_sfl.algorithms.{cls.__name__}"
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 class DeclaredStates:
@@ -94,13 +84,14 @@ def banks_left_out(method: nn.Module) -> tuple[str, ...]:
     return tuple(f"{n}." for n, m in method.named_modules() if isinstance(m, ClientBank) and not m.checkpointed)
 
 
-def save_method_entry(method, checkpoint: dict) -> None:
+def save_method_entry(method, checkpoint: dict, algorithm: str) -> None:
     """The method's part of ``checkpoint``: banks rebuilt every round left out; its own keys of the ``lightning_sfl``
-    entry (the other parts' stay): the algorithm's class and the W&B run a resumed run continues."""
+    entry (the other parts' stay): the algorithm's class path (``algorithm``, as the registry names it:
+    :func:`~lightning_sfl.algorithms.registry.algorithm_path`) and the W&B run a resumed run continues."""
     drop = banks_left_out(method)
     checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith(drop)}
     entry = checkpoint.setdefault("lightning_sfl", {})
-    entry["algorithm"] = algorithm_path(type(method))
+    entry["algorithm"] = algorithm
     stores = client_stores(method)
     if stores:  # incremental: each store writes the rows changed since its last save, the checkpoint its record
         entry["client_state"] = {key: store.save() for key, store in stores.items()}

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
-from lightning_sfl.algorithms import processes
 from lightning_sfl.errors import NonFiniteError
 from lightning_sfl.loop import Step
+from lightning_sfl.runtime import processes
 
 __all__ = ["check_all_finite", "check_finite", "check_global_weights"]
 

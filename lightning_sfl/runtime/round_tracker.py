@@ -13,9 +13,9 @@ import math
 
 import torch
 
-from lightning_sfl.algorithms.guards import check_finite
-from lightning_sfl.algorithms.processes import sum_over_processes, world_size
 from lightning_sfl.loop import Federation, RoundEnd, Step
+from lightning_sfl.runtime.guards import check_finite
+from lightning_sfl.runtime.processes import sum_over_processes, world_size
 
 __all__ = ["RoundTracker"]
 

@@ -1,5 +1,6 @@
-"""Per-slot views of a :class:`~lightning_sfl.algorithms.stacked_bank.StackedBank` (``bank.slots``): each slot as a
-module-like object over row ``k`` of the stacked tensors.
+"""Per-slot views of a :class:`~lightning_sfl.runtime.stacked_bank.StackedBank` (``bank.slots``; typed ``nn.Module``
+here, which it is: the bank's module imports this one, not the other way round): each slot as a module-like object
+over row ``k`` of the stacked tensors.
 
 A read-only sequence of :class:`StackedSlot` views with ``parameters()``, ``named_parameters()``, ``buffers()``,
 ``state_dict()``, ``load_state_dict()`` and ``__call__`` (run slot ``k`` alone). Parameters are differentiable aliases
@@ -11,14 +12,11 @@ assigning their ``.data`` (what ``vector_to_parameters`` does) copies INTO the s
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 from torch.func import functional_call
 from typing_extensions import override
-
-if TYPE_CHECKING:
-    from lightning_sfl.algorithms.stacked_bank import StackedBank
 
 __all__ = ["SlotTensor", "StackedSlot", "StackedSlots"]
 
@@ -52,15 +50,15 @@ class SlotTensor(torch.Tensor):
 
 class StackedSlot:
     """Read-only-structure view of slot ``index`` of a
-    :class:`~lightning_sfl.algorithms.stacked_bank.StackedBank` (see the module docstring)."""
+    :class:`~lightning_sfl.runtime.stacked_bank.StackedBank` (see the module docstring)."""
 
-    def __init__(self, bank: StackedBank, index: int) -> None:
+    def __init__(self, bank: nn.Module, index: int) -> None:
         self.bank, self.index = bank, index
 
     @property
     def row(self) -> int:
         """Row of the stacked tensors that holds this slot (the bank's
-        :attr:`~lightning_sfl.algorithms.stacked_bank.StackedBank.rows`)."""
+        :attr:`~lightning_sfl.runtime.stacked_bank.StackedBank.rows`)."""
         return self.bank.rows[self.index]
 
     @override
@@ -127,7 +125,7 @@ class StackedSlot:
 class StackedSlots(Sequence):
     """``bank.slots``: ``len``, indexing (negative too) and iteration over :class:`StackedSlot` views."""
 
-    def __init__(self, bank: StackedBank) -> None:
+    def __init__(self, bank: nn.Module) -> None:
         self.bank = bank
 
     def __len__(self) -> int:

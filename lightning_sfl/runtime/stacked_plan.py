@@ -1,4 +1,4 @@
-"""How :class:`~lightning_sfl.algorithms.stacked_bank.StackedBank` batches slots of unequal ``B_k``: which slots run
+"""How :class:`~lightning_sfl.runtime.stacked_bank.StackedBank` batches slots of unequal ``B_k``: which slots run
 together (:func:`plan_groups`), what one more group costs (:func:`group_cost_rows`), and the gathers that turn the
 row-concatenated input into one ``[R, G, ...]`` tensor per group and the outputs back (:func:`build_plan`).
 

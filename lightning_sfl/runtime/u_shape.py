@@ -1,7 +1,8 @@
 """U-shaped split learning (Vepakomma et al. 2018, "Split learning for health", §"U-shaped configurations"; Poirot et
 al. 2019): the client keeps the first layers (the head) *and* the last (the tail), the server holds the middle (the
 body), and the labels never leave the client. An option of the synchronous split methods, ``--model.tail_point``
-(:class:`~lightning_sfl.algorithms.split_method.SplitMethod`).
+(:class:`~lightning_sfl.algorithms.split_method.SplitMethod`); the shape
+:class:`~lightning_sfl.runtime.shape.UShaped` runs it.
 
 A network ``f = tail ∘ body ∘ head`` cut at ``split_point`` and ``tail_point``
 (:func:`~lightning_sfl.models.split.cut_tail`). One iteration (:func:`u_shaped_iteration`), each client on its own rows,
@@ -33,13 +34,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 
-from lightning_sfl.algorithms.guards import check_finite
-from lightning_sfl.algorithms.iteration import client_side_terms
+from lightning_sfl.runtime.guards import check_finite
+from lightning_sfl.runtime.iteration import client_side_terms
 
 if TYPE_CHECKING:
-    from lightning_sfl.algorithms.split_method import SplitMethod
     from lightning_sfl.loop import Step
 
 __all__ = [
@@ -48,7 +47,6 @@ __all__ = [
     "keep_tails",
     "load_tails",
     "server_view",
-    "shared_models",
     "u_shaped_iteration",
 ]
 
@@ -56,14 +54,7 @@ __all__ = [
 TAIL_AGGREGATIONS = ("server", "separate", "none")
 
 
-def shared_models(method: SplitMethod) -> dict[str, nn.Module]:
-    """The client models the clients download and upload each round: all of them, less the tail when each client keeps
-    its own (``tail_aggregation="none"``)."""
-    models = method.client_models()
-    return {n: m for n, m in models.items() if n != "tail"} if method.tail_aggregation == "none" else models
-
-
-def load_tails(method: SplitMethod, step: Step) -> None:
+def load_tails(method, step: Step) -> None:
     """Round start with tails kept per client: each slot of the tail takes its client's own (``client_tails``) and a
     fresh optimiser state."""
     tails = method.client_banks["tail"]
@@ -74,7 +65,7 @@ def load_tails(method: SplitMethod, step: Step) -> None:
 
 
 @torch.no_grad()
-def keep_tails(method: SplitMethod, step: Step) -> None:
+def keep_tails(method, step: Step) -> None:
     """Round end with tails kept per client: each client's tail back into ``client_tails``; the evaluated tail is the
     ``|D_k|``-weighted mean of all ``K`` clients' (theirs since they last trained, the initial one for the others)."""
     for slot, k in zip(method.client_banks["tail"].slots, step.clients.tolist()):
@@ -89,7 +80,7 @@ def server_view(step: Step) -> Step:
     return step.replace(y=None, label_counts=None)
 
 
-def body_row_weights(method: SplitMethod, step: Step) -> torch.Tensor | None:
+def body_row_weights(method, step: Step) -> torch.Tensor | None:
     """The weight of each row's ``g_k`` in the body's objective, ``[B_local]``: ``B_k / B`` of its client with one
     body (``Σ_k (B_k/B)·L_k``, the mean over the concatenated batch), ``None`` (weight 1: ``Σ_k L_k``, each copy its
     own client's loss) with a copy of the body per client. Built from the step's row counts only."""
@@ -99,7 +90,7 @@ def body_row_weights(method: SplitMethod, step: Step) -> torch.Tensor | None:
     return (sizes / sizes.sum()).index_select(0, step.owner)
 
 
-def u_shaped_iteration(method: SplitMethod, step: Step, count_step: bool = True):
+def u_shaped_iteration(method, step: Step, count_step: bool = True):
     """One U-shaped iteration of ``step``'s clients (see the module docstring); returns ``(body_loss, client_loss)``:
     the body's objective (its value, for the logs) and ``Σ_k L_k`` with the clients' extra terms."""
     opt = method.optimizers()
@@ -143,19 +134,19 @@ def u_shaped_iteration(method: SplitMethod, step: Step, count_step: bool = True)
     return body_loss, client_loss
 
 
-def _server_parameters(method: SplitMethod):
+def _server_parameters(method):
     return method.server_bank.parameters() if method.server_bank is not None else method.server.parameters()
 
 
 @torch.no_grad()
-def _weighted_mean_loss(method: SplitMethod, logits: torch.Tensor, step: Step, weights: torch.Tensor) -> torch.Tensor:
+def _weighted_mean_loss(method, logits: torch.Tensor, step: Step, weights: torch.Tensor) -> torch.Tensor:
     """``Σ_k (B_k/B)·L_k`` (for the logs): the clients' row losses weighted like their gradients."""
     rows = method.cross_entropy(logits, step.y, method.client_prior(step))
     sizes = step.sizes.to(rows.dtype).index_select(0, step.owner)
     return (rows / sizes * weights.to(rows.dtype)).sum()
 
 
-def _body_objective(method: SplitMethod, step: Step, logits, h_client, client_loss):
+def _body_objective(method, step: Step, logits, h_client, client_loss):
     """``(body_loss, ∂body_loss/∂H)`` where the body's objective is not the clients' losses reweighted: SCALA's eq. 14
     with the clients' pooled label counts (``pooled_label_counts``: the counts go up, ``P_s`` comes down, and a second
     gradient goes up); ``(None, None)`` otherwise."""

@@ -1,7 +1,8 @@
-"""The clients' copies of a method's models (its banks, :mod:`~lightning_sfl.algorithms.client_bank`), as functions
+"""The clients' copies of a method's models (its banks, :mod:`~lightning_sfl.runtime.client_bank`), as functions
 the base's hooks call: built when a fit starts, downloaded into when clients start, averaged when they upload, and
-stepped only in the slots of a step's clients. Bytes go to the federation's ledger as ``client_half`` (or, without a
-server half, ``full_model``)."""
+stepped only in the slots of a step's clients. Which models get copies is the method's shape's
+(:mod:`~lightning_sfl.runtime.shape`: the client models, the tail, the server copies). Bytes go to the federation's
+ledger as ``client_half`` (or, without a server half, ``full_model``)."""
 
 from __future__ import annotations
 
@@ -11,28 +12,33 @@ import torch
 from torch import nn
 
 from lightning_sfl import trainer_view
-from lightning_sfl.algorithms.client_bank import ClientBank, Slots
+from lightning_sfl.runtime.client_bank import ClientBank, Slots
 from lightning_sfl.system.comm import module_bytes
 
-__all__ = ["all_banks", "build_banks", "check_bank_memory", "download", "step_slots", "traffic_kind", "upload"]
+__all__ = [
+    "aggregate_server", "all_banks", "build_banks", "check_bank_memory", "download", "step_slots", "traffic_kind",
+    "upload",
+]  # fmt: skip
 
 
 def traffic_kind(method) -> str:
     """What ``method``'s clients download and upload each round: ``client_half`` or (plain FL) ``full_model``."""
-    return "client_half" if method.has_server_half else "full_model"
+    return method.shape.traffic_kind
 
 
 def build_banks(method, num_slots: int, persistent: bool) -> None:
-    """``num_slots`` copies of each of ``method``'s client models (``client_models()``, ``make_bank``) and, with server
-    copies, of its server half; ``persistent``: the slots live across rounds (checkpointed). Copies that cannot fit in
-    the memory of the machine (or of the GPU) are refused before they are made, with the estimate."""
-    copied = [*method.client_models().values(), *([method.server.net] if method.server_copies else [])]
+    """``num_slots`` copies of each of ``method``'s client models (its shape's ``client_models``, ``make_bank``) and,
+    with server copies, of its server half; ``persistent``: the slots live across rounds (checkpointed). Copies that
+    cannot fit in the memory of the machine (or of the GPU) are refused before they are made, with the estimate."""
+    models = method.shape.client_models(method.client_models())
+    server = method.shape.server_template(method.server.net)
+    copied = [*models.values(), *([] if server is None else [server])]
     check_bank_memory(copied, num_slots, trainer_view.device(method.trainer))
-    for name, module in method.client_models().items():
+    for name, module in models.items():
         method.client_banks[name] = method.make_bank(module, num_slots)
         method.client_banks[name].checkpointed = persistent
-    if method.server_copies:
-        method.server_bank = method.make_bank(method.server.net, num_slots)
+    if server is not None:
+        method.server_bank = method.make_bank(server, num_slots)
         method.server_bank.checkpointed = persistent
 
 
@@ -76,6 +82,13 @@ def download(method, slots: Slots, models: dict[str, nn.Module], optimizer: torc
     if method.server_bank is not None:
         method.server_bank.reset(method.server.net, slots)
         method.server_bank.reset_optimizer_state(optimizer, slots)
+
+
+def aggregate_server(method, weights: torch.Tensor, slots: Slots) -> None:
+    """With server copies, the server half ← the ``weights``-weighted average of its copies in ``slots`` (eq. 10 on
+    the server side; nothing crosses the network)."""
+    if method.server_bank is not None:
+        method.server_bank.aggregate_into(method.server.net, weights, slots)
 
 
 def upload(method, weights: torch.Tensor, slots: Slots, models: dict[str, nn.Module]) -> None:

@@ -60,12 +60,12 @@ def client_costs(method) -> ClientCosts:
     return ClientCosts(
         method.client.net,
         shape,
-        method.has_server_half,
+        method.shape.crosses_cut,
         activation_shape=functools.partial(activation_shape, method),
         cut_model=method.model_source.build,  # (picklable: ddp_spawn)
         cut_options=method.split_options() or [hp.split_point],
         nominal_cut=hp.split_point,
-        tail=None if getattr(method, "tail", None) is None else method.tail.net,
+        tail=method.shape.tail_for_costs(),
         tail_input_shape=functools.partial(body_output_shape, method),
     )
 
@@ -99,9 +99,9 @@ def checked_schedule(method, schedule: Schedule) -> Schedule:
     ``client_bank="auto"``, steps that leave clients out run the sequential bank, one client a step gaining nothing
     from stacking, unless they run several clients at once (:func:`batches_partial_steps`: a split method's
     asynchronous arrivals in waves), where ``auto`` decides as for any step
-    (:func:`~lightning_sfl.algorithms.stacked_bank.make_bank`): ``benchmarks/async_arrivals.py`` measured the stacked
+    (:func:`~lightning_sfl.runtime.stacked_bank.make_bank`): ``benchmarks/async_arrivals.py`` measured the stacked
     bank faster there (it moves only the step's slots:
-    :meth:`~lightning_sfl.algorithms.stacked_bank.StackedBank.steps_only`)."""
+    :meth:`~lightning_sfl.runtime.stacked_bank.StackedBank.steps_only`)."""
     if schedule.partial_steps and method.client_bank == "auto" and not batches_partial_steps(method, schedule):
         method.client_bank = "sequential"
     missing = [k for k in schedule.kinds if step_handler(method, k) is None]
@@ -115,9 +115,9 @@ def checked_schedule(method, schedule: Schedule) -> Schedule:
 
 def batches_partial_steps(method, schedule: Schedule) -> bool:
     """Whether ``schedule``'s steps that leave clients out still run several clients at once: the activation arrivals of
-    a split method (``has_server_half``) batched in waves (``batch_arrivals``); a plain FL method's asynchronous
+    a split method (its shape ``crosses_cut``) batched in waves (``batch_arrivals``); a plain FL method's asynchronous
     uploads, or arrivals one at a time, train one client a step."""
-    return bool(getattr(schedule, "batch_arrivals", False)) and method.has_server_half
+    return bool(getattr(schedule, "batch_arrivals", False)) and method.shape.crosses_cut
 
 
 def step_handler(method, kind: str):
