@@ -139,7 +139,7 @@ class SplitFedAlgorithm(L.LightningModule):
         self.server_bank: ClientBank | None = None
         self.tail: ClientModule | None = None  # U-shaped runs' (the shape's tail)
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.defences = Defences()  # none but a split method's (split_method.defend)
+        self.defences = Defences()  # none but a split method's (given through its shape: shape.defend)
         self.example_input_array = torch.zeros(1, *input_shape)  # the model summary counts FLOPs on it
         check_unused(self.unused_options(), given, option_defaults(type(self)))  # after the values' own checks
 

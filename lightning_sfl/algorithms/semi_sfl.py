@@ -157,8 +157,8 @@ class SupervisedOnly(SemiSupervised):
     """The lower bound of Semi-SFL's Table II: the whole model trained on the server's labelled set only, with plain
     cross-entropy (no clients). A round is ``K_s`` steps (``supervised_steps``, constant); the evaluated model is the
     EMA teacher, as for Semi-SFL, so that the two differ only in the unlabelled data. The options of the clients
-    (``local_iters``, ``client_batch_size``, ``threshold``, ``client_teacher``, ``client_selection``) and of eq. 9
-    (``adaptive_steps``, ``ks_*``) are refused other than at their defaults (:meth:`unused_options`)."""
+    (``local_iters``, ``client_batch_size``, ``threshold``, ``client_teacher``, ``client_selection``, ``defences``) and
+    of eq. 9 (``adaptive_steps``, ``ks_*``) are refused other than at their defaults (:meth:`unused_options`)."""
 
     step_handlers = {"supervised": "supervised_step"}
     phase_schedule = SupervisedOnlyRounds
@@ -173,7 +173,7 @@ class SupervisedOnly(SemiSupervised):
         constant = "SupervisedOnly's K_s is constant (supervised_steps: the lower bound of Table II)"
         unused = dict.fromkeys(("adaptive_steps", *(f"ks_{k}" for k in KS_OPTIONS)), constant)
         no_clients = "SupervisedOnly trains no clients (the server's labelled set only)"
-        clients = ("local_iters", "client_batch_size", "threshold", "client_teacher", "client_selection")
+        clients = ("local_iters", "client_batch_size", "threshold", "client_teacher", "client_selection", "defences")
         return {**super().unused_options(), **unused, **dict.fromkeys(clients, no_clients)}
 
     @override

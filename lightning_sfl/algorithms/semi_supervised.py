@@ -39,6 +39,7 @@ from lightning_sfl import trainer_view
 from lightning_sfl.algorithms.async_base import choice
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
 from lightning_sfl.data.augment import strong_view, weak_view
+from lightning_sfl.defences import Defence
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 from lightning_sfl.loop.ks_control import SupervisedSteps
@@ -123,6 +124,12 @@ class SemiSupervised(SplitFedAlgorithm):
         lr_min: the floor of the cosine schedule (the authors' code: 0.005); refused with the constant one.
         grad_clip: clip the gradient norm of each model at every step to this value (each client's own, and the
             server's parameters together; ``None``: no clipping; SemiFL's authors clip at 1).
+        defences: the clients' defences of what they upload (a split method's: Semi-SFL, FedSwitch-SL), in order, as
+            for the supervised split methods (``--model.defences+=NoPeek``): the activation defences act on both
+            uploads, the students' (strong view) and the teachers' (weak view), NoPeek on the students' (its inputs
+            are the strong view they computed on), a bottleneck on the student's and the teacher's halves alike.
+            Refused: the label defences (the clients have no labels), the inversion regulariser (its warm-up needs
+            plain synchronous rounds), and any defence where the clients train the whole model.
         **kwargs: see :class:`~lightning_sfl.algorithms.base.SplitFedAlgorithm`.
     """
 
@@ -149,6 +156,7 @@ class SemiSupervised(SplitFedAlgorithm):
         lr_schedule: str = "constant",
         lr_min: float = 0.0,
         grad_clip: float | None = None,
+        defences: list[Defence] | None = None,
         **kwargs,
     ) -> None:
         if grad_clip is not None and not grad_clip > 0:
@@ -183,6 +191,12 @@ class SemiSupervised(SplitFedAlgorithm):
         self.threshold, self.ema = threshold, ema
         side = self.hparams.input_shape[-1]
         self.shift = max(1, round(side / 8)) if shift is None else int(shift)
+        self.shape.defend(self, defences)  # (before the teachers are copied: a bottleneck is theirs too)
+        labelled = [type(d).__name__ for d in self.defences.values() if d.needs_client_labels]
+        if labelled:
+            raise ConfigError(f"defences: {labelled[0]} defends the clients' labels; {type(self).__name__}'s have none")
+        name, selection = type(self).__name__, self.selection  # what the defences refuse of the phases: one line now
+        self.defences.configure_schedule(self.configure_schedule(), name, self.local_iters, selection)
         self.teacher_client = copy.deepcopy(self.client.net).requires_grad_(False)
         self.teacher_server = copy.deepcopy(self.server.net).requires_grad_(False)
         self.add_state("teacher_updates", lambda: torch.zeros((), dtype=torch.long))
@@ -278,7 +292,8 @@ class SemiSupervised(SplitFedAlgorithm):
         if not self._slots_ready:  # B.: the round's clients download w_c and w̃_c
             self.download()
             self._slots_ready = True
-        step = ViewedStep.of(step, self.views(step))
+        views = self.views(step)  # the students compute on the strong view: the defences' inputs (NoPeek's X_k)
+        step = ViewedStep.of(step, views).replace(x=views.strong)
         server_loss, client_loss = self.local_step(step)
         if self.client_teacher == "ema":  # eq. 8: w̃_c,i ← γ·w̃_c,i + (1 − γ)·w_c,i
             self._client_teachers_follow(step)
@@ -303,10 +318,12 @@ class SemiSupervised(SplitFedAlgorithm):
     def upload_views(self, step: ViewedStep) -> torch.Tensor:
         """C., the clients: the students' ``e_i = w_c,i(strong(x))`` ``[B, *act]`` (checked finite; returned) and the
         teachers' ``ẽ_i = w̃_c,i(weak(x))`` (``step.teacher_acts``), sent up (no labels travel)."""
-        acts = self.bank(step.views.strong, step.local_sizes, step.slots)  # e_i [B, *act]
+        noise = self.defences.training_noise(step)  # (the defences' draws: both uploads are defended)
+        acts = self.defences.upload(self.bank(step.views.strong, step.local_sizes, step.slots), noise)  # e_i [B, *act]
         check_finite(step, ("activations", acts))
         with torch.no_grad():
-            step.teacher_acts = self.client_banks["teacher"](step.views.weak, step.local_sizes, step.slots)  # ẽ_i
+            teacher_acts = self.client_banks["teacher"](step.views.weak, step.local_sizes, step.slots)  # ẽ_i
+            step.teacher_acts = self.defences.upload(teacher_acts, noise)
         self.send_up(step, acts, step.teacher_acts)
         return acts
 
@@ -407,4 +424,5 @@ class SemiSupervised(SplitFedAlgorithm):
     # ------------------------------------------------------------------ evaluation: the teacher
     @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.teacher_server(self.teacher_client(x))
+        """The global teacher, with the activation defences as deployed: logits ``[B, N]``."""
+        return self.teacher_server(self.defences.upload(self.teacher_client(x)))

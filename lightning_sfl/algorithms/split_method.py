@@ -13,24 +13,13 @@ from typing import ClassVar
 import torch
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
-from lightning_sfl.defences import Defence, Defences, resolve_defences
+from lightning_sfl.defences import Defence
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
 from lightning_sfl.losses import sum_of_client_means
 from lightning_sfl.runtime.guards import check_finite
 
-__all__ = ["SplitMethod", "defend"]
-
-
-def defend(method: SplitFedAlgorithm, defences: list[Defence] | None, default: list[Defence] | None = None) -> None:
-    """Give ``method``'s clients ``defences`` (``None``: ``default``), from its constructor, right after the base's: the
-    halves they change (a bottleneck), then each attached to the final client half; the hyperparameters record them
-    as configs."""
-    method.defences = Defences(resolve_defences(list(default or []) if defences is None else defences))
-    method.hparams["defences"] = method.defences.configs()
-    shape = tuple(method.hparams.input_shape)
-    method.client.net, method.server.net = method.defences.build_halves(method.client.net, method.server.net, shape)
-    method.defences.attach(type(method).__name__, method.client.net, shape, method.keeps_client_halves)
+__all__ = ["SplitMethod"]
 
 
 class SplitMethod(SplitFedAlgorithm):
@@ -77,8 +66,7 @@ class SplitMethod(SplitFedAlgorithm):
         split_point = self.hparams.split_point
         self.shape = self.shape.with_tail(self, self.model_source, split_point, tail_point, tail_aggregation)
         self.tail = self.shape.tail
-        defend(self, defences, self.default_defences())
-        self.shape.check_defences([type(d).__name__ for d in self.defences.values() if d.needs_tail])
+        self.shape.defend(self, defences, self.default_defences())
 
     def body_prior(self, step: Step) -> torch.Tensor | None:
         """U-shaped: the label distribution of the body's own objective, which the clients then compute for it from

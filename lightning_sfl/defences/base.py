@@ -103,6 +103,9 @@ class Defence(nn.Module):
     #: True for a defence of what U-shaped clients send up (``gradient_upload``): the method refuses it without a
     #: ``tail_point``.
     needs_tail: ClassVar[bool] = False
+    #: True for a defence of the labels the clients train on (``training_labels``): a method whose clients hold no
+    #: labels (the semi-supervised ones) refuses it.
+    needs_client_labels: ClassVar[bool] = False
 
     def gradient_upload(self, g: torch.Tensor, step: Step) -> torch.Tensor:
         """U-shaped split learning: what leaves the clients instead of ``g`` ``[B, *h]``, the gradients of their

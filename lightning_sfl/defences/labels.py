@@ -53,6 +53,7 @@ class RandomisedLabels(Defence):
     """
 
     key = "randomised_labels"
+    needs_client_labels = True
 
     def __init__(self, epsilon: float = 1.0) -> None:
         super().__init__()

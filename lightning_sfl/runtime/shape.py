@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from typing_extensions import override
 
+from lightning_sfl.defences import Defences, resolve_defences
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.step import PROBE_KIND
 from lightning_sfl.losses import sum_of_client_means
@@ -169,6 +170,20 @@ class Split:
             method.add_client_state("client_tails", lambda: flat_parameters(shape.tail.net).detach())
         return shape
 
+    # ------------------------------------------------------------------ the clients' defences
+    def defend(self, method, defences: list | None, default: list | None = None) -> None:
+        """Give ``method``'s clients ``defences`` (``None``: ``default``; :mod:`lightning_sfl.defences`), from its
+        constructor, right after the base's: the halves they change (a bottleneck), then each attached to the final
+        client half; the hyperparameters record them as configs. Defences of what U-shaped clients send up are refused
+        without a tail (:meth:`check_defences`)."""
+        method.defences = Defences(resolve_defences(list(default or []) if defences is None else defences))
+        method.hparams["defences"] = method.defences.configs()
+        shape = tuple(method.hparams.input_shape)
+        method.client.net, method.server.net = method.defences.build_halves(method.client.net, method.server.net, shape)
+        keeps = getattr(method, "keeps_client_halves", False)  # (SplitFedV3: the clients keep their own halves)
+        method.defences.attach(type(method).__name__, method.client.net, shape, keeps)
+        self.check_defences([type(d).__name__ for d in method.defences.values() if d.needs_tail])
+
     def check_defences(self, needing_tail: list[str]) -> None:
         """Defences of what U-shaped clients send up are refused without a tail (one line)."""
         if needing_tail:
@@ -188,8 +203,12 @@ class WholeModel(Split):
     @classmethod
     @override
     def unused_options(cls, method_name: str) -> dict[str, str]:
-        """``split_point``: the clients train the whole model."""
-        return {"split_point": f"{method_name}'s clients train the whole model (no server half to cut off)"}
+        """``split_point`` and ``defences`` (of a method family with both shapes): the clients train the whole
+        model."""
+        return {
+            "split_point": f"{method_name}'s clients train the whole model (no server half to cut off)",
+            "defences": f"{method_name}'s clients train the whole model: no activations cross a cut to defend",
+        }
 
     @override
     def iteration(self, method, step: Step, count_step: bool = True, forward=None, row_loss=None):

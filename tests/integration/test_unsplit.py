@@ -190,10 +190,12 @@ def test_every_defence_runs_from_a_digits_config(tmp_path):
 
 
 def test_defences_need_a_plain_split_upload():
-    """Plain FL methods and Semi-SFL have no ``defences``; the regulariser refuses asynchronous rounds."""
-    for cls in (FedAvg, SemiSFL):
-        with pytest.raises(TypeError, match="defences"):
-            cls(defences=[NoPeek()])
+    """Plain FL methods have no ``defences`` (Semi-SFL's: ``test_semi_defences.py``); the regulariser refuses
+    asynchronous rounds and Semi-SFL's phases."""
+    with pytest.raises(TypeError, match="defences"):
+        FedAvg(defences=[NoPeek()])
+    with pytest.raises(ConfigError, match="^InversionRegulariser needs synchronous rounds; SemiSFL runs Phases$"):
+        SemiSFL(defences=[InversionRegulariser(gamma=0.3)])
     with pytest.raises(ConfigError, match="distribution='poisson' must be one of"):
         SCALA(defences=[ActivationNoise(scale=0.1, distribution="poisson")])
     with pytest.raises(ConfigError, match="^InversionRegulariser needs synchronous rounds; GAS runs AsyncEvents$"):
