@@ -124,7 +124,7 @@ def test_a_defence_is_made_again_from_its_config():
 def test_every_method_whose_clients_upload_activations_has_the_option():
     """The FedAvg family and the asynchronous FL methods have no ``defences`` (nothing crosses a cut); every other
     registered method has it, GAS, AsyncSFL and Semi-SFL included; the semi-supervised methods that train the whole
-    model have it (their family's) and refuse it as an option that changes nothing."""
+    model, or no client (SupervisedOnly), have it (their family's) and refuse it as an option that changes nothing."""
     import inspect
 
     from lightning_sfl.algorithms import ALGORITHMS, SemiSupervised
@@ -132,13 +132,15 @@ def test_every_method_whose_clients_upload_activations_has_the_option():
     def options(cls):
         return {n for c in cls.__mro__ if "__init__" in vars(c) for n in inspect.signature(c.__init__).parameters}
 
-    has = {name for name, cls in ALGORITHMS.items() if "defences" in options(cls)}
-    fl = {name for name, cls in ALGORITHMS.items() if not cls.has_server_half}
+    library = {name: cls for name, cls in ALGORITHMS.items() if cls.__module__.startswith("lightning_sfl.")}
+    has = {name for name, cls in library.items() if "defences" in options(cls)}
+    fl = {name for name, cls in library.items() if not cls.has_server_half}
     without = {name for name in fl if not issubclass(ALGORITHMS[name], SemiSupervised)}
-    assert has == set(ALGORITHMS) - without and {"gas", "async_sfl", "scala", "semi_sfl", "fedswitch_sl"} <= has
+    assert has == set(library) - without and {"gas", "async_sfl", "scala", "semi_sfl", "fedswitch_sl"} <= has
     assert "fedavg" in without and "fedbuff" in without
     refused = {n for n in has if "defences" in ALGORITHMS[n].unused_options()}
-    assert refused == {n for n in has if not ALGORITHMS[n].has_server_half} == {"fedmatch", "fedswitch", "semifl"}
+    whole = {n for n in has if not ALGORITHMS[n].has_server_half}
+    assert whole == {"fedmatch", "fedswitch", "semifl"} and refused == whole | {"supervised_only"}  # (no clients)
 
 
 def test_legacy_options_become_the_defences_the_method_then_built():
