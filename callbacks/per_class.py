@@ -45,12 +45,10 @@ from lightning_sfl.wandb.payloads import log_built, per_class_payload
 
 
 def rounds_completed(trainer: L.Trainer, pl_module: L.LightningModule | None = None) -> int:
-    """``round`` as the coordinator logs it (its ``rounds_completed``: a checkpoint's round in ``validate``/``test``);
+    """``round`` as the coordinator logs it (its ``rounds_evaluated``: a checkpoint's round in ``validate``/``test``);
     for other modules, during fit the evaluated round is ``current_epoch + 1``."""
-    if pl_module is not None and hasattr(pl_module, "federation"):  # a method of ours (already imported)
-        from lightning_sfl.runtime.evaluation import rounds_completed as method_rounds
-
-        return method_rounds(pl_module)
+    if pl_module is not None and hasattr(pl_module, "rounds_evaluated"):  # a method of ours
+        return pl_module.rounds_evaluated()
     return trainer.current_epoch + 1 if trainer.state.fn == TrainerFn.FITTING else trainer.current_epoch
 
 

@@ -12,12 +12,14 @@ kind (``step_handlers``; ``"local"``: the method's ``local_iteration``, which fo
 (:meth:`SplitFedAlgorithm.aggregate`) runs inside the round's last training step, not in ``on_train_epoch_end``:
 Lightning validates before it, and evaluation must see the aggregated model.
 
-The base is one module with parts, not a stack of mixins: the federation's side
-(:mod:`~lightning_sfl.runtime.federated`), declared state and its checkpoint entry
-(:mod:`~lightning_sfl.runtime.state`), the evaluation (:mod:`~lightning_sfl.runtime.evaluation`), the round's
-bookkeeping (:mod:`~lightning_sfl.runtime.round_tracker`), the halves (:mod:`~lightning_sfl.runtime.halves`),
-the clients' copies (:mod:`~lightning_sfl.runtime.banks`) and a split method's defences (``defences``,
-:mod:`lightning_sfl.defences`), each reached from the hook where Lightning calls it.
+The base is one module with parts, not a stack of mixins, each in :mod:`lightning_sfl.runtime` and handed what it needs
+from the hook where Lightning calls it: the split's shape (``shape``, :mod:`~lightning_sfl.runtime.shape`: the cut, what
+crosses, the iteration), the evaluation (``evaluation``, :class:`~lightning_sfl.runtime.evaluation.Evaluation`: its
+metric and a checkpoint's rounds), declared state and its checkpoint entry (:mod:`~lightning_sfl.runtime.state`), the
+federation's side (:mod:`~lightning_sfl.runtime.federated`: its checkpoint entry is handed the federation, the system
+model's costs the halves), the round's bookkeeping (:mod:`~lightning_sfl.runtime.round_tracker`), the halves
+(:mod:`~lightning_sfl.runtime.halves`), the clients' copies (:mod:`~lightning_sfl.runtime.banks`) and the clients'
+defences (``defences``, :mod:`lightning_sfl.defences`, given through the shape).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from typing import ClassVar
 import lightning as L
 import torch
 from torch import nn
-from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
 from lightning_sfl import trainer_view
@@ -42,8 +43,9 @@ from lightning_sfl.losses import logit_adjusted_cross_entropy
 from lightning_sfl.models import SplittableModel
 from lightning_sfl.models.source import ModelSource
 from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
-from lightning_sfl.runtime import banks, evaluation, federated, state
+from lightning_sfl.runtime import banks, federated, state
 from lightning_sfl.runtime.client_bank import ClientBank, SequentialBank, Slots
+from lightning_sfl.runtime.evaluation import Evaluation
 from lightning_sfl.runtime.guards import check_global_weights
 from lightning_sfl.runtime.halves import DEFAULT_SPLIT_POINT, ClientModule, ServerModule
 from lightning_sfl.runtime.options import MissingClassFloor, check_training_options, check_unused, option_defaults
@@ -118,7 +120,6 @@ class SplitFedAlgorithm(L.LightningModule):
         super().__init__()
         self._states = state.DeclaredStates()  # what add_state declares
         self._client_terms: list[ClientTerm] = []  # what add_client_term adds
-        self._checkpoint_rounds: int | None = None  # rounds behind a checkpoint loaded for validate/test
         check_training_options(local_iters, lr, momentum, weight_decay, client_bank, nesterov)
         self.save_hyperparameters()
         given = dict(self.hparams)  # every option of the method's constructors, as given
@@ -138,7 +139,7 @@ class SplitFedAlgorithm(L.LightningModule):
         self.client_banks = nn.ModuleDict()  # name of a client model -> its slots (built when a fit starts)
         self.server_bank: ClientBank | None = None
         self.tail: ClientModule | None = None  # U-shaped runs' (the shape's tail)
-        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.evaluation = Evaluation(num_classes)  # the accuracy after every round (and of a loaded checkpoint)
         self.defences = Defences()  # none but a split method's (given through its shape: shape.defend)
         self.example_input_array = torch.zeros(1, *input_shape)  # the model summary counts FLOPs on it
         check_unused(self.unused_options(), given, option_defaults(type(self)))  # after the values' own checks
@@ -248,15 +249,27 @@ class SplitFedAlgorithm(L.LightningModule):
 
     def client_costs(self) -> ClientCosts:
         """What the client-side model costs per sample, for the system model (measured when it asks)."""
-        return federated.client_costs(self)
+        split_point = self.hparams.split_point
+        return federated.client_costs(
+            self.client.net, self.server, self.example_input_array, self.shape.crosses_cut, self.shape.tail_for_costs(),
+            self.model_source.build, self.split_options() or [split_point], split_point,
+        )  # fmt: skip
 
-    #: ``(save, load)`` of each part with an entry in checkpoints: the method's (its class, the W&B run; banks rebuilt
-    #: every round left out) and the federation's; each keeps the others' keys, so their order does not matter.
+    #: ``(save, load)`` of each part with an entry in checkpoints, each handed what it needs: the method's modules'
+    #: (its class, the W&B run; banks rebuilt every round left out) and the federation's; each keeps the others'
+    #: keys, so their order does not matter.
     _checkpoint_parts = (
-        (lambda method, checkpoint: state.save_method_entry(method, checkpoint, algorithm_path(type(method))),
-         state.load_method_entry),
-        (federated.save_federation_entry, federated.load_federation_entry),
-    )
+        (lambda method, ckpt: state.save_method_entry(method, ckpt, algorithm_path(type(method)), method._wandb_run()),
+         lambda method, ckpt: state.load_method_entry(method, ckpt, trainer_view.checkpoint_path(method._trainer))),
+        (lambda method, ckpt: federated.save_federation_entry(method.federation, ckpt),
+         lambda method, ckpt: federated.load_federation_entry(method.federation, method._fitting(), ckpt)),
+    )  # fmt: skip
+
+    def _wandb_run(self) -> str | None:
+        return trainer_view.wandb_run_id(self._trainer)
+
+    def _fitting(self) -> bool:
+        return trainer_view.is_fitting(self._trainer)
 
     @override
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -265,27 +278,37 @@ class SplitFedAlgorithm(L.LightningModule):
 
     @override
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self._checkpoint_rounds = int(checkpoint.get("epoch", -1)) + 1  # saved at the end of epoch ``epoch``
+        self.evaluation.checkpoint_rounds = int(checkpoint.get("epoch", -1)) + 1  # saved at the end of epoch ``epoch``
         for _, load in self._checkpoint_parts:
             load(self, checkpoint)
 
     @override
     def on_train_start(self) -> None:
-        self._checkpoint_rounds = None  # from now on the rounds are this fit's
+        self.evaluation.checkpoint_rounds = None  # from now on the rounds are this fit's
 
     @override
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
         """Accuracy of the global model after every round (also ``test_step``), logged as ``test/acc`` with ``round``
-        by the epoch's end (:mod:`~lightning_sfl.runtime.evaluation`)."""
-        return evaluation.evaluation_step(self, batch)
+        by the epoch's end (:class:`~lightning_sfl.runtime.evaluation.Evaluation`, handed the global model)."""
+        return self.evaluation.step(self, batch)
 
     @override
     def on_validation_epoch_start(self) -> None:
-        evaluation.start_evaluation(self)
+        """Every evaluation draws the defences' noise afresh from ``(seed, rounds done)`` (the run's seed; 0 outside a
+        fit)."""
+        seed = int(self.federation.stats.seed) if self.federation is not None else 0
+        done = self.rounds_evaluated() if self._trainer is not None else 0
+        self.evaluation.start(self.defences, seed, self.global_rank, done)
 
     @override
     def on_validation_epoch_end(self) -> None:
-        evaluation.finish_evaluation(self, "test")
+        self.evaluation.finish(self.log, "test", self.rounds_evaluated())
+
+    def rounds_evaluated(self) -> int:
+        """Rounds behind the global model being evaluated (the ``round`` logged with ``test/acc``): during fit the
+        round just aggregated; in ``validate``/``test`` of a checkpoint the rounds it was saved after; otherwise the
+        trainer's epochs."""
+        return self.evaluation.rounds_completed(trainer_view.is_fitting(self._trainer), self.current_epoch)
 
     test_step, on_test_epoch_start = validation_step, on_validation_epoch_start
     on_test_epoch_end = on_validation_epoch_end

@@ -115,7 +115,7 @@ class AsyncSFL(SplitMethod):
     @override
     def setup(self, stage: str) -> None:
         if stage == "fit":  # the buffer holds at most Q_s arrivals of at most max_k b_k rows of [*act]
-            self._act_shape = federated.activation_shape(self)
+            self._act_shape = federated.output_shape(self.example_input_array, self.client)
             stats = self.client_stats
             rows = max(self.schedule.rows_per_batch(k, stats) for k in range(stats.num_clients))
             self._capacity = self.schedule.flush_every * rows

@@ -86,7 +86,8 @@ class SemiSFL(SemiSupervised):
             raise ConfigError(f"temperature={temperature} changes nothing with contrastive=False: κ is eqs. 3 and 5's")
         super().__init__(**kwargs)
         self.temperature, self.contrastive = temperature, bool(contrastive)
-        d = math.prod(federated.activation_shape(self))  # the flattened activation (eval mode: statistics stay)
+        act = federated.output_shape(self.example_input_array, self.client)  # (eval mode: statistics stay)
+        d = math.prod(act)  # the flattened activation
         hidden = d if proj_hidden is None else int(proj_hidden)
         if hidden < 1:
             raise ConfigError(f"proj_hidden={proj_hidden!r} must be a whole number >= 1 (or None: d = {d})")

@@ -7,21 +7,20 @@ from __future__ import annotations
 import functools
 
 import torch
+from torch import nn
 
-from lightning_sfl import trainer_view
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Federation, Schedule
 from lightning_sfl.loop.federation import legacy_federation_state
 from lightning_sfl.system.timing import ClientCosts
 
 __all__ = [
-    "activation_shape",
     "batches_partial_steps",
-    "body_output_shape",
     "checked_federation",
     "checked_schedule",
     "client_costs",
     "load_federation_entry",
+    "output_shape",
     "save_federation_entry",
     "step_handler",
 ]
@@ -37,60 +36,61 @@ def checked_federation(method, federation: Federation) -> Federation:
     return federation
 
 
-def save_federation_entry(method, checkpoint: dict) -> None:
-    """The federation's part of ``checkpoint`` (the schedule's state, the system model's draws, the simulated time),
-    under ``checkpoint["lightning_sfl"]["federation"]``; the other parts' keys stay."""
-    if method.federation is not None:
-        checkpoint.setdefault("lightning_sfl", {})["federation"] = method.federation.state_dict()
+def save_federation_entry(federation: Federation | None, checkpoint: dict) -> None:
+    """The ``federation``'s part of ``checkpoint`` (the schedule's state, the system model's draws, the simulated
+    time), under ``checkpoint["lightning_sfl"]["federation"]``; the other parts' keys stay. Nothing without one."""
+    if federation is not None:
+        checkpoint.setdefault("lightning_sfl", {})["federation"] = federation.state_dict()
 
 
-def load_federation_entry(method, checkpoint: dict) -> None:
-    """A fit resumed from ``checkpoint`` continues its federation's state (also from checkpoints written before the
-    federation existed, :func:`~lightning_sfl.loop.federation.legacy_federation_state`)."""
-    if method.federation is None or not trainer_view.is_fitting(method._trainer):
+def load_federation_entry(federation: Federation | None, fitting: bool, checkpoint: dict) -> None:
+    """A fit (``fitting``) resumed from ``checkpoint`` continues its ``federation``'s state (also from checkpoints
+    written before the federation existed, :func:`~lightning_sfl.loop.federation.legacy_federation_state`)."""
+    if federation is None or not fitting:
         return
     state = (checkpoint.get("lightning_sfl") or {}).get("federation")
-    method.federation.load_state_dict(state if state is not None else legacy_federation_state(checkpoint))
+    federation.load_state_dict(state if state is not None else legacy_federation_state(checkpoint))
 
 
-def client_costs(method) -> ClientCosts:
-    """What ``method``'s client-side model costs per sample, for the system model (measured when it asks)."""
-    hp = method.hparams
-    shape = tuple(hp.input_shape)
+def client_costs(
+    client: nn.Module,
+    server: nn.Module,
+    example: torch.Tensor,
+    crosses_cut: bool,
+    tail: nn.Module | None,
+    cut_model,
+    cut_options: list[str],
+    nominal_cut: str,
+) -> ClientCosts:
+    """What the client-side model costs per sample, for the system model (measured when it asks): the client half (an
+    FL method's whole model) on ``example`` ``[1, *input]``, ``crosses_cut`` (a split method), the clients' ``tail``
+    (U-shaped; its input is the ``server``'s output), ``cut_model`` (a function giving the unsplit model) and the cuts
+    a client may be charged (``cut_options``, from ``nominal_cut``)."""
     return ClientCosts(
-        method.client.net,
-        shape,
-        method.shape.crosses_cut,
-        activation_shape=functools.partial(activation_shape, method),
-        cut_model=method.model_source.build,  # (picklable: ddp_spawn)
-        cut_options=method.split_options() or [hp.split_point],
-        nominal_cut=hp.split_point,
-        tail=method.shape.tail_for_costs(),
-        tail_input_shape=functools.partial(body_output_shape, method),
+        client,
+        tuple(example.shape[1:]),
+        crosses_cut,
+        activation_shape=functools.partial(output_shape, example, client),
+        cut_model=cut_model,  # (picklable: ddp_spawn)
+        cut_options=cut_options,
+        nominal_cut=nominal_cut,
+        tail=tail,
+        tail_input_shape=functools.partial(output_shape, example, client, server),
     )
 
 
 @torch.no_grad()
-def body_output_shape(method) -> tuple[int, ...]:
-    """Shape of one sample's output of ``method``'s global body (U-shaped: the tail's input), in eval mode."""
-    was_training = method.training
-    method.eval()
-    param = next(method.client.parameters())
-    out = method.server(method.client(method.example_input_array.to(param.device, param.dtype)))
-    method.train(was_training)
-    return tuple(out.shape[1:])
-
-
-@torch.no_grad()
-def activation_shape(method) -> tuple[int, ...]:
-    """Shape of one sample's output of ``method``'s global client model (on its ``example_input_array``, in eval mode:
-    no statistics move)."""
-    client, example = method.client, method.example_input_array
-    param = next(client.parameters())
-    was_training = client.training
-    client.eval()
-    out = client(example.to(param.device, param.dtype))
-    client.train(was_training)
+def output_shape(example: torch.Tensor, *modules: nn.Module) -> tuple[int, ...]:
+    """Shape of one sample's output of ``modules`` run in order on ``example`` ``[1, *input]`` (the client half: the
+    activations' shape; the client and the server half: a U-shaped body's output, the tail's input), in eval mode (no
+    statistics move), each module back in its mode after."""
+    modes = [m.training for m in modules]
+    param = next(modules[0].parameters())
+    out = example.to(param.device, param.dtype)
+    for module in modules:
+        out = module.eval()(out)
+    for module, mode in zip(modules, modes):
+        module.train(mode)
     return tuple(out.shape[1:])
 
 

@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lightning_sfl import trainer_view
 from lightning_sfl.client_store import ClientStore, client_stores, make_store  # noqa: F401 (client_stores: re-export)
 from lightning_sfl.defences import renamed_legacy_state
 from lightning_sfl.runtime.client_bank import ClientBank
@@ -84,10 +83,11 @@ def banks_left_out(method: nn.Module) -> tuple[str, ...]:
     return tuple(f"{n}." for n, m in method.named_modules() if isinstance(m, ClientBank) and not m.checkpointed)
 
 
-def save_method_entry(method, checkpoint: dict, algorithm: str) -> None:
-    """The method's part of ``checkpoint``: banks rebuilt every round left out; its own keys of the ``lightning_sfl``
-    entry (the other parts' stay): the algorithm's class path (``algorithm``, as the registry names it:
-    :func:`~lightning_sfl.algorithms.registry.algorithm_path`) and the W&B run a resumed run continues."""
+def save_method_entry(method: nn.Module, checkpoint: dict, algorithm: str, wandb_run: str | None) -> None:
+    """The part of ``checkpoint`` of the ``method``'s modules (its banks rebuilt every round left out, its per-client
+    stores' records); its own keys of the ``lightning_sfl`` entry (the other parts' stay): the algorithm's class path
+    (``algorithm``, as the registry names it: :func:`~lightning_sfl.algorithms.registry.algorithm_path`) and the W&B
+    run a resumed run continues (``wandb_run``; ``None``: none)."""
     drop = banks_left_out(method)
     checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith(drop)}
     entry = checkpoint.setdefault("lightning_sfl", {})
@@ -95,9 +95,8 @@ def save_method_entry(method, checkpoint: dict, algorithm: str) -> None:
     stores = client_stores(method)
     if stores:  # incremental: each store writes the rows changed since its last save, the checkpoint its record
         entry["client_state"] = {key: store.save() for key, store in stores.items()}
-    run = trainer_view.wandb_run_id(method._trainer)
-    if run is not None:
-        entry["wandb_id"] = run
+    if wandb_run is not None:
+        entry["wandb_id"] = wandb_run
 
 
 #: What a semi-supervised baseline's checkpoint held of Semi-SFL's before the baselines had a base of their own.
@@ -105,9 +104,10 @@ SEMI_SFL_ONLY_STATE = ("projection.", "teacher_projection.", "queue_keys", "queu
                        "queue_pointer")  # fmt: skip
 
 
-def load_method_entry(method, checkpoint: dict) -> None:
-    """Read the method's part of ``checkpoint`` before its state is loaded: keys of earlier versions renamed, the
-    banks that were left out filled with their current values (strict loading), the declared states sized."""
+def load_method_entry(method: nn.Module, checkpoint: dict, path: str | None) -> None:
+    """Read the part of ``checkpoint`` (read from ``path``; ``None``: not from a file) of the ``method``'s modules
+    before their state is loaded: keys of earlier versions renamed, the banks that were left out filled with their
+    current values (strict loading), the declared states sized, the per-client stores opened."""
     checkpoint["state_dict"] = renamed_legacy_state(checkpoint["state_dict"])  # written before defences were parts
     state = checkpoint["state_dict"]
     if not hasattr(method, "projection"):  # Semi-SFL's head and queue, held unused by its baselines before
@@ -117,17 +117,16 @@ def load_method_entry(method, checkpoint: dict) -> None:
         bank = method.get_submodule(prefix[:-1])
         state.update({f"{prefix}{k}": v for k, v in bank.state_dict().items()})
     method._states.restore_shapes(method, state)
-    load_client_stores(method, checkpoint)
+    load_client_stores(method, checkpoint, path)
 
 
-def load_client_stores(method, checkpoint: dict) -> None:
+def load_client_stores(method: nn.Module, checkpoint: dict, path: str | None = None) -> None:
     """The per-client stores of the checkpoint: its records (their files read on first use, from the
-    ``client_state/`` folder beside the checkpoint, else where they were written), or the ``[K, *row]`` tensors of
-    a checkpoint written before stores."""
+    ``client_state/`` folder beside the checkpoint's ``path``, else where they were written), or the ``[K, *row]``
+    tensors of a checkpoint written before stores."""
     records = checkpoint.get("lightning_sfl", {}).get("client_state", {})
     state = checkpoint["state_dict"]
-    beside = trainer_view.checkpoint_path(method._trainer)
-    folders = [Path(beside).parent / "client_state"] if beside else []
+    folders = [Path(path).parent / "client_state"] if path else []
     for key, record in records.items():
         owner, _, name = key.rpartition(".")
         module = method.get_submodule(owner) if owner else method

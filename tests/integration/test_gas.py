@@ -91,7 +91,7 @@ def _recording(cls):
 
 def _state(model, slots: bool = True) -> dict[str, torch.Tensor]:
     """The run's states but the metrics (and the slots unless ``slots``: banks of two kinds store them differently)."""
-    skip = ("val_acc",) if slots else ("val_acc", "client_banks.")
+    skip = ("evaluation.",) if slots else ("evaluation.", "client_banks.")
     return {k: v for k, v in model.state_dict().items() if not k.startswith(skip)}
 
 
