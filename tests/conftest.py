@@ -87,10 +87,15 @@ def pytest_collection_modifyitems(config, items):
     """Marks ``slow`` the tests listed in :data:`SLOW`, and every test of a file that shares a module- or session-wide
     fixture with a listed test whose setup was slow (the fixture would otherwise be built, slowly, in the quick
     command by the first of them to run)."""
-    heavy = {(item.path, name) for item in items if SLOW.get(item.nodeid) for name in _shared_fixtures(item)}
+    heavy = {(item.path, name) for item in items if SLOW.get(_listed(item)) for name in _shared_fixtures(item)}
     for item in items:
-        if item.nodeid in SLOW or any((item.path, name) in heavy for name in _shared_fixtures(item)):
+        if _listed(item) in SLOW or any((item.path, name) in heavy for name in _shared_fixtures(item)):
             item.add_marker(pytest.mark.slow)
+
+
+def _listed(item) -> str:
+    """The node id as ``tests/slow.txt`` lists it: up to its first space (a parameter's id may hold spaces)."""
+    return item.nodeid.partition(" ")[0]
 
 
 def _shared_fixtures(item) -> list[str]:
