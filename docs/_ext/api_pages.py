@@ -26,6 +26,7 @@ PARTS: dict[str, str] = {
     "models": "Models and cut points (lightning_sfl.models)",
     "system": "System models (lightning_sfl.system)",
     "defences": "Defences (lightning_sfl.defences)",
+    "compression": "Compressors of the crossings (lightning_sfl.compression)",
     "privacy": "Attacks and privacy metrics (lightning_sfl.privacy)",
     "compare": "Comparisons (lightning_sfl.compare)",
     "sweep": "Sweeps (lightning_sfl.sweep)",

@@ -34,6 +34,7 @@ from typing_extensions import override
 from lightning_sfl import trainer_view
 from lightning_sfl.algorithms.registry import algorithm_path
 from lightning_sfl.class_paths import recorded
+from lightning_sfl.compression import Compression
 from lightning_sfl.defences import Defences
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import ClientStats, Federate, Federation, RoundEnd, Schedule, Step, SyncRounds
@@ -141,6 +142,7 @@ class SplitFedAlgorithm(L.LightningModule):
         self.tail: ClientModule | None = None  # U-shaped runs' (the shape's tail)
         self.evaluation = Evaluation(num_classes)  # the accuracy after every round (and of a loaded checkpoint)
         self.defences = Defences()  # none but a split method's (given through its shape: shape.defend)
+        self.compression = Compression()  # none but a split method's (shape.compress): every crossing sent dense
         self.example_input_array = torch.zeros(1, *input_shape)  # the model summary counts FLOPs on it
         check_unused(self.unused_options(), given, option_defaults(type(self)))  # after the values' own checks
 
@@ -446,6 +448,11 @@ class SplitFedAlgorithm(L.LightningModule):
         this process's rows and normalised by global counts like the other losses; ``None``: nothing."""
         return None
 
+    def step_seed(self, step: Step) -> int:
+        """The seed of ``step``'s draws (a compressor's stochastic rounding): from the run's seed, round and step, the
+        same in a resumed run."""
+        return int(self.client_stats.seed) * 1_000_003 + step.round * 10_007 + step.index
+
     def add_client_term(self, term: ClientTerm) -> None:
         """Add ``term`` to the clients' objective (:mod:`~lightning_sfl.loss_terms`): the client iteration adds the
         terms' sum to :meth:`client_regulariser`'s, so a method composes a term with its parent's loss."""
@@ -487,9 +494,14 @@ class SplitFedAlgorithm(L.LightningModule):
     # ------------------------------------------------------------------ the global model
     @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The global model ``[w_c, w_s]``: logits ``[B, N]`` (evaluated after every round), with the activation
-        defences as deployed (U-shaped, then the tail)."""
-        return self.shape.global_logits(self.client, self.server, self.defences.upload, x)
+        """The global model ``[w_c, w_s]``: logits ``[B, N]`` (evaluated after every round), with what crosses the cut
+        as deployed: the activation defences, then the activations' compressor (stochastic rounding rounds to nearest
+        here); U-shaped, then the tail."""
+        return self.shape.global_logits(self.client, self.server, self._upload, x)
+
+    def _upload(self, activations: torch.Tensor) -> torch.Tensor:
+        """What reaches the server at inference for ``activations`` ``[B, *act]``: defended, then decoded."""
+        return self.compression.compress("activations", self.defences.upload(activations))[0]
 
 
 __all__ = ["ClientModule", "ServerModule", "SplitFedAlgorithm"]

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from typing_extensions import override
 
+from lightning_sfl.compression import Compression, resolve_compression
 from lightning_sfl.defences import Defences, resolve_defences
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop.step import PROBE_KIND
@@ -125,9 +126,12 @@ class Split:
         """Count ``rows`` ``[B, ...]`` sent up by ``step``'s clients as ``kind`` (nothing crosses a cut in plain FL)."""
         ledger.add_rows("up", kind, rows, step.sizes, step.slots)
 
-    def count_down(self, ledger: CommLedger, kind: str, rows: torch.Tensor, step: Step) -> None:
-        """Count ``rows`` sent down to ``step``'s clients as ``kind`` (nothing crosses a cut in plain FL)."""
-        ledger.add_rows("down", kind, rows, step.sizes, step.slots)
+    def count_down(
+        self, ledger: CommLedger, kind: str, rows: torch.Tensor, step: Step, encoded: int | None = None
+    ) -> None:
+        """Count ``rows`` sent down to ``step``'s clients as ``kind`` (``encoded``: the bytes a compressed row sends;
+        nothing crosses a cut in plain FL)."""
+        ledger.add_rows("down", kind, rows, step.sizes, step.slots, encoded)
 
     def upload_labels(self, ledger: CommLedger, step: Step) -> None:
         """The labels go up with the activations (bytes counted); U-shaped, they stay with the clients."""
@@ -184,6 +188,15 @@ class Split:
         method.defences.attach(type(method).__name__, method.client.net, shape, keeps)
         self.check_defences([type(d).__name__ for d in method.defences.values() if d.needs_tail])
 
+    def compress(self, method, compression: list | None) -> None:
+        """Give ``method``'s crossings ``compression`` (:mod:`lightning_sfl.compression`; ``None``: none), from its
+        constructor; the hyperparameters record them as configs. A compressor of a crossing the method does not have
+        (gradients down where the server sends none) is refused in one line."""
+        method.compression = Compression(resolve_compression([] if compression is None else compression))
+        method.hparams["compression"] = method.compression.configs()
+        if "gradients" in method.compression and not getattr(method, "answers_with_gradients", True):
+            raise ConfigError(f"compression: {type(method).__name__}'s server sends the clients no gradients")
+
     def check_defences(self, needing_tail: list[str]) -> None:
         """Defences of what U-shaped clients send up are refused without a tail (one line)."""
         if needing_tail:
@@ -222,7 +235,9 @@ class WholeModel(Split):
         """Nothing crosses a cut."""
 
     @override
-    def count_down(self, ledger: CommLedger, kind: str, rows: torch.Tensor, step: Step) -> None:
+    def count_down(
+        self, ledger: CommLedger, kind: str, rows: torch.Tensor, step: Step, encoded: int | None = None
+    ) -> None:
         """Nothing crosses a cut."""
 
     @override
@@ -297,6 +312,14 @@ class UShaped(Split):
     @override
     def with_tail(self, method, source, split_point, tail_point, tail_aggregation):
         raise ConfigError("the model is cut for a tail already")
+
+    @override
+    def compress(self, method, compression: list | None) -> None:
+        """U-shaped runs' crossings take no compressor yet (the body's outputs down and the tail's gradients up are
+        crossings of their own): refused in one line."""
+        if compression:
+            raise ConfigError("compression: U-shaped runs take no compressor yet (drop tail_point or compression)")
+        super().compress(method, compression)
 
     @override
     def check_defences(self, needing_tail: list[str]) -> None:

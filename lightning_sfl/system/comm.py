@@ -100,11 +100,15 @@ class CommLedger:
         """Record ``nbytes`` for one slot only."""
         self._entry(direction, kind)[slot] += int(nbytes)
 
-    def add_rows(self, direction: str, kind: str, rows: torch.Tensor, sizes: torch.Tensor, slots=None) -> None:
+    def add_rows(
+        self, direction: str, kind: str, rows: torch.Tensor, sizes: torch.Tensor, slots=None, encoded: int | None = None
+    ) -> None:
         """Record a row-concatenated tensor (``[B, ...]``, ``sizes[i]`` rows of slot ``slots[i]``, default ``i``):
-        ``sizes[i]`` times :func:`row_bytes` for each slot, summed when the ledger is read."""
+        ``sizes[i]`` times :func:`row_bytes` for each slot (``encoded``: the bytes a row sends compressed instead,
+        :mod:`lightning_sfl.compression`), summed when the ledger is read."""
         _check_traffic(direction, kind)
-        self._rows.setdefault((direction, kind, row_bytes(rows)), []).append((sizes, slots))
+        per_row = row_bytes(rows) if encoded is None else int(encoded)
+        self._rows.setdefault((direction, kind, per_row), []).append((sizes, slots))
 
     def per_client(self, direction: str) -> torch.Tensor:
         """Bytes each slot sent (``up``) or received (``down``) this round, ``[S]``."""

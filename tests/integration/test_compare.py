@@ -251,6 +251,7 @@ def test_init_parameters_follow_kwargs_up_the_mro():
     assert {"arch", "lr", "local_iters", "split_point"} <= base
     assert compare.init_parameters(SCALA) == base | {
         "defences",
+        "compression",
         "tail_point",
         "tail_aggregation",
         "concat_activations",
@@ -259,7 +260,8 @@ def test_init_parameters_follow_kwargs_up_the_mro():
         "missing_class_floor",
         "pooled_label_counts",
     }
-    assert compare.init_parameters(PlainSFL) == base | {"defences", "tail_point", "tail_aggregation", "smoothing"}
+    split = {"defences", "compression", "tail_point", "tail_aggregation"}
+    assert compare.init_parameters(PlainSFL) == base | split | {"smoothing"}
 
 
 def test_method_config_is_what_the_cli_resolves_and_keeps_only_accepted_init_args():

@@ -87,6 +87,7 @@ VALUES: dict[tuple[str, str], object] = {
     ("*", "split_point"): "s1",  # shallower than the tail point
     ("*", "defences"): [{"class_path": "lightning_sfl.defences.NoPeek", "init_args": {"weight": 1.0}}],
     ("scala_pe", "defences"): [],  # its own are a bottleneck and the inversion regulariser
+    ("*", "compression"): [{"class_path": "lightning_sfl.compression.TopK", "init_args": {"ratio": 0.5}}],
     ("*", "local_epochs"): 0.05,  # a few steps over each client's shard
     ("*", "local_batch_size"): 3,
     ("*", "initial_second_moment"): 0.0,
