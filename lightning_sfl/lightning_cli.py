@@ -84,10 +84,13 @@ from lightning_sfl.settings_checks import (
     user_error_line,
     with_config_file,
 )
+from lightning_sfl.subclass_cache import cache_subclass_searches
 from lightning_sfl.system.devices import EdgeDevices  # noqa: F401 (--clock EdgeDevices)
 from lightning_sfl.system.timing import SystemModel
 from lightning_sfl.system.wireless import WirelessCell
 from lightning_sfl.wandb.process import wandb_switch
+
+cache_subclass_searches()
 
 TRAINER_DEFAULTS = {
     "max_epochs": 50,
