@@ -6,7 +6,9 @@ logs, when a round ends (the ``on_round_end`` event, after the FL phase):
 
 * ``comm/up_bytes``, ``comm/down_bytes``, ``comm/total_bytes`` — this round, all participating clients;
 * ``comm/<up|down>/<kind>_bytes`` — by kind (activations, labels, gradients, client_half, full_model, …);
-* ``comm/cumulative_bytes`` — since round 1 (checkpointed with the callback's state).
+* ``comm/cumulative_bytes`` — since round 1 (checkpointed with the callback's state);
+* ``comm/<up|down>/<kind>_ratio`` — for each kind sent through a compressor (:mod:`lightning_sfl.compression`), its
+  compression ratio this round: the bytes it would have sent uncompressed over the bytes it sent.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class CommunicationBytes(RoundCallback):
         self.cumulative += totals["total"]
         metrics = {f"comm/{k}_bytes": float(v) for k, v in totals.items()}
         metrics["comm/cumulative_bytes"] = float(self.cumulative)
+        metrics.update({f"comm/{k}_ratio": ratio for k, ratio in event.ledger.compression_ratios().items()})
         pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
 
     @override

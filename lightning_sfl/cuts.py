@@ -96,9 +96,35 @@ def cut_table(arch: object, num_classes: int = 10, input_shape: Sequence[int] | 
     return rows
 
 
-def format_table(rows: Sequence[CutRow], samples: int | None = None, fmt: str = "md") -> str:
-    """``rows`` as a Markdown table (``fmt="md"``) or CSV; sizes in KB (10^3 B), FLOPs in MFLOP per sample."""
+#: Rows of the batch a compressor of the ``cuts`` column encodes (a scheme that binds rows together, C3-SL, sends
+#: per row its batch's bytes over 64).
+COMPRESSED_BATCH = 64
+
+
+def compressed_row_bytes(compressor, activation_shape: Sequence[int]) -> float:
+    """Bytes one sample's activation ``activation_shape`` (float32) sends through ``compressor``
+    (:mod:`lightning_sfl.compression`), in a batch of :data:`COMPRESSED_BATCH` rows.
+
+    >>> from lightning_sfl.compression import TopK
+    >>> compressed_row_bytes(TopK(ratio=0.1), (64, 4, 4))  # 103 float32 values and uint16 indices
+    618.0
+    """
+    import torch
+
+    rows = torch.randn(COMPRESSED_BATCH, *activation_shape, generator=torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(0) if compressor.draws else None
+    _, sent = compressor.compress(rows, generator, torch.tensor([COMPRESSED_BATCH]))
+    return float(sent.sum()) / COMPRESSED_BATCH if isinstance(sent, torch.Tensor) else float(sent)
+
+
+def format_table(
+    rows: Sequence[CutRow], samples: int | None = None, fmt: str = "md", compressor=None
+) -> str:
+    """``rows`` as a Markdown table (``fmt="md"``) or CSV; sizes in KB (10^3 B), FLOPs in MFLOP per sample;
+    ``compressor``: a column of the activation's bytes through it (:func:`compressed_row_bytes`)."""
     head = ["cut", "client layers", "client params", "client half (KB)", "activation shape", "activation (KB/sample)"]
+    if compressor is not None:
+        head.append(f"activation through {type(compressor).__name__} (KB/sample)")
     head += ["client train MFLOP/sample", "server train MFLOP/sample", "tail points (U-shaped)"]
     if samples is not None:
         head.append(f"traffic per client and round, {samples} samples (KB)")
@@ -106,6 +132,8 @@ def format_table(rows: Sequence[CutRow], samples: int | None = None, fmt: str = 
     for r in rows:
         cells = [r.cut, str(r.client_layers), f"{r.client_params:,}", f"{r.client_bytes / 1e3:.1f}"]
         cells += ["×".join(map(str, r.activation_shape)), f"{r.activation_bytes / 1e3:.2f}"]
+        if compressor is not None:
+            cells.append(f"{compressed_row_bytes(compressor, r.activation_shape) / 1e3:.3f}")
         cells += [f"{r.client_flops / 1e6:.3f}", f"{r.server_flops / 1e6:.3f}", " ".join(r.tail_points) or "-"]
         if samples is not None:
             cells.append(f"{r.round_bytes(samples) / 1e3:.1f}")
@@ -123,20 +151,28 @@ def _positive(text: str) -> int:
     return value
 
 
-def _init_args(extra: Sequence[str], parser) -> dict:
-    """``--model.arch.KEY VALUE`` (or ``--arch.KEY``, ``--model.arch.init_args.KEY``; ``=`` too) as init args, each
-    value read as YAML (``[2,2,2,2]``, ``true``, a class path)."""
+#: The prefixes of the model's and the compressor's init args on the ``cuts`` command line.
+ARCH_PREFIXES = ("--model.arch.init_args.", "--arch.init_args.", "--model.arch.", "--arch.")
+COMPRESSION_PREFIXES = ("--compression.init_args.", "--compression.")
+
+
+def _init_args(extra: Sequence[str], parser) -> tuple[dict, dict]:
+    """``--model.arch.KEY VALUE`` (or ``--arch.KEY``, ``--model.arch.init_args.KEY``; ``=`` too) and
+    ``--compression.KEY VALUE`` as the model's and the compressor's init args, each value read as YAML
+    (``[2,2,2,2]``, ``true``, a class path)."""
     import yaml
 
-    args, items = {}, list(extra)
+    found: tuple[dict, dict] = ({}, {})
+    items = list(extra)
     while items:
         token = items.pop(0)
         key, eq, value = token.partition("=")
-        for prefix in ("--model.arch.init_args.", "--arch.init_args.", "--model.arch.", "--arch."):
+        for prefix in (*ARCH_PREFIXES, *COMPRESSION_PREFIXES):
             if key.startswith(prefix) and key[len(prefix) :].isidentifier():
                 break
         else:
             parser.error(f"unrecognized arguments: {token}")
+        args = found[prefix in COMPRESSION_PREFIXES]
         if not eq:
             if not items:
                 parser.error(f"argument {key}: expected one value")
@@ -145,7 +181,7 @@ def _init_args(extra: Sequence[str], parser) -> dict:
             args[key[len(prefix) :]] = yaml.safe_load(value)
         except yaml.YAMLError:
             args[key[len(prefix) :]] = value
-    return args
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -172,8 +208,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument("--samples", type=_positive, help="samples a client trains on per round: adds its traffic")
     parser.add_argument("--format", choices=("md", "csv"), default="md", help="output format (default md)")
+    from lightning_sfl.compression import COMPRESSORS
+
+    parser.add_argument(
+        "--compression", choices=tuple(COMPRESSORS), help="adds a column: the activation's bytes through this "
+        "compressor, its options as --compression.NAME VALUE (e.g. --compression TopK --compression.ratio 0.1)",
+    )  # fmt: skip
     args, extra = parser.parse_known_args(argv)
-    init_args = _init_args(extra, parser)
+    init_args, compression_args = _init_args(extra, parser)
+    if compression_args and args.compression is None:
+        parser.error(f"argument --compression.{next(iter(compression_args))}: give --compression too")
+    compressor = None
+    if args.compression is not None:
+        import inspect
+
+        from lightning_sfl.errors import ConfigError
+
+        cls = COMPRESSORS[args.compression]
+        takes = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+        unknown = [n for n in compression_args if n not in takes]
+        if unknown:
+            parser.error(f"argument --compression.{unknown[0]}: {cls.__name__} takes: {', '.join(takes)}")
+        try:
+            compressor = cls(**compression_args)
+        except ConfigError as exc:
+            parser.error(f"argument --compression: {exc}")
     arch = {"class_path": args.arch, "init_args": init_args} if init_args else args.arch
     if init_args and args.arch in MODELS:
         parser.error(f"argument --model.arch: {args.arch!r} is a zoo model: it takes no init args")
@@ -188,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     shape = "x".join(map(str, args.input_shape or EXAMPLE_SHAPES[args.arch]))
     if args.format == "md":
         sys.stdout.write(f"{args.arch}, input {shape}, {args.num_classes} classes; float32\n\n")
-    sys.stdout.write(format_table(rows, args.samples, args.format))
+    sys.stdout.write(format_table(rows, args.samples, args.format, compressor))
 
 
 def _import_module_of(path: str, parser) -> None:

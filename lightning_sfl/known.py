@@ -97,6 +97,18 @@ def class_path_of(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def component_config(component, package: str) -> dict:
+    """``{"class_path": ..., "init_args": {...}}``: a component (a defence, a compressor) as the config checkpoints
+    record: its constructor's arguments read back from its attributes of the same names, its class path through
+    ``package`` (where the library's classes of that kind are exported) for the library's own."""
+    import inspect
+
+    cls = type(component)
+    names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+    module = package if cls.__module__.startswith(package) else cls.__module__
+    return {"class_path": f"{module}.{cls.__qualname__}", "init_args": {n: getattr(component, n) for n in names}}
+
+
 @dataclass(frozen=True)
 class ComponentKind:
     """What an option that takes components accepts: subclasses of ``base``, by a short name of ``names`` or a class

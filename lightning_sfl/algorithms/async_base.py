@@ -190,6 +190,8 @@ class AsyncMethod(SplitFedAlgorithm):
             refused: the clock draws the next client).
     """
 
+    averages_uploaded_models = False  # its uploads are buffered and aggregated as they arrive
+
     step_handlers = {"arrivals": None, "upload": "upload"}
 
     def __init__(

@@ -34,7 +34,7 @@ from typing_extensions import override
 from lightning_sfl import trainer_view
 from lightning_sfl.algorithms.registry import algorithm_path
 from lightning_sfl.class_paths import recorded
-from lightning_sfl.compression import Compression
+from lightning_sfl.compression import Compressor
 from lightning_sfl.defences import Defences
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import ClientStats, Federate, Federation, RoundEnd, Schedule, Step, SyncRounds
@@ -44,7 +44,7 @@ from lightning_sfl.losses import logit_adjusted_cross_entropy
 from lightning_sfl.models import SplittableModel
 from lightning_sfl.models.source import ModelSource
 from lightning_sfl.process.fast_logging import skip_redundant_metric_moves
-from lightning_sfl.runtime import banks, federated, state
+from lightning_sfl.runtime import banks, exchange, federated, state
 from lightning_sfl.runtime.client_bank import ClientBank, SequentialBank, Slots
 from lightning_sfl.runtime.evaluation import Evaluation
 from lightning_sfl.runtime.guards import check_global_weights
@@ -87,6 +87,12 @@ class SplitFedAlgorithm(L.LightningModule):
             clients per round on for models without BatchNorm, else sequential; see ``make_bank``).
         nesterov: Nesterov momentum (Sutskever et al., 2013, in PyTorch's form: the step is ``g + µ·b`` with ``b``
             the momentum buffer) for clients and server; needs ``momentum > 0``. Semi-SFL's optimiser (§V-A).
+        compression: compressors of the crossings (:mod:`lightning_sfl.compression`: ``TopK``, ``Quantise``,
+            ``QSGD``, …), at most one a crossing (``crossing``: ``activations`` up, ``gradients`` down, U-shaped
+            ``body_outputs`` down and ``body_gradients`` up, ``model``: the clients' uploaded updates), applied after
+            the defences, e.g. ``--model.compression+=TopK --model.compression.ratio 0.1``; the ledger counts the
+            encoded bytes. A crossing the method does not have refuses its compressor. ``None`` (default): every
+            crossing dense.
     """
 
     #: The method's shape, declared (:func:`~lightning_sfl.runtime.shape.make_shape` reads it once; every decision
@@ -103,6 +109,10 @@ class SplitFedAlgorithm(L.LightningModule):
     #: ``"aggregate"`` step lists its clients but has no rows; the base then aggregates).
     step_handlers: ClassVar[dict[str, str | None]] = {"local": "local_iteration", "aggregate": None}
     missing_class_floor = MissingClassFloor()
+    #: Declared: False where the clients' uploaded models do not reach the base's average as updates of the round's
+    #: global model (:meth:`aggregate_slots`), so a ``model`` crossing's compressor is refused: FedDyn's own
+    #: average, the asynchronous methods' buffered uploads, the clients who keep their own halves (SplitFedV3).
+    averages_uploaded_models: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -117,6 +127,7 @@ class SplitFedAlgorithm(L.LightningModule):
         client_selection: ClientSelection | str | None = None,
         client_bank: str = "auto",
         nesterov: bool = False,
+        compression: list[Compressor] | None = None,
     ) -> None:
         super().__init__()
         self._states = state.DeclaredStates()  # what add_state declares
@@ -142,9 +153,14 @@ class SplitFedAlgorithm(L.LightningModule):
         self.tail: ClientModule | None = None  # U-shaped runs' (the shape's tail)
         self.evaluation = Evaluation(num_classes)  # the accuracy after every round (and of a loaded checkpoint)
         self.defences = Defences()  # none but a split method's (given through its shape: shape.defend)
-        self.compression = Compression()  # none but a split method's (shape.compress): every crossing sent dense
+        self.give_compression(compression)  # (a split method's once its shape is final)
         self.example_input_array = torch.zeros(1, *input_shape)  # the model summary counts FLOPs on it
         check_unused(self.unused_options(), given, option_defaults(type(self)))  # after the values' own checks
+
+    def give_compression(self, compression: list | None) -> None:
+        """The crossings' compressors (:meth:`~lightning_sfl.runtime.shape.Split.compress`), from the base's
+        constructor; a method whose shape changes later in its constructor (U-shaped) gives them then."""
+        self.shape.compress(self, compression)
 
     @classmethod
     def unused_options(cls) -> dict[str, str]:
@@ -176,8 +192,9 @@ class SplitFedAlgorithm(L.LightningModule):
 
     def one_process_only(self) -> str | None:
         """What of the method runs on one process only (``None``: all of it runs on several); a run of it on more is
-        refused before its processes start (the command line) and at ``setup``. Here: what its defences refuse."""
-        return self.defences.one_process_only()
+        refused before its processes start (the command line) and at ``setup``. Here: what its defences and its
+        compressors refuse."""
+        return self.defences.one_process_only() or self.compression.one_process_only()
 
     def client_models(self) -> dict[str, nn.Module]:
         """The method's client-side models every client holds a copy of (broadcast, trained in a slot, aggregated):
@@ -418,15 +435,25 @@ class SplitFedAlgorithm(L.LightningModule):
         """FL phase (hook 7, eq. 10): global models ← weighted averages (:meth:`aggregation_weights`) of the step's
         slots; then the shape's (U-shaped, tails kept per client: each back into its store)."""
         weights = self.aggregation_weights(step)
-        self.aggregate_slots(weights, step.slots)
+        self.aggregate_slots(weights, step.slots, clients=step.clients, seed=self.step_seed(step))
         banks.aggregate_server(self, weights, step.slots)
         self.shape.end_round(self, step)
 
-    def aggregate_slots(self, weights: torch.Tensor, slots: Slots, models: dict[str, nn.Module] | None = None) -> None:
+    def aggregate_slots(
+        self,
+        weights: torch.Tensor,
+        slots: Slots,
+        models: dict[str, nn.Module] | None = None,
+        clients: torch.Tensor | None = None,
+        seed: int = 0,
+    ) -> None:
         """Eq. (10) for the client banks: each global module ← the ``weights``-weighted average of its bank's
-        ``slots`` (uploads counted). ``models``: bank name -> the module to aggregate into (default
-        the shape's :meth:`~lightning_sfl.runtime.shape.Split.shared_models` of :meth:`client_models`)."""
-        banks.upload(self, weights, slots, self.shape.shared_models(self.client_models()) if models is None else models)
+        ``slots`` (uploads counted; through the ``model`` crossing's compressor if given:
+        :func:`~lightning_sfl.runtime.exchange.upload_models`, ``clients`` the slots' clients ``[S]`` and ``seed``
+        its draws'). ``models``: bank name -> the module to aggregate into (default the shape's
+        :meth:`~lightning_sfl.runtime.shape.Split.shared_models` of :meth:`client_models`)."""
+        models = self.shape.shared_models(self.client_models()) if models is None else models
+        exchange.upload_models(self, weights, slots, models, clients, seed)
 
     # ------------------------------------------------------------------ the losses (hooks 5-6)
     def cross_entropy(
@@ -497,11 +524,14 @@ class SplitFedAlgorithm(L.LightningModule):
         """The global model ``[w_c, w_s]``: logits ``[B, N]`` (evaluated after every round), with what crosses the cut
         as deployed: the activation defences, then the activations' compressor (stochastic rounding rounds to nearest
         here); U-shaped, then the tail."""
-        return self.shape.global_logits(self.client, self.server, self._upload, x)
+        return self.shape.global_logits(self.client, self.server, self._crossing, x)
 
-    def _upload(self, activations: torch.Tensor) -> torch.Tensor:
-        """What reaches the server at inference for ``activations`` ``[B, *act]``: defended, then decoded."""
-        return self.compression.compress("activations", self.defences.upload(activations))[0]
+    def _crossing(self, crossing: str, rows: torch.Tensor) -> torch.Tensor:
+        """What reaches the other side at inference of ``rows`` sent on ``crossing``: the activations defended, then
+        decoded; the body's outputs decoded."""
+        if crossing == "activations":
+            rows = self.defences.upload(rows)
+        return self.compression.evaluate(crossing, rows)
 
 
 __all__ = ["ClientModule", "ServerModule", "SplitFedAlgorithm"]

@@ -271,6 +271,8 @@ class FedDyn(FedAvg):
         **kwargs: see :class:`FedAvg`.
     """
 
+    averages_uploaded_models = False  # its server model is its own correction of the average
+
     def __init__(self, penalty: float = 0.01, **kwargs) -> None:
         if not penalty > 0:
             raise ConfigError(f"penalty={penalty} must be > 0")

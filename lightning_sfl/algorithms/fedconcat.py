@@ -178,7 +178,8 @@ class FedConcat(FedAvg):
         """Encoder stage: per-cluster FedAvg. Classifier stage: FedAvg of the heads."""
         net, weights = self.client.net, self.aggregation_weights(step)
         if self.in_head_stage(step):
-            self.aggregate_slots(weights, step.slots, {"head": net.head})
+            self.aggregate_slots(weights, step.slots, {"head": net.head}, step.clients, self.step_seed(step))
             return
         for c, mask in self._cluster_masks(step):
-            self.aggregate_slots(weights[mask], step.slots_tensor[mask], {"client": net.clusters[c]})
+            clients, seed = step.clients[mask], self.step_seed(step) + c
+            self.aggregate_slots(weights[mask], step.slots_tensor[mask], {"client": net.clusters[c]}, clients, seed)

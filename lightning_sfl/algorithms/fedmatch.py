@@ -220,6 +220,8 @@ class FedMatch(SemiSupervised):
         **kwargs: see :class:`~lightning_sfl.algorithms.semi_supervised.SemiSupervised`.
     """
 
+    averages_uploaded_models = False  # ψ and σ are uploaded and averaged by its own rule
+
     has_server_half: ClassVar[bool] = False
 
     def __init__(

@@ -84,6 +84,8 @@ class AsyncSFL(SplitMethod):
             and the base's (``local_iters`` is ``E``; ``client_selection`` is refused: the clock draws the next client).
     """
 
+    averages_uploaded_models = False  # its uploads are buffered and aggregated as they arrive
+
     supports_tail = False  # asynchronous events: no U-shaped step
 
     step_handlers = {"arrivals": "arrivals", "upload": "upload"}

@@ -161,6 +161,8 @@ class SupervisedOnly(SemiSupervised):
     (``local_iters``, ``client_batch_size``, ``threshold``, ``client_teacher``, ``client_selection``, ``defences``) and
     of eq. 9 (``adaptive_steps``, ``ks_*``) are refused other than at their defaults (:meth:`unused_options`)."""
 
+    averages_uploaded_models = False  # no client trains
+
     step_handlers = {"supervised": "supervised_step"}
     phase_schedule = SupervisedOnlyRounds
 

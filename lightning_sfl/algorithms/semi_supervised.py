@@ -137,6 +137,18 @@ class SemiSupervised(SplitFedAlgorithm):
     #: The schedule of the rounds (:meth:`configure_schedule`).
     phase_schedule: ClassVar[type[Phases]] = Phases
 
+    @override
+    def give_compression(self, compression: list | None) -> None:
+        """The model exchange's compressor only (``crossing='model'``): the two uploads of a view each (students' and
+        teachers') take none yet, refused in one line."""
+        super().give_compression(compression)
+        rows = [c for c in self.compression if c != "model"]
+        if rows:
+            raise ConfigError(
+                f"compression: {type(self).__name__} compresses its model exchange only (crossing='model'); its "
+                f"{rows[0]} crossing takes no compressor yet"
+            )
+
     def __init__(
         self,
         supervised_steps: int = 50,
@@ -407,7 +419,7 @@ class SemiSupervised(SplitFedAlgorithm):
     def aggregate(self, step: Step) -> None:
         """D.: ``w_c`` ← the unweighted mean of the round's client halves (teacher halves stay on the clients)."""
         weights = torch.ones(len(step.clients), dtype=torch.float64)
-        self.aggregate_slots(weights, step.slots, models={"client": self.client.net})
+        self.aggregate_slots(weights, step.slots, {"client": self.client.net}, step.clients, self.step_seed(step))
 
     @override
     def round_metrics(self) -> dict[str, float]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
+from typing_extensions import override
 
 from lightning_sfl.algorithms.base import SplitFedAlgorithm
-from lightning_sfl.compression import Compressor
 from lightning_sfl.defences import Defence
 from lightning_sfl.errors import ConfigError
 from lightning_sfl.loop import Step
@@ -31,10 +31,6 @@ class SplitMethod(SplitFedAlgorithm):
             ``Bottleneck``, ``InversionRegulariser``), e.g. ``--model.defences+=NoPeek --model.defences.weight=10``;
             ``None``: the method's own (:meth:`default_defences`: none; SCALA-PE a bottleneck and the regulariser), so
             that a config written for one method and run with another keeps each method's default; ``[]``: none.
-        compression: compressors of the crossings (:mod:`lightning_sfl.compression`: ``TopK``, ``Quantise``), at most
-            one a crossing (``crossing``: ``activations`` up, ``gradients`` down), applied after the defences, e.g.
-            ``--model.compression+=TopK --model.compression.ratio 0.1``; the ledger counts the encoded bytes.
-            ``None`` (default): every crossing dense.
         tail_aggregation: U-shaped: who averages the clients' tails after each round. ``server`` (default): the same
             server that holds the body, which therefore knows the tail (the known-tail attack); ``separate``: an
             aggregator of their own, the same average, which the body's server never sees (in the simulation the
@@ -64,7 +60,6 @@ class SplitMethod(SplitFedAlgorithm):
         defences: list[Defence] | None = None,
         tail_point: str | None = None,
         tail_aggregation: str = "server",
-        compression: list[Compressor] | None = None,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
@@ -73,7 +68,7 @@ class SplitMethod(SplitFedAlgorithm):
         self.shape = self.shape.with_tail(self, self.model_source, split_point, tail_point, tail_aggregation)
         self.tail = self.shape.tail
         self.shape.defend(self, defences, self.default_defences())
-        self.shape.compress(self, compression)
+        self.shape.compress(self, self._compression_given)  # (the shape is final now: U-shaped or not)
 
     def body_prior(self, step: Step) -> torch.Tensor | None:
         """U-shaped: the label distribution of the body's own objective, which the clients then compute for it from
@@ -92,6 +87,12 @@ class SplitMethod(SplitFedAlgorithm):
         return []
 
     # ------------------------------------------------------------------ one split iteration (hooks 1-4)
+    @override
+    def give_compression(self, compression: list | None) -> None:
+        """Kept until the shape is final (U-shaped runs have crossings of their own): given at the end of the split
+        method's constructor."""
+        self._compression_given = compression
+
     def client_forward(self, step: Step) -> torch.Tensor:
         """Hook 1: ``A = concat_k h(w_{c,k}; X_k)``, ``[B, *act]`` (each slot on its own rows)."""
         return self.bank(step.x, step.local_sizes, step.slots)
@@ -124,7 +125,7 @@ class SplitMethod(SplitFedAlgorithm):
         """Hook 1 and the upload: the clients' activations ``[B, *act]`` (through the defences; counted up with the
         labels) and a detached copy that requires a gradient, for the server (``∂/∂`` it gives ``G_k``)."""
         acts = self.defences.upload(self.client_forward(step), self.defences.training_noise(step))
-        acts, encoded = self.compression.compress("activations", acts, self.step_seed(step))  # (then compressed)
+        acts, encoded = self.compression.compress("activations", acts, self.step_seed(step), step.local_sizes)
         self.ledger.add_rows("up", "activations", acts, step.sizes, step.slots, encoded)
         self.shape.upload_labels(self.ledger, step)  # (U-shaped, the labels stay with the clients)
         return acts, acts.detach().requires_grad_(True)

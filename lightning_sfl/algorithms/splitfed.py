@@ -100,6 +100,8 @@ class SplitFedV3(SplitMethod):
     global client half, so this is our choice for a single test number. Only parameters are kept per client;
     BatchNorm statistics, if any, are averaged like the server copies."""
 
+    averages_uploaded_models = False  # the clients keep their own halves
+
     server_copies = True
     keeps_client_halves = True
     supports_tail = False  # the clients keep their halves across rounds

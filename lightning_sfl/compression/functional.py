@@ -18,7 +18,13 @@ import math
 import torch
 
 __all__ = [
+    "circular_bind",
+    "circular_keys",
+    "circular_unbind",
     "index_bytes",
+    "qsgd_decode",
+    "qsgd_encode",
+    "qsgd_row_bytes",
     "quantise_decode",
     "quantise_encode",
     "quantised_row_bytes",
@@ -94,3 +100,60 @@ def quantised_row_bytes(width: int, bits: int, value_bytes: int) -> int:
     1032
     """
     return math.ceil(width * bits / 8) + 2 * value_bytes
+
+
+def qsgd_encode(
+    rows: torch.Tensor, levels: int, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """QSGD (Alistarh et al., NeurIPS 2017, §3.1) of each row ``v`` of ``rows`` ``[B, d]`` with ``s = levels``: its norm
+    ``‖v‖₂`` ``[B, 1]``, the signs ``[B, d]`` and the levels ``l_i ∈ {0, …, s}`` ``[B, d]``, ``l_i = ⌊s|v_i|/‖v‖⌋`` plus
+    one with probability the remainder (``generator``'s draws; ``None``: rounded to nearest, biased), so that
+    ``E[l_i/s] = |v_i|/‖v‖`` (their eq. 2's ``ξ_i``)."""
+    norm = rows.norm(dim=1, keepdim=True)
+    scaled = rows.abs() / torch.where(norm > 0, norm, torch.ones_like(norm)) * levels
+    if generator is None:
+        level = scaled.round()
+    else:
+        floor = scaled.floor()
+        draw = torch.rand(scaled.shape, generator=generator, dtype=scaled.dtype).to(scaled.device)
+        level = floor + (draw < scaled - floor).to(scaled.dtype)
+    return norm, torch.sign(rows), level.clamp_(0, levels)
+
+
+def qsgd_decode(norm: torch.Tensor, signs: torch.Tensor, level: torch.Tensor, levels: int) -> torch.Tensor:
+    """``Q_s(v_i) = ‖v‖·sign(v_i)·l_i/s`` (eq. 2): the rows ``[B, d]`` the receiver decodes."""
+    return norm * signs * (level / levels)
+
+
+def qsgd_row_bytes(width: int, levels: int, value_bytes: int) -> int:
+    """Bytes one row sends under QSGD with ``levels`` levels, in the paper's plain (not Elias-coded) form: the norm at
+    ``value_bytes`` and, for each of the ``width`` entries, a sign bit and its level in ``⌈log2(s + 1)⌉`` bits, packed.
+
+    >>> qsgd_row_bytes(1000, 1, 4)  # s = 1: two bits an entry (ternary), plus the norm
+    254
+    """
+    return value_bytes + math.ceil(width * (1 + math.ceil(math.log2(levels + 1))) / 8)
+
+
+def circular_keys(group: int, width: int, generator: torch.Generator, unit: bool = False) -> torch.Tensor:
+    """C3-SL's keys (Hsieh et al., MLSP 2022, §3.1): ``group`` random vectors ``k_r ~ N(0, I/d)`` ``[R, d]``, fixed for
+    the run (holographic reduced representations, Plate 1995); ``unit``: each scaled to unit norm, as the authors'
+    code does."""
+    keys = torch.randn(group, width, generator=generator, dtype=torch.float64) / math.sqrt(width)
+    return keys / keys.norm(dim=1, keepdim=True) if unit else keys
+
+
+def circular_bind(groups: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """``s = Σ_r k_r ⊛ a_r``: each group of ``R`` rows ``[G, R, d]`` bound to the keys ``[R, d]`` by circular
+    convolution and summed, one vector ``[G, d]`` a group (through the FFT: ``⊛`` is a product of spectra)."""
+    width = groups.shape[-1]
+    spectra = torch.fft.rfft(groups, dim=-1) * torch.fft.rfft(keys, dim=-1)
+    return torch.fft.irfft(spectra.sum(dim=1), n=width, dim=-1)
+
+
+def circular_unbind(bound: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """``â_r = k_r ⋆ s``: the rows ``[G, R, d]`` the receiver reads back of the bound vectors ``[G, d]`` by circular
+    correlation with each key (the conjugate spectrum)."""
+    width = bound.shape[-1]
+    spectra = torch.fft.rfft(bound, dim=-1).unsqueeze(1) * torch.fft.rfft(keys, dim=-1).conj()
+    return torch.fft.irfft(spectra, n=width, dim=-1)

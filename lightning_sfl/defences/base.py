@@ -10,7 +10,6 @@ under the same names, so :meth:`Defence.config` records it as a config (the chec
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
@@ -18,7 +17,7 @@ import torch
 from torch import nn
 
 from lightning_sfl.errors import ConfigError
-from lightning_sfl.known import known_class
+from lightning_sfl.known import component_config, known_class
 
 if TYPE_CHECKING:
     from lightning_sfl.loop import Federation, Schedule, Step
@@ -42,10 +41,7 @@ class Defence(nn.Module):
 
     def config(self) -> dict:
         """``{"class_path": ..., "init_args": {...}}``: this defence as a config (what checkpoints record)."""
-        names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
-        cls = type(self)
-        module = "lightning_sfl.defences" if cls.__module__.startswith("lightning_sfl.defences") else cls.__module__
-        return {"class_path": f"{module}.{cls.__qualname__}", "init_args": {n: getattr(self, n) for n in names}}
+        return component_config(self, "lightning_sfl.defences")
 
     def build_halves(
         self, client: nn.Sequential, server: nn.Sequential, input_shape: tuple[int, int, int]

@@ -2,7 +2,8 @@
 the base's hooks call: built when a fit starts, downloaded into when clients start, averaged when they upload, and
 stepped only in the slots of a step's clients. Which models get copies is the method's shape's
 (:mod:`~lightning_sfl.runtime.shape`: the client models, the tail, the server copies). Bytes go to the federation's
-ledger as ``client_half`` (or, without a server half, ``full_model``)."""
+ledger as ``client_half`` (or, without a server half, ``full_model``); the uploads are
+:mod:`~lightning_sfl.runtime.exchange`'s."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from lightning_sfl.system.comm import module_bytes
 
 __all__ = [
     "aggregate_server", "all_banks", "build_banks", "check_bank_memory", "download", "step_slots", "traffic_kind",
-    "upload",
 ]  # fmt: skip
 
 
@@ -89,14 +89,6 @@ def aggregate_server(method, weights: torch.Tensor, slots: Slots) -> None:
     the server side; nothing crosses the network)."""
     if method.server_bank is not None:
         method.server_bank.aggregate_into(method.server.net, weights, slots)
-
-
-def upload(method, weights: torch.Tensor, slots: Slots, models: dict[str, nn.Module]) -> None:
-    """Eq. (10) for the client banks: each of ``models`` (bank name -> global module) ← the ``weights``-weighted
-    average of its bank's ``slots`` (bytes counted up)."""
-    for name, module in models.items():
-        method.client_banks[name].aggregate_into(module, weights, slots)
-        method.ledger.add("up", traffic_kind(method), module_bytes(module), slots)
 
 
 def step_slots(method, opt, slots: Slots, count_step: bool) -> None:

@@ -106,7 +106,7 @@ def split_iteration(method, step: Step, count_step: bool = True, on_arrival=None
     grad = None
     if client_loss is not None:
         grad = activation_gradients(client_loss, a, keep_graph=server_loss is not None)
-        grad, encoded = method.compression.compress("gradients", grad, method.step_seed(step))  # what they decode
+        grad, encoded = method.compression.compress("gradients", grad, method.step_seed(step), step.local_sizes)
         method.shape.count_down(method.ledger, "gradients", grad, step, encoded)
     if server_loss is not None:  # into the optimised weights only (the leaf ``a`` has its gradient: G_k)
         params = [p for g in getattr(opt, "optimizer", opt).param_groups for p in g["params"]]

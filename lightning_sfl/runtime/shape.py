@@ -142,10 +142,10 @@ class Split:
         return None
 
     # ------------------------------------------------------------------ the global model
-    def global_logits(self, client: nn.Module, server: nn.Module, upload, x: torch.Tensor) -> torch.Tensor:
-        """The global model's logits ``[B, N]``: ``server(upload(client(x)))`` (``upload``: the activation defences as
-        deployed)."""
-        return server(upload(client(x)))
+    def global_logits(self, client: nn.Module, server: nn.Module, crossing, x: torch.Tensor) -> torch.Tensor:
+        """The global model's logits ``[B, N]``: ``server(crossing("activations", client(x)))`` (``crossing(name,
+        rows)``: what the other side receives, the defences and compressors as deployed)."""
+        return server(crossing("activations", client(x)))
 
     def tail_for_costs(self) -> nn.Module | None:
         """The clients' tail, for the system model's costs (``None``: none)."""
@@ -188,14 +188,39 @@ class Split:
         method.defences.attach(type(method).__name__, method.client.net, shape, keeps)
         self.check_defences([type(d).__name__ for d in method.defences.values() if d.needs_tail])
 
+    #: The crossings of this shape (:data:`~lightning_sfl.compression.base.CROSSINGS`) and why each other one is
+    #: not there.
+    crossings: ClassVar[tuple[str, ...]] = ("activations", "gradients", "model")
+    missing_crossings: ClassVar[dict[str, str]] = {
+        "body_outputs": "a crossing of U-shaped runs: give tail_point",
+        "body_gradients": "a crossing of U-shaped runs: give tail_point",
+    }
+
     def compress(self, method, compression: list | None) -> None:
         """Give ``method``'s crossings ``compression`` (:mod:`lightning_sfl.compression`; ``None``: none), from its
         constructor; the hyperparameters record them as configs. A compressor of a crossing the method does not have
-        (gradients down where the server sends none) is refused in one line."""
+        (one of another shape, gradients down where the server sends none, model updates where the clients' models
+        do not reach the base's average) is refused in one line. Error feedback of the model exchange declares its
+        per-client store (:func:`~lightning_sfl.runtime.exchange.declare_residuals`)."""
+        from lightning_sfl.runtime.exchange import declare_residuals
+
         method.compression = Compression(resolve_compression([] if compression is None else compression))
         method.hparams["compression"] = method.compression.configs()
+        method.compression.check()
+        name = type(method).__name__
+        for crossing in method.compression:
+            if crossing not in self.crossings:
+                why = self.missing_crossings[crossing]
+                raise ConfigError(f"compression: {name} has no {crossing} crossing ({why})")
         if "gradients" in method.compression and not getattr(method, "answers_with_gradients", True):
-            raise ConfigError(f"compression: {type(method).__name__}'s server sends the clients no gradients")
+            raise ConfigError(f"compression: {name}'s server sends the clients no gradients")
+        if "model" in method.compression and not type(method).averages_uploaded_models:
+            raise ConfigError(
+                f"compression: {name}'s clients' models do not reach the server's average as updates of the global "
+                "model (crossing='model' is for the methods that average them)"
+            )
+        if "model" in method.compression and method.compression["model"].error_feedback:
+            declare_residuals(method)
 
     def check_defences(self, needing_tail: list[str]) -> None:
         """Defences of what U-shaped clients send up are refused without a tail (one line)."""
@@ -209,6 +234,11 @@ class WholeModel(Split):
 
     crosses_cut: ClassVar[bool] = False
     traffic_kind: ClassVar[str] = "full_model"
+    crossings: ClassVar[tuple[str, ...]] = ("model",)
+    missing_crossings: ClassVar[dict[str, str]] = {
+        name: "its clients train the whole model: nothing crosses a cut; its crossing is model"
+        for name in ("activations", "gradients", "body_outputs", "body_gradients")
+    }
 
     def __init__(self) -> None:
         super().__init__(server_copies=False)
@@ -257,6 +287,7 @@ class UShaped(Split):
     client (``tail_aggregation``: ``server``, ``separate``, ``none``)."""
 
     u_shaped: ClassVar[bool] = True
+    crossings: ClassVar[tuple[str, ...]] = ("activations", "gradients", "body_outputs", "body_gradients", "model")
 
     def __init__(self, server_copies: bool = False, tail_aggregation: str = "server") -> None:
         super().__init__(server_copies)
@@ -301,9 +332,9 @@ class UShaped(Split):
         return f"U-shaped {method_name}'s server computes no loss: SplitGuard cannot probe it"
 
     @override
-    def global_logits(self, client: nn.Module, server: nn.Module, upload, x: torch.Tensor) -> torch.Tensor:
-        """``tail(body(upload(head(x))))``: logits ``[B, N]``."""
-        return self.tail(server(upload(client(x))))
+    def global_logits(self, client: nn.Module, server: nn.Module, crossing, x: torch.Tensor) -> torch.Tensor:
+        """``tail(body(head(x) as sent) as sent)``: logits ``[B, N]``."""
+        return self.tail(crossing("body_outputs", server(crossing("activations", client(x)))))
 
     @override
     def tail_for_costs(self) -> nn.Module:
@@ -312,14 +343,6 @@ class UShaped(Split):
     @override
     def with_tail(self, method, source, split_point, tail_point, tail_aggregation):
         raise ConfigError("the model is cut for a tail already")
-
-    @override
-    def compress(self, method, compression: list | None) -> None:
-        """U-shaped runs' crossings take no compressor yet (the body's outputs down and the tail's gradients up are
-        crossings of their own): refused in one line."""
-        if compression:
-            raise ConfigError("compression: U-shaped runs take no compressor yet (drop tail_point or compression)")
-        super().compress(method, compression)
 
     @override
     def check_defences(self, needing_tail: list[str]) -> None:

@@ -99,7 +99,9 @@ def u_shaped_iteration(method, step: Step, count_step: bool = True):
     view = server_view(step)
     h = method.server_forward(a, view)  # the body (or each client's copy): [B, *h]
     check_finite(step, ("activations", acts), ("body outputs", h))
-    method.ledger.add_rows("down", "body_outputs", h, step.sizes, step.slots)
+    seed = method.step_seed(step)
+    h, encoded = method.compression.compress("body_outputs", h, seed, step.local_sizes)  # what the tails decode
+    method.ledger.add_rows("down", "body_outputs", h, step.sizes, step.slots, encoded)
 
     # --- the clients: each one's tail on its rows of H, its loss, g_k = ∂L_k/∂H_k
     h_client = h.detach().requires_grad_(True)
@@ -108,8 +110,9 @@ def u_shaped_iteration(method, step: Step, count_step: bool = True):
     client_loss = method.client_loss(logits, step)
     body_loss, body_grad = _body_objective(method, step, logits, h_client, client_loss)
     (g,) = torch.autograd.grad(client_loss, h_client, retain_graph=True)  # the tails keep their graph
-    g = method.defences.gradient_upload(g, step)  # what the clients send (the label defences' noise)
-    method.ledger.add_rows("up", "body_gradients", g, step.sizes, step.slots)
+    g = method.defences.gradient_upload(g, step)  # what the clients send (the label defences' noise), then encoded
+    g, encoded = method.compression.compress("body_gradients", g, seed, step.local_sizes)
+    method.ledger.add_rows("up", "body_gradients", g, step.sizes, step.slots, encoded)
 
     # --- the server: G_k = ∂(Σ_k L_k)/∂A sent down, the body's weights on its objective
     if body_grad is None:
@@ -117,7 +120,8 @@ def u_shaped_iteration(method, step: Step, count_step: bool = True):
         body_grad = g if weights is None else g * weights.to(g.dtype).view(-1, *([1] * (g.dim() - 1)))
         body_loss = client_loss.detach() if weights is None else _weighted_mean_loss(method, logits, step, weights)
     (grad,) = torch.autograd.grad(h, a, g, retain_graph=True)
-    method.ledger.add_rows("down", "gradients", grad, step.sizes, step.slots)
+    grad, encoded = method.compression.compress("gradients", grad, seed, step.local_sizes)  # what the heads decode
+    method.ledger.add_rows("down", "gradients", grad, step.sizes, step.slots, encoded)
     body_params = [p for p in _server_parameters(method) if p.requires_grad]
     if body_params:
         method.manual_backward(h, body_grad, inputs=body_params)
@@ -164,5 +168,6 @@ def _body_objective(method, step: Step, logits, h_client, client_loss):
         loss = (rows / sizes).sum()
     (grad,) = torch.autograd.grad(loss, h_client, retain_graph=True)
     grad = method.defences.gradient_upload(grad, step)
-    method.ledger.add_rows("up", "body_gradients", grad, step.sizes, step.slots)
+    grad, encoded = method.compression.compress("body_gradients", grad, method.step_seed(step) + 1, step.local_sizes)
+    method.ledger.add_rows("up", "body_gradients", grad, step.sizes, step.slots, encoded)
     return loss.detach(), grad

@@ -64,11 +64,12 @@ class CommLedger:
         self.num_slots = 0
         self._bytes: dict[tuple[str, str], torch.Tensor] = {}
         self._rows: dict[tuple[str, str, int], list[tuple[torch.Tensor, object]]] = {}
+        self._dense: dict[tuple[str, str], list[tuple[torch.Tensor, int]]] = {}  # what compressed traffic stood for
 
     def start(self, num_slots: int) -> None:
         """Begin a round with ``num_slots`` participating clients."""
         self.num_slots = num_slots
-        self._bytes, self._rows = {}, {}
+        self._bytes, self._rows, self._dense = {}, {}, {}
 
     @property
     def bytes(self) -> dict[tuple[str, str], torch.Tensor]:
@@ -85,10 +86,14 @@ class CommLedger:
         _check_traffic(direction, kind)
         return self._bytes.setdefault((direction, kind), torch.zeros(self.num_slots, dtype=torch.long))
 
-    def add(self, direction: str, kind: str, nbytes: int | torch.Tensor, slots=None) -> None:
+    def add(self, direction: str, kind: str, nbytes: int | torch.Tensor, slots=None, dense: int | None = None) -> None:
         """Record ``nbytes`` for every slot of ``slots`` (default all): an int (the same to each client) or one
-        value per slot (``[len(slots)]``)."""
+        value per slot (``[len(slots)]``); ``dense``: what each slot would have sent uncompressed (for
+        :meth:`compression_ratios`)."""
         entry = self._entry(direction, kind)
+        if dense is not None:
+            count = self.num_slots if slots is None else len(torch.as_tensor(slots).reshape(-1))
+            self._dense.setdefault((direction, kind), []).append((torch.tensor([count]), int(dense)))
         value = torch.as_tensor(nbytes, dtype=torch.long).cpu()
         if slots is None:
             entry += value
@@ -101,14 +106,45 @@ class CommLedger:
         self._entry(direction, kind)[slot] += int(nbytes)
 
     def add_rows(
-        self, direction: str, kind: str, rows: torch.Tensor, sizes: torch.Tensor, slots=None, encoded: int | None = None
+        self,
+        direction: str,
+        kind: str,
+        rows: torch.Tensor,
+        sizes: torch.Tensor,
+        slots=None,
+        encoded: int | torch.Tensor | None = None,
     ) -> None:
         """Record a row-concatenated tensor (``[B, ...]``, ``sizes[i]`` rows of slot ``slots[i]``, default ``i``):
-        ``sizes[i]`` times :func:`row_bytes` for each slot (``encoded``: the bytes a row sends compressed instead,
-        :mod:`lightning_sfl.compression`), summed when the ledger is read."""
+        ``sizes[i]`` times :func:`row_bytes` for each slot, summed when the ledger is read. ``encoded``: what the
+        rows send compressed instead (:mod:`lightning_sfl.compression`): the bytes a row sends, or ``[len(sizes)]``
+        the bytes of each slot's block (a scheme that encodes a client's rows together)."""
         _check_traffic(direction, kind)
+        if encoded is not None:
+            self._dense.setdefault((direction, kind), []).append((sizes, row_bytes(rows)))
+        if isinstance(encoded, torch.Tensor):
+            self._entry(direction, kind).index_add_(0, _slot_index(slots, len(sizes)), encoded.cpu().long())
+            return
         per_row = row_bytes(rows) if encoded is None else int(encoded)
         self._rows.setdefault((direction, kind, per_row), []).append((sizes, slots))
+
+    def compression_ratios(self) -> dict[str, float]:
+        """``{"<direction>/<kind>": uncompressed bytes / bytes sent}`` of this round's compressed traffic (a kind
+        sent through a compressor; :mod:`lightning_sfl.compression`).
+
+        >>> ledger = CommLedger()
+        >>> ledger.start(num_slots=1)
+        >>> ledger.add_rows("up", "activations", torch.zeros(3, 100), sizes=torch.tensor([3]), encoded=100)
+        >>> ledger.compression_ratios()  # 400 B a row sent as 100
+        {'up/activations': 4.0}
+        """
+        sent = self.bytes
+        out = {}
+        for (direction, kind), entries in sorted(self._dense.items()):
+            dense = sum(int(sizes.detach().sum()) * per_row for sizes, per_row in entries)
+            encoded = int(sent[(direction, kind)].sum()) if (direction, kind) in sent else 0
+            if encoded > 0:
+                out[f"{direction}/{kind}"] = dense / encoded
+        return out
 
     def per_client(self, direction: str) -> torch.Tensor:
         """Bytes each slot sent (``up``) or received (``down``) this round, ``[S]``."""

@@ -69,6 +69,17 @@ TINY_CLIENTS = ("--data.num_clients=50", "--data.participation=0.5", "--data.bat
 FLOAT64 = ("--trainer.precision=64-true",)
 
 
+#: Compressors of every row crossing that draw nothing (those that draw are one process's: refused under DDP), and of
+#: the model exchange with its per-client residuals (the same draws on every process).
+COMPRESSED_ROWS = (
+    "--model.compression+=TopK", "--model.compression.ratio=0.2",
+    "--model.compression+=Quantise", "--model.compression.bits=8", "--model.compression.crossing=gradients",
+)  # fmt: skip
+COMPRESSED_MODELS = (
+    *FLOAT64, "--model.compression+=QSGD", "--model.compression.levels=4", "--model.compression.crossing=model",
+    "--model.compression.error_feedback=true",
+)  # fmt: skip
+
 #: Plain SCALA and FedAvg have no case of their own (each case costs ~30-45 s of CI on 2 cores): SCALA runs in the
 #: tiny-clients case (the same method, plus clients with no rows on a process), FedAvg's aggregation in FedDyn,
 #: FedNova and FedAdam (FedAvg plus a regulariser and per-client state, a step-count normalisation, server moments).
@@ -96,6 +107,8 @@ FLOAT64 = ("--trainer.precision=64-true",)
         pytest.param(
             "scala", ("--model.defences+=RandomisedLabels", "--model.defences.epsilon=2"), marks=pytest.mark.extended
         ),
+        pytest.param("scala", COMPRESSED_ROWS, marks=pytest.mark.extended),
+        pytest.param("fedavg", COMPRESSED_MODELS, marks=pytest.mark.extended),
     ],
     ids=[
         "splitfedv2",
@@ -110,6 +123,8 @@ FLOAT64 = ("--trainer.precision=64-true",)
         "split-method-with-a-parameter-only-regulariser",
         "scala-u-shaped-pooled-label-counts",
         "scala-randomised-labels-each-process-its-rows",
+        "scala-top-k-up-8-bit-gradients-down",
+        "fedavg-qsgd-updates-with-error-feedback",
     ],
 )
 def test_two_processes_equal_one(method, extra, tmp_path):

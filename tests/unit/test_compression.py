@@ -89,7 +89,7 @@ def test_compressors_round_trip_through_their_configs():
     assert [c.config() for c in again] == [c.config() for c in given]
     assert given[0].config() == {
         "class_path": "lightning_sfl.compression.TopK",
-        "init_args": {"ratio": 0.25, "crossing": "gradients"},
+        "init_args": {"ratio": 0.25, "crossing": "gradients", "error_feedback": False},
     }
     with pytest.raises(ConfigError, match="is not a compressor"):
         resolve_compression([{"class_path": "os.system", "init_args": {}}])  # (a file names no code to import)
@@ -101,7 +101,9 @@ def test_compressors_round_trip_through_their_configs():
         (lambda: TopK(ratio=0), "TopK: ratio=0 must be in (0, 1]"),
         (lambda: Quantise(bits=3), "Quantise: bits=3 must be one of: 2, 4, 8, 16, 32"),
         (lambda: Quantise(bits=32, stochastic=True), "stochastic=True changes nothing with bits=32"),
-        (lambda: TopK(crossing="labels"), "crossing='labels' must be one of: activations, gradients"),
+        (lambda: TopK(crossing="labels"), "crossing='labels' must be one of: activations, gradients, body_outputs"),
+        (lambda: TopK(error_feedback=True), "error_feedback=True is kept per client for crossing='model' only"),
+        (lambda: TopK(ratio=1, crossing="model", error_feedback=True), "changes nothing with ratio=1"),
         (lambda: Compression([TopK(), Quantise()]), "two compressors of the activations crossing"),
     ],
 )
@@ -116,8 +118,17 @@ def test_methods_refuse_a_crossing_they_do_not_have():
 
     with pytest.raises(ConfigError, match="SFLLocalLoss's server sends the clients no gradients"):
         SFLLocalLoss(compression=[TopK(crossing="gradients")])
-    with pytest.raises(ConfigError, match="U-shaped runs take no compressor yet"):
-        SCALA(compression=[TopK()], tail_point="s4")
+    with pytest.raises(ConfigError, match="SCALA has no body_outputs crossing .a crossing of U-shaped runs: give"):
+        SCALA(compression=[TopK(crossing="body_outputs")])
+    SCALA(compression=[TopK(crossing="body_outputs")], tail_point="s4")  # U-shaped: there
+    from lightning_sfl.algorithms import FedAvg, FedBuff, FedDyn, SplitFedV3
+
+    with pytest.raises(ConfigError, match="FedAvg has no activations crossing .its clients train the whole model"):
+        FedAvg(compression=[TopK()])
+    FedAvg(compression=[TopK(crossing="model")])
+    for cls in (FedDyn, FedBuff, SplitFedV3):
+        with pytest.raises(ConfigError, match="crossing='model' is for the methods that average them"):
+            cls(compression=[TopK(crossing="model")])
     model = SCALA(compression=[Quantise(bits=8)])
     assert model.hparams["compression"] == [Quantise(bits=8).config()]
 

@@ -61,6 +61,9 @@ def test_cli_prints_a_row_per_cut_and_csv_parses(capsys):
         (["--arch", "alexnet_mnist", "--input_shape", "3", "32", "32"], "expects input shape (1, 28, 28)"),
         (["--arch", "vgg16", "--samples", "0"], "argument --samples: must be a positive integer, got '0'"),
         (["--arch", "cnn_small", "--format", "xls"], "argument --format: invalid choice: 'xls'"),
+        (["--arch", "cnn_small", "--compression.ratio", "0.1"], "argument --compression.ratio: give --compression"),
+        (["--arch", "cnn_small", "--compression", "TopK", "--compression.rate", "1"], "TopK takes: ratio, crossing"),
+        (["--arch", "cnn_small", "--compression", "TopK", "--compression.ratio", "2"], "ratio=2 must be in (0, 1]"),
     ],
 )
 def test_bad_arguments_get_one_line(args, message, capsys):
@@ -85,3 +88,16 @@ def test_any_model_by_class_path_is_listed_by_module_name(capsys):
     init = {"block": "torchvision.models.resnet.BasicBlock", "layers": [1, 1, 1, 1]}
     rows = cut_table({"class_path": "torchvision.models.ResNet", "init_args": init}, 10, (3, 32, 32))
     assert len({round(r.client_flops + r.server_flops) for r in rows}) == 1
+
+
+def test_the_compression_column_is_the_bytes_a_sample_sends_through_the_compressor(capsys):
+    """cnn_small on the digits: s2's 64×4×4 float32 activation; top-k 10 % sends 103 values and uint16 indices (618 B),
+    8-bit codes 1,024 B and two scales, C3-SL with groups of 4 a quarter of the dense 4,096 B."""
+    for args, expected in (
+        (["--compression", "TopK", "--compression.ratio", "0.1"], "0.618"),
+        (["--compression", "Quantise", "--compression.bits=8"], "1.032"),
+        (["--compression", "CircularConvolution", "--compression.group", "4"], "1.024"),
+    ):
+        cli_main(["cuts", "--arch", "cnn_small", *args])
+        s2 = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| s2"))
+        assert s2.split(" | ")[6] == expected, (args, s2)
