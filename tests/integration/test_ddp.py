@@ -70,9 +70,10 @@ FLOAT64 = ("--trainer.precision=64-true",)
 
 
 #: Compressors of every row crossing that draw nothing (those that draw are one process's: refused under DDP), and of
-#: the model exchange with its per-client residuals (the same draws on every process).
+#: the model exchange with its per-client residuals (the same draws on every process). In float64: in float32 the
+#: processes' summation order flips a few top-k choices and the trajectories part (as FedProx's max-pool decisions).
 COMPRESSED_ROWS = (
-    "--model.compression+=TopK", "--model.compression.ratio=0.2",
+    *FLOAT64, "--model.compression+=TopK", "--model.compression.ratio=0.2",
     "--model.compression+=Quantise", "--model.compression.bits=8", "--model.compression.crossing=gradients",
 )  # fmt: skip
 COMPRESSED_MODELS = (
