@@ -56,6 +56,7 @@ class CircularConvolution(Compressor):
         self._keys: dict[tuple, torch.Tensor] = {}
 
     @property
+    @override
     def carries_gradients(self) -> bool:
         """The gradients down travel bound like the activations up (counted at the same ratio)."""
         return True
@@ -68,6 +69,7 @@ class CircularConvolution(Compressor):
             self._keys[key] = circular_keys(self.group, width, generator, self.unit_keys).to(dtype).to(device)
         return self._keys[key]
 
+    @override
     def block_bytes(self, sizes: list[int], width: int, value_bytes: int) -> torch.Tensor:
         """``[S]``: bytes each client block of ``sizes`` rows sends: one row a group of ``R``."""
         return torch.tensor([math.ceil(n / self.group) * width * value_bytes for n in sizes], dtype=torch.long)
