@@ -66,6 +66,15 @@ def topk_row_bytes(width: int, k: int, value_bytes: int) -> int:
     return width * value_bytes if k == width else k * (value_bytes + index_bytes(width))
 
 
+def rounded(scaled: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """``scaled`` rounded to nearest, or (``generator``) stochastically, ``⌊x⌋ + Bernoulli(x − ⌊x⌋)`` (unbiased)."""
+    if generator is None:
+        return scaled.round()
+    floor = scaled.floor()
+    draw = torch.rand(scaled.shape, generator=generator, dtype=scaled.dtype).to(scaled.device)
+    return floor + (draw < scaled - floor).to(scaled.dtype)
+
+
 def quantise_encode(
     rows: torch.Tensor, bits: int, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -77,13 +86,7 @@ def quantise_encode(
     low = rows.amin(dim=1, keepdim=True)
     span = rows.amax(dim=1, keepdim=True) - low
     step = torch.where(span > 0, span / levels, torch.ones_like(span))
-    scaled = (rows - low) / step
-    if generator is None:
-        q = scaled.round()
-    else:
-        floor = scaled.floor()
-        draw = torch.rand(scaled.shape, generator=generator, dtype=scaled.dtype).to(scaled.device)
-        q = floor + (draw < scaled - floor).to(scaled.dtype)
+    q = rounded((rows - low) / step, generator)
     return q.clamp_(0, levels).to(torch.uint8), low, step
 
 
@@ -110,13 +113,7 @@ def qsgd_encode(
     one with probability the remainder (``generator``'s draws; ``None``: rounded to nearest, biased), so that
     ``E[l_i/s] = |v_i|/‖v‖`` (their eq. 2's ``ξ_i``)."""
     norm = rows.norm(dim=1, keepdim=True)
-    scaled = rows.abs() / torch.where(norm > 0, norm, torch.ones_like(norm)) * levels
-    if generator is None:
-        level = scaled.round()
-    else:
-        floor = scaled.floor()
-        draw = torch.rand(scaled.shape, generator=generator, dtype=scaled.dtype).to(scaled.device)
-        level = floor + (draw < scaled - floor).to(scaled.dtype)
+    level = rounded(rows.abs() / torch.where(norm > 0, norm, torch.ones_like(norm)) * levels, generator)
     return norm, torch.sign(rows), level.clamp_(0, levels)
 
 
